@@ -1,0 +1,147 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultWindow is how many appends a Writer keeps in flight.
+const DefaultWindow = 1024
+
+// Writer appends the events of one generation. Appends are pipelined: Append
+// returns once the publish is sent, and sink is called for every event, in
+// order, once JetStream has acknowledged it (with Seq set). A Writer is used
+// by one goroutine; sink runs on the Writer's own goroutine and must not block.
+type Writer struct {
+	j       *Journal
+	ref     Ref
+	subject string
+	sink    func(Event)
+	next    uint64
+
+	inflight chan inflight
+	done     chan struct{}
+
+	mu  sync.Mutex
+	err error
+}
+
+type inflight struct {
+	ev  Event
+	fut jetstream.PubAckFuture
+}
+
+// NewWriter starts a writer for ref. Call End or Abort to stop it.
+func (j *Journal) NewWriter(ref Ref, sink func(Event)) *Writer {
+	w := &Writer{
+		j:        j,
+		ref:      ref,
+		subject:  ref.subject(),
+		sink:     sink,
+		inflight: make(chan inflight, DefaultWindow),
+		done:     make(chan struct{}),
+	}
+	go w.acks()
+	return w
+}
+
+// Appended is the number of events appended so far (acknowledged or not).
+func (w *Writer) Appended() uint64 { return w.next }
+
+// Append journals one event. It fails with the writer's first error, e.g.
+// ErrFenced when another writer already started this generation.
+func (w *Writer) Append(ctx context.Context, typ string, data []byte) error {
+	return w.publish(ctx, Event{Type: typ, Data: data})
+}
+
+// End appends the end marker and waits until every append is acknowledged.
+// It returns the first error of any append.
+func (w *Writer) End(ctx context.Context, state string) error {
+	if err := w.publish(ctx, Event{End: state}); err != nil {
+		w.Abort()
+		return err
+	}
+	close(w.inflight)
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return fmt.Errorf("journal: waiting for acks: %w", ctx.Err())
+	}
+	return w.Err()
+}
+
+// Abort stops the writer without an end marker; unacknowledged events may
+// or may not be stored. It is safe to call after End.
+func (w *Writer) Abort() {
+	w.fail(ErrClosed)
+	defer func() { _ = recover() }() // inflight may already be closed by End
+	close(w.inflight)
+}
+
+// Err returns the writer's first error.
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+func (w *Writer) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+}
+
+func (w *Writer) publish(ctx context.Context, ev Event) error {
+	if err := w.Err(); err != nil {
+		return err
+	}
+	w.next++
+	ev.Offset = w.next
+	opts := []jetstream.PublishOpt{}
+	if ev.Offset == 1 {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(0))
+	}
+	msgID := w.ref.ID + "." + strconv.FormatUint(w.ref.Gen, 10) + "." + strconv.FormatUint(ev.Offset, 10)
+	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject, msgID), opts...)
+	if err != nil {
+		err = fmt.Errorf("journal: publish: %w", err)
+		w.fail(err)
+		return err
+	}
+	select {
+	case w.inflight <- inflight{ev: ev, fut: fut}:
+		return nil
+	case <-ctx.Done():
+		w.fail(ctx.Err())
+		return ctx.Err()
+	}
+}
+
+func (w *Writer) acks() {
+	defer close(w.done)
+	for in := range w.inflight {
+		if w.Err() != nil {
+			continue // drain; the generation is already lost
+		}
+		select {
+		case ack := <-in.fut.Ok():
+			in.ev.Seq = ack.Sequence
+			w.sink(in.ev)
+		case err := <-in.fut.Err():
+			var apiErr *jetstream.APIError
+			if in.ev.Offset == 1 && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+				err = ErrFenced
+			} else {
+				err = fmt.Errorf("journal: append %d: %w", in.ev.Offset, err)
+			}
+			w.fail(err)
+		}
+	}
+}

@@ -1,0 +1,13 @@
+// Package resume decides, for every request that carries a key, who may start,
+// attach to or replay a generation, and it parses and issues the resume
+// positions clients send back as Last-Event-ID.
+//
+// It owns the key record {state, fingerprint, generation, owner, lease}. All
+// decisions are atomic across reprise instances: a record is created with a
+// create-if-absent and changed only by compare-and-set on its revision. The
+// instance that starts a generation holds a lease and heartbeats it; a
+// generation whose lease ran out is failed, and the key may generate afresh.
+//
+// resume does no HTTP and does not read or write events; it stores records
+// through the small Store interface (package journal implements it).
+package resume

@@ -1,0 +1,145 @@
+package resume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Lease is an owner's claim on one generation. It heartbeats until Finish or
+// Release; Lost is closed if another owner took the key over or the lease
+// could not be renewed in time.
+type Lease struct {
+	m      *Manager
+	id     string
+	events atomic.Uint64
+
+	mu   sync.Mutex
+	rec  Record
+	rev  uint64
+	done bool
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	stop     chan struct{}
+	stopped  chan struct{}
+}
+
+func (m *Manager) hold(id string, rec Record, rev uint64) *Lease {
+	l := &Lease{m: m, id: id, rec: rec, rev: rev, lost: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go l.heartbeat()
+	return l
+}
+
+// Record returns the record as this owner last wrote it.
+func (l *Lease) Record() Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rec
+}
+
+// Lost is closed when the lease is lost.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// SetEvents records progress; the next heartbeat stores it.
+func (l *Lease) SetEvents(n uint64) { l.events.Store(n) }
+
+func (l *Lease) heartbeat() {
+	defer close(l.stopped)
+	every := l.m.cfg.Lease / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		err := l.update(ctx, func(r *Record) {
+			r.LeaseUntil = l.m.cfg.Now().Add(l.m.cfg.Lease)
+			r.Events = l.events.Load()
+		})
+		cancel()
+		switch {
+		case errors.Is(err, ErrFenced):
+			l.markLost()
+			return
+		case err != nil && l.m.cfg.Now().After(l.Record().LeaseUntil):
+			l.markLost()
+			return
+		}
+	}
+}
+
+func (l *Lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+
+// update applies change to the record under CAS, as long as it is still ours.
+func (l *Lease) update(ctx context.Context, change func(*Record)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done {
+		return ErrFenced
+	}
+	rec, rev := l.rec, l.rev
+	for range maxCAS {
+		change(&rec)
+		rec.UpdatedAt = l.m.cfg.Now()
+		nrev, err := l.m.cfg.Store.Update(ctx, l.id, rec.encode(), rev)
+		if err == nil {
+			l.rec, l.rev = rec, nrev
+			return nil
+		}
+		if !errors.Is(err, l.m.cfg.Conflict) {
+			return err
+		}
+		val, crev, gerr := l.m.cfg.Store.Get(ctx, l.id)
+		if gerr != nil {
+			return gerr
+		}
+		cur, derr := decode(val)
+		if derr != nil || cur.Generation != l.rec.Generation || cur.Owner != l.rec.Owner || cur.State != InProgress {
+			return ErrFenced
+		}
+		rec, rev = cur, crev
+	}
+	return ErrContended
+}
+
+// Result is how a generation ended.
+type Result struct {
+	State       State // Completed or Failed
+	Events      uint64
+	Status      int
+	ContentType string
+	Error       string // error code for Failed
+}
+
+// Finish stores the generation's result and stops the heartbeat. ErrFenced
+// when the key was taken over meanwhile.
+func (l *Lease) Finish(ctx context.Context, res Result) error {
+	if res.State != Completed && res.State != Failed {
+		return fmt.Errorf("%w: finish state %q", ErrInvalidOption, res.State)
+	}
+	l.halt()
+	err := l.update(ctx, func(r *Record) {
+		r.State, r.Events, r.Status, r.ContentType, r.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
+		r.Owner, r.LeaseUntil = "", time.Time{}
+	})
+	l.mu.Lock()
+	l.done = true
+	l.mu.Unlock()
+	return err
+}
+
+func (l *Lease) halt() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.stopped
+}

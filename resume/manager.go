@@ -1,0 +1,195 @@
+package resume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Store keeps record values with revisions. journal.Journal implements it.
+// Get returns an error matching ErrNotFound's target (see Config.NotFound)
+// for an absent record; Create and Update return one matching Conflict
+// when the record exists or changed.
+type Store interface {
+	Get(ctx context.Context, id string) ([]byte, uint64, error)
+	Create(ctx context.Context, id string, value []byte) (uint64, error)
+	Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error)
+}
+
+// Sentinel errors.
+var (
+	ErrNotFound      = errors.New("resume: key not found")
+	ErrMismatch      = errors.New("resume: idempotency key reused with another request")
+	ErrFenced        = errors.New("resume: generation taken over by another owner")
+	ErrContended     = errors.New("resume: record changed too often, try again")
+	ErrInvalidOption = errors.New("resume: invalid option")
+)
+
+// DefaultLease is how long an owner's claim lasts without a heartbeat.
+const DefaultLease = 10 * time.Second
+
+// Config configures a Manager.
+type Config struct {
+	// Store holds the records. Required.
+	Store Store
+	// NotFound and Conflict are the Store's sentinels. Required.
+	NotFound, Conflict error
+	// Owner names this instance in records. Required.
+	Owner string
+	// Lease is the owner lease. Default DefaultLease. Heartbeats run every Lease/3.
+	Lease time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Manager makes the start/attach/replay decisions.
+type Manager struct {
+	cfg Config
+}
+
+// New returns a Manager.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.NotFound == nil || cfg.Conflict == nil || cfg.Owner == "" {
+		return nil, fmt.Errorf("%w: store, sentinels and owner are required", ErrInvalidOption)
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Lease < 30*time.Millisecond {
+		return nil, fmt.Errorf("%w: lease %s too short", ErrInvalidOption, cfg.Lease)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Manager{cfg: cfg}, nil
+}
+
+// Lease returns the configured lease duration.
+func (m *Manager) Lease() time.Duration { return m.cfg.Lease }
+
+// Decision is what a request with a key may do.
+type Decision int
+
+// Decisions.
+const (
+	Start  Decision = iota + 1 // run a new generation (the caller holds the lease)
+	Attach                     // follow the generation in progress
+	Replay                     // replay the completed generation
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Start:
+		return "start"
+	case Attach:
+		return "attach"
+	case Replay:
+		return "replay"
+	}
+	return "unknown"
+}
+
+// Request describes a request that carries a key.
+type Request struct {
+	ID          string // StreamID(tenant, key)
+	Key         string
+	Path        string
+	Fingerprint string
+	Stream      bool
+}
+
+// Outcome is Begin's answer. Lease is set only for Start.
+type Outcome struct {
+	Decision Decision
+	Record   Record
+	Lease    *Lease
+}
+
+const maxCAS = 16
+
+// Begin decides atomically what req may do. ErrMismatch when the key was used
+// with another request.
+func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
+	for range maxCAS {
+		val, rev, err := m.cfg.Store.Get(ctx, req.ID)
+		now := m.cfg.Now()
+		if errors.Is(err, m.cfg.NotFound) {
+			rec := Record{
+				Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, Generation: 1,
+				Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream,
+				CreatedAt: now, UpdatedAt: now,
+			}
+			nrev, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
+			if errors.Is(err, m.cfg.Conflict) {
+				continue
+			}
+			if err != nil {
+				return Outcome{}, err
+			}
+			return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, nil
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		rec, err := decode(val)
+		if err != nil {
+			return Outcome{}, fmt.Errorf("resume: corrupt record: %w", err)
+		}
+		if rec.Fingerprint != req.Fingerprint {
+			return Outcome{Record: rec}, ErrMismatch
+		}
+		switch {
+		case rec.State == Completed:
+			return Outcome{Decision: Replay, Record: rec}, nil
+		case rec.State == InProgress && !rec.Expired(now):
+			return Outcome{Decision: Attach, Record: rec}, nil
+		}
+		// Failed, or in progress under a dead owner: a new generation.
+		rec.Generation++
+		rec.State = InProgress
+		rec.Owner = m.cfg.Owner
+		rec.LeaseUntil = now.Add(m.cfg.Lease)
+		rec.Events, rec.Status, rec.ContentType, rec.Error = 0, 0, "", ""
+		rec.Stream = req.Stream
+		rec.UpdatedAt = now
+		nrev, err := m.cfg.Store.Update(ctx, req.ID, rec.encode(), rev)
+		if errors.Is(err, m.cfg.Conflict) {
+			continue
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, nil
+	}
+	return Outcome{}, ErrContended
+}
+
+// Get returns a key's record. An in-progress record whose lease ran out is
+// marked failed (code "owner_lost") before it is returned.
+func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
+	for range maxCAS {
+		val, rev, err := m.cfg.Store.Get(ctx, id)
+		if errors.Is(err, m.cfg.NotFound) {
+			return Record{}, ErrNotFound
+		}
+		if err != nil {
+			return Record{}, err
+		}
+		rec, err := decode(val)
+		if err != nil {
+			return Record{}, fmt.Errorf("resume: corrupt record: %w", err)
+		}
+		now := m.cfg.Now()
+		if !rec.Expired(now) {
+			return rec, nil
+		}
+		rec.State, rec.Error, rec.UpdatedAt = Failed, "owner_lost", now
+		if _, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev); err != nil && !errors.Is(err, m.cfg.Conflict) {
+			return Record{}, err
+		} else if err == nil {
+			return rec, nil
+		}
+	}
+	return Record{}, ErrContended
+}

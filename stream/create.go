@@ -1,0 +1,227 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+)
+
+// createRequest is what reprise reads of a POST body; the rest is forwarded
+// untouched.
+type createRequest struct {
+	Stream       bool   `json:"stream"`
+	StreamFormat string `json:"stream_format"`
+}
+
+// handleCreate serves POST /v1/chat/completions and /v1/audio/speech.
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	body, stream, apiErr := s.readCreate(w, r)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	key := resume.NewKey()
+	if v := r.Header.Get("Idempotency-Key"); v != "" {
+		var err error
+		if key, err = resume.ParseKey(v); err != nil {
+			writeError(w, errBadKey)
+			return
+		}
+	}
+	cur, err := resume.ParsePosition(r.Header.Get("Last-Event-ID"))
+	if err != nil {
+		writeError(w, errBadCursor)
+		return
+	}
+	if s.isClosing() {
+		writeError(w, errShuttingDown)
+		return
+	}
+	id := resume.StreamID(s.tenant(r), key)
+	out, err := s.cfg.Resume.Begin(r.Context(), resume.Request{
+		ID: id, Key: key, Path: r.URL.Path, Fingerprint: resume.Fingerprint(r.URL.Path, body), Stream: stream,
+	})
+	switch {
+	case errors.Is(err, resume.ErrMismatch):
+		writeError(w, errMismatch)
+		return
+	case err != nil:
+		s.cfg.Logger.Error("resume decision failed", "err", err)
+		writeError(w, errUnavailable)
+		return
+	}
+	h := w.Header()
+	h.Set("Idempotency-Key", key)
+	h.Set("Location", streamURL(key))
+	rec := out.Record
+	switch out.Decision {
+	case resume.Start:
+		s.start(w, r, id, out, body, cur)
+	case resume.Replay:
+		h.Set("Idempotent-Replayed", "true")
+		if rec.Stream {
+			s.serveSSE(w, r, id, rec, cur)
+		} else {
+			s.serveResult(w, r, id, rec)
+		}
+	case resume.Attach:
+		if rec.Stream {
+			s.serveSSE(w, r, id, rec, cur)
+		} else {
+			s.awaitResult(w, r, id, rec)
+		}
+	}
+}
+
+// readCreate validates a POST and returns its body and whether it asks for a stream.
+func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) ([]byte, bool, *apiError) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return nil, false, errMediaType
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, false, errTooLarge
+	case err != nil:
+		return nil, false, newError(http.StatusBadRequest, "invalid_body", "request body could not be read")
+	case !json.Valid(body):
+		return nil, false, errInvalidJSON
+	}
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, false, errNotObject
+	}
+	var req createRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, false, newError(http.StatusBadRequest, "invalid_request", "request fields have the wrong type: "+err.Error())
+	}
+	if r.URL.Path == "/v1/audio/speech" {
+		return body, req.StreamFormat == "sse", nil
+	}
+	return body, req.Stream, nil
+}
+
+func streamURL(key string) string { return "/v1/streams/" + url.PathEscape(key) }
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// start runs a new generation and serves its first client.
+func (s *Server) start(w http.ResponseWriter, r *http.Request, id string, out resume.Outcome, body []byte, cur resume.Position) {
+	rec := out.Record
+	ref := journal.Ref{ID: id, Gen: rec.Generation}
+	p := &pump{
+		s: s, ref: ref, lease: out.Lease, tail: newTail(), path: r.URL.Path, body: body,
+		header: r.Header.Clone(), log: s.cfg.Logger.With("key_id", id),
+	}
+	if !s.startPump(p) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = out.Lease.Finish(ctx, resume.Result{State: resume.Failed, Error: errShuttingDown.Code})
+		writeError(w, errShuttingDown)
+		return
+	}
+	select {
+	case <-p.tail.head:
+	case <-r.Context().Done():
+		return // the pump goes on without this client
+	}
+	resp := p.tail.headResp
+	if !resp.streaming {
+		writeRaw(w, resp.status, resp.contentType, resp.body)
+		return
+	}
+	s.serveSSE(w, r, id, rec, cur)
+}
+
+func writeRaw(w http.ResponseWriter, status int, ct string, body []byte) {
+	if ct == "" {
+		ct = "application/json"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// serveResult writes a finished non-streamed generation from the journal.
+func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
+	rd, err := s.cfg.Journal.Read(r.Context(), journal.Ref{ID: id, Gen: rec.Generation}, 0, 0)
+	if err != nil {
+		writeError(w, errUnavailable)
+		return
+	}
+	defer rd.Close()
+	var body, errBody []byte
+	for {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		ev, err := rd.Next(ctx)
+		cancel()
+		if err != nil {
+			writeError(w, errUnavailable)
+			return
+		}
+		if ev.IsEnd() {
+			break
+		}
+		switch ev.Type {
+		case typeBody:
+			body = append(body, ev.Data...)
+		case typeError:
+			errBody = ev.Data
+		}
+	}
+	if rec.State == resume.Failed {
+		status := rec.Status
+		if status < 400 {
+			status = http.StatusBadGateway
+		}
+		writeRaw(w, status, "application/json", errBody)
+		return
+	}
+	writeRaw(w, rec.Status, rec.ContentType, body)
+}
+
+// awaitResult waits (bounded) for a non-streamed generation in progress.
+func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.AttachWait)
+	defer cancel()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for rec.State == resume.InProgress {
+		if t := s.live.get(journal.Ref{ID: id, Gen: rec.Generation}); t != nil {
+			select {
+			case <-t.head:
+			case <-ctx.Done():
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if r.Context().Err() == nil {
+				writeError(w, errInProgress)
+			}
+			return
+		case <-poll.C:
+		}
+		var err error
+		if rec, err = s.cfg.Resume.Get(ctx, id); err != nil {
+			writeError(w, errUnavailable)
+			return
+		}
+	}
+	w.Header().Set("Idempotent-Replayed", "true")
+	s.serveResult(w, r, id, rec)
+}

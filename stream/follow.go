@@ -1,0 +1,132 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+)
+
+// eventWriter is a client connection that takes events: SSE or WebSocket.
+type eventWriter interface {
+	send(id string, ev journal.Event) error
+	reset(id string, gen uint64) error
+	ping() error
+	flush() error
+}
+
+// follow writes rec's current generation to out, after cur, then follows it
+// live until its end marker. A cursor in an older generation gets a reset
+// first. The caller has validated cur.Gen <= rec.Generation.
+func (s *Server) follow(ctx context.Context, out eventWriter, id string, rec resume.Record, cur resume.Position) error {
+	ref := journal.Ref{ID: id, Gen: rec.Generation}
+	var after, hint uint64
+	switch {
+	case cur.Gen == ref.Gen:
+		after, hint = cur.Offset, cur.Seq
+	case cur.Gen != 0:
+		if err := out.reset(resume.Position{Gen: ref.Gen}.String(), ref.Gen); err != nil {
+			return err
+		}
+	}
+	if t := s.live.get(ref); t != nil {
+		return s.followTail(ctx, out, ref, t, after)
+	}
+	return s.followJournal(ctx, out, ref, after, hint)
+}
+
+func eventID(ref journal.Ref, ev journal.Event) string {
+	return resume.Position{Gen: ref.Gen, Offset: ev.Offset, Seq: ev.Seq}.String()
+}
+
+func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Ref, t *tail, after uint64) error {
+	hb := time.NewTicker(s.cfg.Heartbeat)
+	defer hb.Stop()
+	for {
+		evs, changed := t.since(after)
+		for _, ev := range evs {
+			if ev.IsEnd() {
+				return out.flush()
+			}
+			if err := out.send(eventID(ref, ev), ev); err != nil {
+				return err
+			}
+			after = ev.Offset
+		}
+		if len(evs) > 0 {
+			if err := out.flush(); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-hb.C:
+			if err := out.ping(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// followJournal reads a generation from JetStream: a completed one, or one
+// running on another instance. While idle it checks the owner's lease, so a
+// reader of a generation whose owner died gets an error instead of waiting
+// forever.
+func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal.Ref, after, hint uint64) error {
+	rd, err := s.cfg.Journal.Read(ctx, ref, after, hint)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	idle := min(s.cfg.Heartbeat, s.cfg.Resume.Lease()/2)
+	pending := false
+	for {
+		wait := idle
+		if pending {
+			wait = time.Millisecond // flush as soon as the backlog is drained
+		}
+		nctx, cancel := context.WithTimeout(ctx, wait)
+		ev, err := rd.Next(nctx)
+		cancel()
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			if pending {
+				if err := out.flush(); err != nil {
+					return err
+				}
+				pending = false
+				continue
+			}
+			if err := out.ping(); err != nil {
+				return err
+			}
+			rec, err := s.cfg.Resume.Get(ctx, ref.ID)
+			if err != nil && !errors.Is(err, resume.ErrNotFound) {
+				continue // the journal may be back soon; keep waiting
+			}
+			if err != nil || rec.Generation != ref.Gen || rec.State == resume.Failed {
+				// The owner died without an end marker, or the key moved on.
+				e := journal.Event{Offset: after + 1, Type: typeError, Data: errOwnerLost.body()}
+				if err := out.send(eventID(ref, e), e); err != nil {
+					return err
+				}
+				return out.flush()
+			}
+			continue
+		case err != nil:
+			return err
+		}
+		if ev.IsEnd() {
+			return out.flush()
+		}
+		if err := out.send(eventID(ref, ev), ev); err != nil {
+			return err
+		}
+		after = ev.Offset
+		pending = true
+	}
+}

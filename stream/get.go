@@ -1,0 +1,136 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/reprise-dev/reprise/resume"
+)
+
+// handleStream serves GET /v1/streams/{key}: SSE, JSON status or WebSocket.
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
+	key, err := resume.ParseKey(r.PathValue("key"))
+	if err != nil {
+		writeError(w, errBadKey)
+		return
+	}
+	id := resume.StreamID(s.tenant(r), key)
+	rec, err := s.cfg.Resume.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, resume.ErrNotFound):
+		writeError(w, errKeyNotFound)
+		return
+	case err != nil:
+		writeError(w, errUnavailable)
+		return
+	}
+	if wantsJSON(r.Header.Get("Accept")) && !websocket.IsWebSocketUpgrade(r) {
+		writeStatus(w, rec)
+		return
+	}
+	raw := r.Header.Get("Last-Event-ID") // EventSource's reconnect: newer than the URL's query
+	if raw == "" {
+		raw = r.URL.Query().Get("last_event_id")
+	}
+	cur, err := resume.ParsePosition(raw)
+	if err != nil || cur.Gen > rec.Generation {
+		writeError(w, errBadCursor)
+		return
+	}
+	if cur.Gen == rec.Generation && rec.State != resume.InProgress && cur.Offset >= rec.Events {
+		w.WriteHeader(http.StatusNoContent) // nothing more will come: EventSource stops
+		return
+	}
+	w.Header().Set("Idempotency-Key", key)
+	if websocket.IsWebSocketUpgrade(r) {
+		s.serveWS(w, r, id, rec, cur)
+		return
+	}
+	s.serveSSE(w, r, id, rec, cur)
+}
+
+// wantsJSON reports whether Accept prefers JSON over an event stream.
+func wantsJSON(accept string) bool {
+	for part := range strings.SplitSeq(accept, ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "text/event-stream":
+			return false
+		case "application/json":
+			return true
+		}
+	}
+	return false
+}
+
+type status struct {
+	Key        string       `json:"key"`
+	State      resume.State `json:"state"`
+	Generation uint64       `json:"generation"`
+	Events     uint64       `json:"events"`
+	Stream     bool         `json:"stream"`
+	Status     int          `json:"status,omitempty"`
+	Error      string       `json:"error,omitempty"`
+	CreatedAt  time.Time    `json:"created_at"`
+	UpdatedAt  time.Time    `json:"updated_at"`
+}
+
+func writeStatus(w http.ResponseWriter, rec resume.Record) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(status{
+		Key: rec.Key, State: rec.State, Generation: rec.Generation, Events: rec.Events, Stream: rec.Stream,
+		Status: rec.Status, Error: rec.Error, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+	})
+}
+
+// serveSSE answers with an event stream of rec's generation after cur.
+func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
+	out, err := newSSEWriter(w, r, s.cfg.WriteTimeout)
+	if err != nil {
+		writeError(w, newError(http.StatusInternalServerError, "streaming_unsupported", "the connection cannot stream"))
+		return
+	}
+	if err := s.follow(r.Context(), out, id, rec, cur); err != nil && r.Context().Err() == nil {
+		s.cfg.Logger.Debug("client stream ended", "err", err)
+	}
+}
+
+var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 16 << 10}
+
+// serveWS answers with one JSON text frame per event.
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
+	conn, err := upgrader.Upgrade(w, r, w.Header())
+	if err != nil {
+		return // the upgrader answered the client
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	conn.SetReadLimit(4 << 10)
+	go func() { // read control frames; a close or error ends the stream
+		defer cancel()
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	out := &wsWriter{conn: conn, timeout: s.cfg.WriteTimeout}
+	err = s.follow(ctx, out, id, rec, cur)
+	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "end of stream")
+	if err != nil {
+		msg = websocket.FormatCloseMessage(websocket.CloseGoingAway, "stream interrupted")
+	}
+	_ = conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+}

@@ -1,0 +1,202 @@
+package stream
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+)
+
+// Defaults for Config.
+const (
+	DefaultMaxBody      = 32 << 20
+	DefaultMaxEventSize = 512 << 10
+	DefaultMaxResult    = 64 << 20
+	DefaultAttachWait   = 30 * time.Second
+	DefaultHeartbeat    = 15 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
+)
+
+// ErrInvalidOption wraps every configuration error.
+var ErrInvalidOption = errors.New("stream: invalid option")
+
+// Config configures a Server.
+type Config struct {
+	// Journal stores events and records. Required.
+	Journal *journal.Journal
+	// Resume makes the start/attach/replay decisions. Required.
+	Resume *resume.Manager
+	// Upstream is the OpenAI-compatible base URL; request paths are joined to it. Required.
+	Upstream *url.URL
+	// Client calls the upstream. Default: a client with connect and
+	// response-header timeouts and no overall timeout (streams are long).
+	Client *http.Client
+	// Secret keys the tenant derivation from credentials. Required, ≥ 16 bytes.
+	Secret []byte
+	// MaxBody is the request body limit. Default DefaultMaxBody (32 MiB).
+	MaxBody int64
+	// MaxEventSize is the largest upstream SSE event. Default DefaultMaxEventSize (512 KiB).
+	MaxEventSize int
+	// MaxResult is the largest non-streamed upstream body. Default DefaultMaxResult (64 MiB).
+	MaxResult int64
+	// AttachWait bounds how long a non-streaming duplicate waits for the
+	// generation in progress before 409. Default DefaultAttachWait (30 s).
+	AttachWait time.Duration
+	// Heartbeat is the interval of SSE keep-alive comments. Default DefaultHeartbeat (15 s).
+	Heartbeat time.Duration
+	// WriteTimeout disconnects a client that does not take an event within it. Default DefaultWriteTimeout (30 s).
+	WriteTimeout time.Duration
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) fill() error {
+	if c.Journal == nil || c.Resume == nil || c.Upstream == nil {
+		return fmt.Errorf("%w: journal, resume and upstream are required", ErrInvalidOption)
+	}
+	if len(c.Secret) < 16 {
+		return fmt.Errorf("%w: secret must be at least 16 bytes", ErrInvalidOption)
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ResponseHeaderTimeout: 120 * time.Second,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+		}}
+	}
+	setDefault(&c.MaxBody, DefaultMaxBody)
+	setDefault(&c.MaxEventSize, DefaultMaxEventSize)
+	setDefault(&c.MaxResult, DefaultMaxResult)
+	setDefault(&c.AttachWait, DefaultAttachWait)
+	setDefault(&c.Heartbeat, DefaultHeartbeat)
+	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+// Server serves the HTTP contract.
+type Server struct {
+	cfg     Config
+	mux     *http.ServeMux
+	live    registry
+	pumps   sync.WaitGroup
+	pumpCtx context.Context
+	stop    context.CancelFunc
+
+	mu      sync.Mutex
+	closing bool
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s.pumpCtx, s.stop = context.WithCancel(context.Background())
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handleCreate)
+	s.mux.HandleFunc("POST /v1/audio/speech", s.handleCreate)
+	s.mux.HandleFunc("/v1/chat/completions", methodNotAllowed("POST"))
+	s.mux.HandleFunc("/v1/audio/speech", methodNotAllowed("POST"))
+	s.mux.HandleFunc("GET /v1/streams/{key}", s.handleStream)
+	s.mux.HandleFunc("/v1/streams/{key}", methodNotAllowed("GET"))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) { writeError(w, errNotFound) })
+}
+
+// Handle mounts another handler (the demo page, metrics) on the server's mux.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Journal.Ready(ctx); err != nil {
+		writeError(w, errUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ready"}`))
+}
+
+// Shutdown refuses new generations, waits until the running ones finished
+// journaling or ctx ends, then fails what is left. It is idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.pumps.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.stop() // pumps record their generations as failed (proxy_shutdown)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+	}
+	return ctx.Err()
+}
+
+// startPump registers a new generation and runs its pump; false when the
+// server is shutting down.
+func (s *Server) startPump(p *pump) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.live.add(p.ref, p.tail)
+	s.pumps.Add(1)
+	go p.run(s.pumpCtx)
+	return true
+}
+
+// tenant derives the caller's tenant from its credential; the credential
+// itself is never stored.
+func (s *Server) tenant(r *http.Request) string {
+	auth := r.Header.Get("Authorization")
+	token, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || token == "" {
+		return "anonymous"
+	}
+	m := hmac.New(sha256.New, s.cfg.Secret)
+	m.Write([]byte(token))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}

@@ -1,0 +1,107 @@
+package stream
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/websocket"
+	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/reprise-dev/reprise/journal"
+)
+
+// sseWriter writes events as SSE through go-sse.
+type sseWriter struct {
+	sess    *sse.Session
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration) (*sseWriter, error) {
+	h := w.Header()
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	sess, err := sse.Upgrade(w, r)
+	if err != nil {
+		return nil, err
+	}
+	sw := &sseWriter{sess: sess, rc: http.NewResponseController(w), timeout: timeout}
+	sw.deadline()
+	return sw, sess.Flush() // send the headers now: the client knows it is attached
+}
+
+func (w *sseWriter) deadline() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) }
+
+func (w *sseWriter) send(id string, ev journal.Event) error {
+	m := &sse.Message{ID: sse.ID(id)}
+	if ev.Type != "" {
+		t, err := sse.NewType(ev.Type)
+		if err == nil {
+			m.Type = t
+		}
+	}
+	m.AppendData(string(ev.Data))
+	return w.sess.Send(m)
+}
+
+func (w *sseWriter) reset(id string, gen uint64) error {
+	m := &sse.Message{ID: sse.ID(id), Type: sse.Type("reset")}
+	m.AppendData(`{"generation":` + strconv.FormatUint(gen, 10) + `}`)
+	if err := w.sess.Send(m); err != nil {
+		return err
+	}
+	return w.flush()
+}
+
+func (w *sseWriter) ping() error {
+	m := &sse.Message{}
+	m.AppendComment("ping")
+	if err := w.sess.Send(m); err != nil {
+		return err
+	}
+	return w.flush()
+}
+
+func (w *sseWriter) flush() error {
+	err := w.sess.Flush()
+	w.deadline()
+	return err
+}
+
+// wsWriter writes one JSON text frame per event.
+type wsWriter struct {
+	conn    *websocket.Conn
+	timeout time.Duration
+}
+
+type wsFrame struct {
+	ID    string `json:"id"`
+	Event string `json:"event"`
+	Data  string `json:"data"`
+}
+
+func (w *wsWriter) write(f wsFrame) error {
+	b, _ := json.Marshal(f)
+	_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.conn.WriteMessage(websocket.TextMessage, b)
+}
+
+func (w *wsWriter) send(id string, ev journal.Event) error {
+	typ := ev.Type
+	if typ == "" {
+		typ = "message"
+	}
+	return w.write(wsFrame{ID: id, Event: typ, Data: string(ev.Data)})
+}
+
+func (w *wsWriter) reset(id string, gen uint64) error {
+	return w.write(wsFrame{ID: id, Event: "reset", Data: `{"generation":` + strconv.FormatUint(gen, 10) + `}`})
+}
+
+func (w *wsWriter) ping() error {
+	return w.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(w.timeout))
+}
+
+func (w *wsWriter) flush() error { return nil }
