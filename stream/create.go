@@ -202,12 +202,6 @@ func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, id string, 
 	poll := time.NewTicker(50 * time.Millisecond)
 	defer poll.Stop()
 	for rec.State == resume.InProgress {
-		if t := s.live.get(journal.Ref{ID: id, Gen: rec.Generation}); t != nil {
-			select {
-			case <-t.head:
-			case <-ctx.Done():
-			}
-		}
 		select {
 		case <-ctx.Done():
 			if r.Context().Err() == nil {
@@ -217,7 +211,7 @@ func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, id string, 
 		case <-poll.C:
 		}
 		var err error
-		if rec, err = s.cfg.Resume.Get(ctx, id); err != nil {
+		if rec, err = s.cfg.Resume.Get(r.Context(), id); err != nil {
 			writeError(w, errUnavailable)
 			return
 		}

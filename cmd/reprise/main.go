@@ -1,0 +1,28 @@
+// Command reprise runs the proxy. With no flags it is a complete demo on one
+// machine: embedded JetStream under ./data, the built-in demo upstream and
+// the page at http://localhost:8080/.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reprise:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	if err := run(ctx, cfg, log, nil); err != nil {
+		log.Error("reprise stopped", "err", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web"
+)
+
+// run serves until ctx ends, then shuts down gracefully. ready, when not nil,
+// receives the listen address once the proxy serves.
+func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string) error {
+	nc, closeNATS, err := connectNATS(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeNATS()
+
+	j, err := journal.Open(ctx, nc, journal.Config{TTL: cfg.ttl, Replicas: cfg.replicas})
+	if err != nil {
+		return err
+	}
+	secret, err := loadSecret(cfg)
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	rm, err := resume.New(resume.Config{
+		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
+		Owner: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), resume.NewKey()[3:11]), Lease: cfg.lease,
+	})
+	if err != nil {
+		return err
+	}
+	upstream, stopDemo, err := upstreamURL(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopDemo()
+
+	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Upstream: upstream, Secret: secret, Logger: log})
+	if err != nil {
+		return err
+	}
+	srv.Handle("GET /metrics", promhttp.Handler())
+	srv.Handle("/", web.Handler())
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.listen, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "upstream", upstream.Redacted(), "data", cfg.data)
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: letting running generations finish", "grace", cfg.grace)
+	grace, cancel := context.WithTimeout(context.Background(), cfg.grace)
+	defer cancel()
+	go func() { _ = hs.Shutdown(grace) }() // stop accepting; idle connections close
+	if err := srv.Shutdown(grace); err != nil {
+		log.Warn("generations still running at the end of the grace period were failed", "err", err)
+	}
+	// Readers still attached follow generations that are now complete in the
+	// journal; they can resume anywhere else.
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelClose()
+	if err := hs.Shutdown(closeCtx); err != nil {
+		_ = hs.Close()
+	}
+	log.Info("reprise stopped")
+	return nil
+}
+
+func pageURL(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		port := 8080
+		if ok {
+			port = tcp.Port
+		}
+		return fmt.Sprintf("http://localhost:%d/", port)
+	}
+	return "http://" + a.String() + "/"
+}
+
+func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
+	if cfg.nats != "" {
+		nc, err := nats.Connect(cfg.nats, nats.Name("reprise"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+		if err != nil {
+			return nil, nil, fmt.Errorf("nats %s: %w", cfg.nats, err)
+		}
+		return nc, func() { _ = nc.Drain() }, nil
+	}
+	dir := filepath.Join(cfg.data, "jetstream")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("data dir: %w", err)
+	}
+	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := emb.Connect("reprise")
+	if err != nil {
+		emb.Shutdown()
+		return nil, nil, err
+	}
+	log.Debug("embedded JetStream started", "dir", dir)
+	return nc, func() { _ = nc.Drain(); nc.Close(); emb.Shutdown() }, nil
+}
+
+// loadSecret returns --secret, or the secret kept under --data (made on first run).
+func loadSecret(cfg config) ([]byte, error) {
+	if cfg.secret != "" {
+		if len(cfg.secret) < 16 {
+			return nil, errors.New("--secret must be at least 16 characters")
+		}
+		return []byte(cfg.secret), nil
+	}
+	path := filepath.Join(cfg.data, "secret")
+	if b, err := os.ReadFile(path); err == nil && len(b) >= 16 {
+		return b, nil
+	}
+	if err := os.MkdirAll(cfg.data, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, fmt.Errorf("writing secret: %w", err)
+	}
+	return b, nil
+}
+
+// upstreamURL returns the upstream base URL; "demo" starts the built-in fake
+// model on a loopback port.
+func upstreamURL(cfg config, log *slog.Logger) (*url.URL, func(), error) {
+	if cfg.upstream != "demo" {
+		u, err := url.Parse(cfg.upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, nil, fmt.Errorf("--upstream %q: want http(s)://host[:port] or demo", cfg.upstream)
+		}
+		u.Path = strings.TrimSuffix(u.Path, "/")
+		u.Path = strings.TrimSuffix(u.Path, "/v1")
+		return u, func() {}, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo upstream: %w", err)
+	}
+	demo := &http.Server{
+		Handler:           mockllm.New(mockllm.Config{TokenDelay: 33 * time.Millisecond, Tokens: 120, Readable: true, Logger: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() { _ = demo.Serve(ln) }()
+	log.Info("using the built-in demo upstream (a fake model, ~30 tokens/s)")
+	return &url.URL{Scheme: "http", Host: ln.Addr().String()}, func() { _ = demo.Close() }, nil
+}

@@ -1,0 +1,216 @@
+package tests
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/tests/mockllm"
+)
+
+const chatPath = "/v1/chat/completions"
+
+// TestCompleteStream: a streamed chat passes every upstream event through,
+// with ids, the contract headers and [DONE] last; the upstream is billed once.
+func TestCompleteStream(t *testing.T) {
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=12]")
+	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", `"k-complete"`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := resp.Header.Get("Idempotency-Key"); got != "k-complete" {
+		t.Errorf("Idempotency-Key = %q", got)
+	}
+	if got := resp.Header.Get("Location"); got != "/v1/streams/k-complete" {
+		t.Errorf("Location = %q", got)
+	}
+	evs := readEvents(t, resp, -1)
+	checkUnique(t, evs)
+	if n := len(evs); n != 12+4 { // role, 12 tokens, stop, usage, [DONE]
+		t.Fatalf("got %d events, want 16", n)
+	}
+	if last := evs[len(evs)-1]; last.Data != "[DONE]" {
+		t.Errorf("last event %q, want [DONE]", last.Data)
+	}
+	want := strings.Join(mockllm.Content(prompt, 12, false), "")
+	if got := content(t, evs); got != want {
+		t.Errorf("content %q, want %q", got, want)
+	}
+	if g := e.LLM.Ledger().Get(prompt); g.Generations != 1 || g.Requests != 1 {
+		t.Errorf("ledger %+v, want one request and one generation", g)
+	}
+}
+
+// TestResume covers a client that drops after k events and comes back.
+func TestResume(t *testing.T) {
+	tests := []struct {
+		name   string
+		resume func(t *testing.T, e *env, key, body, last string) *http.Response
+	}{
+		{"GET with Last-Event-ID header", func(t *testing.T, e *env, key, _, last string) *http.Response {
+			return do(t, "GET", e.URL+"/v1/streams/"+key, "", "Last-Event-ID", last)
+		}},
+		{"GET with last_event_id query", func(t *testing.T, e *env, key, _, last string) *http.Response {
+			return do(t, "GET", e.URL+"/v1/streams/"+key+"?last_event_id="+last, "")
+		}},
+		{"POST same key with Last-Event-ID", func(t *testing.T, e *env, key, body, last string) *http.Response {
+			return do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key, "Last-Event-ID", last)
+		}},
+	}
+	e := newEnv(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []int{1, 5, 20} {
+				prompt := uniquePrompt(t, "[tokens=40] [delay=3ms]")
+				key := "k-resume-" + strings.ReplaceAll(tc.name, " ", "-") + "-" + string(rune('a'+k))
+				body := chatBody(prompt, true)
+				first := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key), k)
+				rest := readEvents(t, tc.resume(t, e, key, body, lastID(first)), -1)
+				all := append(first, rest...)
+				checkUnique(t, all)
+				if all[len(all)-1].Data != "[DONE]" {
+					t.Fatalf("k=%d: resumed stream did not end with [DONE]", k)
+				}
+				if err := e.LLM.Ledger().Wait(waitCtx(t, 10*time.Second), prompt, 1); err != nil {
+					t.Fatal(err)
+				}
+				gens := e.LLM.Ledger().Generations(prompt)
+				if len(gens) != 1 {
+					t.Fatalf("k=%d: %d upstream generations, want 1", k, len(gens))
+				}
+				if got := content(t, all); got != gens[0].Content {
+					t.Errorf("k=%d: reassembled %q, upstream generated %q", k, got, gens[0].Content)
+				}
+			}
+		})
+	}
+}
+
+// TestDuplicateReplays: the same key without Last-Event-ID while the
+// generation runs, and after it completed, gets the full stream; the
+// upstream is called once.
+func TestDuplicateReplays(t *testing.T) {
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=30] [delay=10ms]")
+	body := chatBody(prompt, true)
+	first := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-dup")
+	a := readEvents(t, first, 3) // drop early; the upstream keeps going
+	during := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-dup")
+	if during.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("attach to a running generation marked as replayed")
+	}
+	b := readEvents(t, during, -1)
+	after := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-dup")
+	if after.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay of a completed key lacks Idempotent-Replayed: true")
+	}
+	c := readEvents(t, after, -1)
+	if len(b) != 34 || len(c) != 34 {
+		t.Fatalf("attach got %d events, replay %d, want 34 each", len(b), len(c))
+	}
+	for i := range b {
+		if b[i] != c[i] {
+			t.Fatalf("event %d differs: attach %+v, replay %+v", i, b[i], c[i])
+		}
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("event %d differs between first client and attach", i)
+		}
+	}
+	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+		t.Errorf("ledger %+v, want 1 request, 1 generation", g)
+	}
+}
+
+// TestClientGone: the upstream runs to its end and is journaled after the
+// only client left.
+func TestClientGone(t *testing.T) {
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=25] [delay=5ms]")
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-gone"), 2)
+	if err := e.LLM.Ledger().Wait(waitCtx(t, 10*time.Second), prompt, 1); err != nil {
+		t.Fatal(err)
+	}
+	gens := e.LLM.Ledger().Generations(prompt)
+	if !gens[0].Completed {
+		t.Fatalf("upstream generation did not complete after the client left: %+v", gens[0])
+	}
+	st := waitState(t, e, "k-gone", "completed")
+	if st.Events != 25+4 {
+		t.Errorf("journaled %d events, want 29", st.Events)
+	}
+	evs := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-gone", ""), -1)
+	if got := content(t, evs); got != gens[0].Content {
+		t.Errorf("journal holds %q, upstream generated %q", got, gens[0].Content)
+	}
+}
+
+type keyStatus struct {
+	Key        string `json:"key"`
+	State      string `json:"state"`
+	Generation int    `json:"generation"`
+	Events     int    `json:"events"`
+	Error      string `json:"error"`
+}
+
+func getStatus(t testing.TB, e *env, key string) (keyStatus, int) {
+	t.Helper()
+	resp := do(t, "GET", e.URL+"/v1/streams/"+key, "", "Accept", "application/json")
+	body := readBody(t, resp)
+	var st keyStatus
+	if resp.StatusCode == 200 {
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatalf("status body %q: %v", body, err)
+		}
+	}
+	return st, resp.StatusCode
+}
+
+// waitState polls the JSON status until the key reaches state.
+func waitState(t testing.TB, e *env, key, state string) keyStatus {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, code := getStatus(t, e, key)
+		if code == 200 && st.State == state {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s: state %q (HTTP %d) after 15s, want %q", key, st.State, code, state)
+		}
+		time.Sleep(20 * time.Millisecond) // polling an external state; bounded above
+	}
+}
+
+// TestConcurrentDuplicates: many identical requests at once make one
+// generation and identical streams.
+func TestConcurrentDuplicates(t *testing.T) {
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=20] [delay=2ms]")
+	body := chatBody(prompt, true)
+	const n = 12
+	streams := make([][]event, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			streams[i] = readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-conc"), -1)
+		})
+	}
+	wg.Wait()
+	for i := 1; i < n; i++ {
+		if strings.Join(ids(streams[i]), ",") != strings.Join(ids(streams[0]), ",") || content(t, streams[i]) != content(t, streams[0]) {
+			t.Fatalf("stream %d differs from stream 0", i)
+		}
+	}
+	if len(streams[0]) != 24 {
+		t.Fatalf("got %d events, want 24", len(streams[0]))
+	}
+	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+		t.Errorf("ledger %+v, want 1 request, 1 generation", g)
+	}
+}

@@ -1,0 +1,147 @@
+package tests
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/tests/mockllm"
+)
+
+var testSecret = []byte("reprise-test-secret-0123456789")
+
+// env is one reprise instance on an embedded JetStream, in front of the
+// fake upstream, all inside the test process.
+type env struct {
+	tb  testing.TB
+	dir string
+	opt envOptions
+
+	emb *journal.Embedded
+	nc  *nats.Conn
+	srv *stream.Server
+	hs  *httptest.Server
+	URL string
+
+	LLM    *mockllm.Server
+	llmSrv *httptest.Server
+}
+
+type envOptions struct {
+	lease      time.Duration
+	attachWait time.Duration
+	natsPort   int // 0: in-process only; -1: a random TCP port
+	tokenDelay time.Duration
+}
+
+type envOption func(*envOptions)
+
+func withLease(d time.Duration) envOption      { return func(o *envOptions) { o.lease = d } }
+func withAttachWait(d time.Duration) envOption { return func(o *envOptions) { o.attachWait = d } }
+func withNATSPort() envOption                  { return func(o *envOptions) { o.natsPort = -1 } }
+func withTokenDelay(d time.Duration) envOption { return func(o *envOptions) { o.tokenDelay = d } }
+
+func testLogger() *slog.Logger {
+	level := slog.LevelError
+	if os.Getenv("REPRISE_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func newEnv(tb testing.TB, opts ...envOption) *env {
+	tb.Helper()
+	e := &env{tb: tb, dir: tb.TempDir(), opt: envOptions{lease: 2 * time.Second, tokenDelay: 2 * time.Millisecond}}
+	for _, o := range opts {
+		o(&e.opt)
+	}
+	e.LLM = mockllm.New(mockllm.Config{TokenDelay: e.opt.tokenDelay})
+	e.llmSrv = httptest.NewServer(e.LLM)
+	tb.Cleanup(e.llmSrv.Close)
+	e.startNATS()
+	e.startProxy()
+	tb.Cleanup(e.close)
+	return e
+}
+
+func (e *env) startNATS() {
+	e.tb.Helper()
+	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: e.dir, Port: e.opt.natsPort})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	nc, err := emb.Connect("reprise-test")
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	e.emb, e.nc = emb, nc
+}
+
+// natsURL is the embedded server's client URL (withNATSPort only).
+func (e *env) natsURL() string { return e.emb.Server.ClientURL() }
+
+func (e *env) startProxy() {
+	e.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	j, err := journal.Open(ctx, e.nc, journal.Config{})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	rm, err := resume.New(resume.Config{
+		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
+		Owner: "test-" + resume.NewKey()[3:11], Lease: e.opt.lease,
+	})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	up, _ := url.Parse(e.llmSrv.URL)
+	srv, err := stream.New(stream.Config{
+		Journal: j, Resume: rm, Upstream: up, Secret: testSecret, Logger: testLogger(),
+		AttachWait: e.opt.attachWait, Heartbeat: 500 * time.Millisecond,
+	})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	e.srv = srv
+	e.hs = httptest.NewServer(srv)
+	e.URL = e.hs.URL
+}
+
+// stopProxy shuts the proxy down gracefully (running generations finish).
+func (e *env) stopProxy() {
+	e.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.srv.Shutdown(ctx); err != nil {
+		e.tb.Errorf("shutdown: %v", err)
+	}
+	e.hs.CloseClientConnections()
+	e.hs.Close()
+}
+
+// restart stops the proxy and JetStream and starts both again on the same
+// data directory.
+func (e *env) restart() {
+	e.tb.Helper()
+	e.stopProxy()
+	e.nc.Close()
+	e.emb.Shutdown()
+	e.startNATS()
+	e.startProxy()
+}
+
+func (e *env) close() {
+	e.stopProxy()
+	e.nc.Close()
+	e.emb.Shutdown()
+}

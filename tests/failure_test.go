@@ -1,0 +1,198 @@
+package tests
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUpstreamErrorBeforeStream: an upstream error status reaches the client
+// with its body, the key is failed, and the same key may generate again.
+func TestUpstreamErrorBeforeStream(t *testing.T) {
+	e := newEnv(t)
+	for _, status := range []int{400, 401, 404, 422, 429, 500, 503} {
+		prompt := uniquePrompt(t, "[tokens=3] [status="+itoa(status)+"] [retry_after=2]")
+		key := "k-err-" + itoa(status)
+		resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
+		body := readBody(t, resp)
+		if resp.StatusCode != status {
+			t.Fatalf("status %d, want %d (%s)", resp.StatusCode, status, body)
+		}
+		var v struct {
+			Error struct{ Message, Type, Code string } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error.Message == "" {
+			t.Fatalf("%d: body %q is not an OpenAI error", status, body)
+		}
+		waitState(t, e, key, "failed")
+		// The same key starts afresh (the mock succeeds on the second request).
+		evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key), -1)
+		if evs[len(evs)-1].Data != "[DONE]" {
+			t.Fatalf("%d: second attempt did not complete", status)
+		}
+		if g := e.LLM.Ledger().Get(prompt); g.Requests != 2 || g.Generations != 1 {
+			t.Errorf("%d: ledger %+v, want 2 requests, 1 generation", status, g)
+		}
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestUpstreamBreaksMidStream: a broken upstream stream is no result: the
+// client gets event: error and no [DONE], the key is failed, a retry of the
+// key generates afresh and a reader of the old generation gets a reset.
+func TestUpstreamBreaksMidStream(t *testing.T) {
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=30] [abort_after=8]")
+	body := chatBody(prompt, true)
+	evs := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-break"), -1)
+	last := evs[len(evs)-1]
+	if last.Type != "error" || !strings.Contains(last.Data, "upstream_interrupted") {
+		t.Fatalf("last event %+v, want event: error upstream_interrupted", last)
+	}
+	for _, ev := range evs {
+		if ev.Data == "[DONE]" {
+			t.Fatal("a broken stream carried [DONE]")
+		}
+	}
+	if len(evs) != 8+1 {
+		t.Errorf("got %d events, want the 8 written plus the error", len(evs))
+	}
+	st := waitState(t, e, "k-break", "failed")
+	if st.Error != "upstream_interrupted" {
+		t.Errorf("error code %q", st.Error)
+	}
+	// A reader at the end of the failed generation is told it is over.
+	if resp := do(t, "GET", e.URL+"/v1/streams/k-break", "", "Last-Event-ID", last.ID); resp.StatusCode != 204 {
+		t.Errorf("cursor at the end of a failed generation: %d, want 204", resp.StatusCode)
+	}
+	// Same key again: a new generation (the prompt would break again, so
+	// resume through another body is impossible; the key regenerates).
+	evs2 := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-break", "Last-Event-ID", evs[3].ID), -1)
+	if evs2[0].Type != "reset" {
+		t.Fatalf("first event %+v, want reset", evs2[0])
+	}
+	if got := e.LLM.Ledger().Get(prompt).Generations; got != 2 {
+		t.Errorf("%d generations, want exactly 2", got)
+	}
+	st = waitState(t, e, "k-break", "failed")
+	if st.Generation != 2 {
+		t.Errorf("generation %d, want 2", st.Generation)
+	}
+	// A reader with a cursor in generation 1 gets reset, then generation 2.
+	evs3 := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-break", "", "Last-Event-ID", evs[2].ID), -1)
+	if evs3[0].Type != "reset" || evs3[0].ID != "2-0-0" {
+		t.Errorf("reader of generation 1 got %+v first, want reset 2-0-0", evs3[0])
+	}
+}
+
+// TestBadRequests: every refusal is an OpenAI-shaped JSON error with the right status.
+func TestBadRequests(t *testing.T) {
+	e := newEnv(t)
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "k-bad"), -1)
+	tests := []struct {
+		name, method, path, body string
+		header                   []string
+		want                     int
+		code                     string
+	}{
+		{"malformed json", "POST", chatPath, `{"model":`, nil, 400, "invalid_json"},
+		{"not an object", "POST", chatPath, `[1,2]`, nil, 400, "invalid_request"},
+		{"wrong field type", "POST", chatPath, `{"stream":"yes"}`, nil, 400, "invalid_request"},
+		{"bad key", "POST", chatPath, `{}`, []string{"Idempotency-Key", "has space"}, 400, "invalid_idempotency_key"},
+		{"bad quoted key", "POST", chatPath, `{}`, []string{"Idempotency-Key", `"abc`}, 400, "invalid_idempotency_key"},
+		{"key too long", "POST", chatPath, `{}`, []string{"Idempotency-Key", strings.Repeat("k", 256)}, 400, "invalid_idempotency_key"},
+		{"mismatch", "POST", chatPath, chatBody("other", true), []string{"Idempotency-Key", "k-bad"}, 422, "idempotency_key_mismatch"},
+		{"bad cursor on POST", "POST", chatPath, `{}`, []string{"Last-Event-ID", "zzz"}, 400, "invalid_last_event_id"},
+		{"bad cursor on GET", "GET", "/v1/streams/k-bad", "", []string{"Last-Event-ID", "1-x-3"}, 400, "invalid_last_event_id"},
+		{"cursor from the future", "GET", "/v1/streams/k-bad", "", []string{"Last-Event-ID", "9-1-1"}, 400, "invalid_last_event_id"},
+		{"unknown key", "GET", "/v1/streams/nope", "", nil, 404, "key_not_found"},
+		{"unknown path", "GET", "/v1/nothing", "", nil, 404, "not_found"},
+		{"wrong method", "GET", chatPath, "", nil, 405, "method_not_allowed"},
+		{"wrong content type", "POST", chatPath, `{}`, []string{"Content-Type", "text/plain"}, 415, "unsupported_media_type"},
+		{"body too large", "POST", chatPath, `{"x":"` + strings.Repeat("a", 33<<20) + `"}`, nil, 413, "request_too_large"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := do(t, tc.method, e.URL+tc.path, tc.body, tc.header...)
+			body := readBody(t, resp)
+			if resp.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.want, body)
+			}
+			var v struct {
+				Error struct{ Message, Type, Code string } `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error.Code != tc.code || v.Error.Message == "" {
+				t.Errorf("body %q, want an OpenAI error with code %s", body, tc.code)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+		})
+	}
+	// Nothing was lost: the key still replays completely.
+	evs := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-bad", ""), -1)
+	if evs[len(evs)-1].Data != "[DONE]" {
+		t.Error("the key's stream was damaged by bad requests")
+	}
+}
+
+// TestEndOfStream204: a cursor at the end of a completed stream gets 204, so
+// EventSource stops reconnecting.
+func TestEndOfStream204(t *testing.T) {
+	e := newEnv(t)
+	evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "k-204"), -1)
+	waitState(t, e, "k-204", "completed")
+	resp := do(t, "GET", e.URL+"/v1/streams/k-204", "", "Last-Event-ID", lastID(evs))
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		t.Fatalf("status %d, want 204", resp.StatusCode)
+	}
+}
+
+// TestNonStreaming: a non-streamed result is stored and replayed; a
+// duplicate while it runs waits for it, or gets 409 when the wait is over.
+func TestNonStreaming(t *testing.T) {
+	e := newEnv(t, withAttachWait(150*time.Millisecond))
+	prompt := uniquePrompt(t, "[tokens=6]")
+	body := chatBody(prompt, false)
+	first := readBody(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-json"))
+	resp := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-json")
+	if resp.Header.Get("Idempotent-Replayed") != "true" {
+		t.Error("replay lacks Idempotent-Replayed")
+	}
+	if again := readBody(t, resp); again != first {
+		t.Errorf("replay %q, first %q", again, first)
+	}
+	if !strings.Contains(first, `"object":"chat.completion"`) {
+		t.Errorf("not a completion: %s", first)
+	}
+	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 {
+		t.Errorf("ledger %+v", g)
+	}
+
+	slow := chatBody(uniquePrompt(t, "[tokens=40] [delay=20ms]"), false)
+	done := make(chan string, 1)
+	go func() { done <- readBody(t, do(t, "POST", e.URL+chatPath, slow, "Idempotency-Key", "k-slow")) }()
+	waitState(t, e, "k-slow", "in_progress")
+	resp = do(t, "POST", e.URL+chatPath, slow, "Idempotency-Key", "k-slow")
+	if b := readBody(t, resp); resp.StatusCode != 409 || !strings.Contains(b, "idempotency_key_in_progress") || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("duplicate in progress: %d %s", resp.StatusCode, b)
+	}
+	got := <-done
+	if !strings.Contains(got, "chat.completion") {
+		t.Fatalf("first slow client got %q", got)
+	}
+}
+
+// TestHealth: /healthz and /readyz answer 200.
+func TestHealth(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if resp := do(t, "GET", e.URL+p, ""); resp.StatusCode != 200 {
+			t.Errorf("%s: %d", p, resp.StatusCode)
+		}
+	}
+}

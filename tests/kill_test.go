@@ -1,0 +1,170 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// reprisebin builds cmd/reprise once per test run.
+func reprisebin(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "reprise-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "reprise")
+		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/reprise").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// process is a reprise binary running against env's NATS and upstream.
+type process struct {
+	cmd *exec.Cmd
+	URL string
+}
+
+func startProcess(tb testing.TB, e *env, extra ...string) *process {
+	tb.Helper()
+	addr := freeAddr(tb)
+	args := append([]string{
+		"--listen", addr, "--nats", e.natsURL(), "--upstream", e.llmSrv.URL,
+		"--data", tb.TempDir(), "--secret", string(testSecret), "--lease", e.opt.lease.String(), "--log-level", "error",
+	}, extra...)
+	cmd := exec.Command(reprisebin(tb), args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &process{cmd: cmd, URL: "http://" + addr}
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(p.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("reprise at %s not ready after 20s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for a child process to listen; bounded above
+	}
+}
+
+// TestOwnerKilled: an instance killed mid-stream leaves a generation whose
+// readers elsewhere get event: error once its lease expires; the same key
+// then regenerates on another instance.
+func TestOwnerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills a reprise binary")
+	}
+	e := newEnv(t, withNATSPort(), withLease(time.Second))
+	a := startProcess(t, e)
+	prompt := uniquePrompt(t, "[tokens=400] [delay=10ms]")
+	body := chatBody(prompt, true)
+	first := readEvents(t, do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", "k-kill"), 5)
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-kill", "", "Last-Event-ID", lastID(first)), -1)
+	all := append(first, rest...)
+	checkUnique(t, all)
+	last := all[len(all)-1]
+	if last.Type != "error" || !strings.Contains(last.Data, "owner_lost") {
+		t.Fatalf("last event %+v, want event: error owner_lost", last)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Errorf("readers waited %s for a dead owner (lease 1s)", waited)
+	}
+	st := waitState(t, e, "k-kill", "failed")
+	if st.Error != "owner_lost" {
+		t.Errorf("error %q, want owner_lost", st.Error)
+	}
+	// The key regenerates through the surviving instance, with a reset for
+	// a reader that was in generation 1.
+	evs := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-kill", "Last-Event-ID", lastID(first)), -1)
+	if evs[0].Type != "reset" || evs[len(evs)-1].Data != "[DONE]" {
+		t.Fatalf("regeneration: first %+v last %+v", evs[0], evs[len(evs)-1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.LLM.Ledger().Wait(ctx, prompt, 2); err != nil {
+		t.Fatal(err)
+	}
+	gens := e.LLM.Ledger().Generations(prompt)
+	if len(gens) != 2 || gens[0].Completed || !gens[1].Completed {
+		t.Fatalf("generations %d (first completed=%v), want the killed one and one complete", len(gens), gens[0].Completed)
+	}
+	if got := content(t, evs[1:]); got != gens[1].Content {
+		t.Errorf("regenerated content differs from upstream")
+	}
+}
+
+// TestGracefulShutdown: SIGTERM lets a running generation finish journaling.
+func TestGracefulShutdown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a reprise binary")
+	}
+	e := newEnv(t, withNATSPort())
+	a := startProcess(t, e)
+	prompt := uniquePrompt(t, "[tokens=60] [delay=10ms]")
+	readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-term"), 3)
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("reprise exited with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("reprise did not exit within 20s of SIGTERM")
+	}
+	st := waitState(t, e, "k-term", "completed")
+	if st.Events != 64 {
+		t.Errorf("journaled %d events, want 64", st.Events)
+	}
+	if g := e.LLM.Ledger().Get(prompt); g.Completed != 1 {
+		t.Errorf("ledger %+v", g)
+	}
+}

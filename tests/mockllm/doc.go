@@ -1,0 +1,25 @@
+// Package mockllm is a deterministic, honest fake of an OpenAI-compatible
+// upstream. It exists only for tests and for the demo mode; it must never be
+// wired into a production proxy path.
+//
+// The fake owns three things:
+//
+//   - An http.Handler ([Server]) serving POST /v1/chat/completions (streamed
+//     SSE or plain JSON) and POST /v1/audio/speech (SSE audio deltas, raw PCM
+//     or WAV).
+//   - A [Ledger] that counts every request, every generation started, every
+//     token written and every generation completed or aborted, per prompt, so
+//     tests can assert that the proxy caused an upstream generation exactly
+//     once ("billed once").
+//   - Deterministic content: [Content] and [Audio] return exactly what the
+//     fake generates for a given prompt, so tests can compute expectations.
+//
+// Behaviour is controlled by bracketed directives inside the prompt text, so
+// they pass through any proxy unchanged, for example:
+//
+//	"hello [tokens=50] [delay=5ms] [abort_after=10]"
+//	"hello [status=503,502] [retry_after=1] [retry_after_ms=300]"
+//	"hello [hang]"  or  "hello [hang_after=5]"
+//
+// See [ParseDirectives] for the full grammar.
+package mockllm

@@ -1,0 +1,200 @@
+package mockllm
+
+import (
+	"context"
+	"sync"
+)
+
+// Generation is one upstream generation: a request that was accepted and
+// started producing a 200 response (or hung after being accepted).
+type Generation struct {
+	Prompt string `json:"prompt"`
+	Path   string `json:"path"`
+	// Content is the concatenated content tokens written (chat), or the raw
+	// PCM bytes written (speech).
+	Content string `json:"content"`
+	// Events counts SSE data events written (for raw audio responses: audio
+	// chunks written).
+	Events int `json:"events"`
+	// Completed: the response ended normally.
+	Completed bool `json:"completed"`
+	// Aborted: the generation ended without completing (abort_after, hang,
+	// client gone, write error).
+	Aborted bool `json:"aborted"`
+	// Tokens counts content tokens (chat) or audio chunks (speech) generated.
+	Tokens int `json:"tokens"`
+}
+
+// Entry aggregates the ledger for one prompt (or for all prompts in Total).
+type Entry struct {
+	// Requests counts every HTTP request seen, including error statuses.
+	Requests int `json:"requests"`
+	// Generations counts requests that started generating.
+	Generations int `json:"generations"`
+	// Completed counts generations that ended normally.
+	Completed int `json:"completed"`
+	// Tokens counts tokens (or audio chunks) generated.
+	Tokens int `json:"tokens"`
+}
+
+// Ledger counts what the fake upstream generated. Requests that carry no
+// prompt (unknown path, malformed body) are booked under the prompt "".
+// All methods are safe for concurrent use.
+type Ledger struct {
+	mu      sync.Mutex
+	epoch   uint64 // bumped by Reset; recorders from older epochs are ignored
+	total   Entry
+	prompts map[string]*promptLog
+	changed chan struct{} // closed and replaced on every mutation
+}
+
+type promptLog struct {
+	entry Entry
+	gens  []*generation
+}
+
+type generation struct {
+	Generation
+	content []byte
+}
+
+func newLedger() *Ledger {
+	return &Ledger{prompts: map[string]*promptLog{}, changed: make(chan struct{})}
+}
+
+// Get returns the entry for prompt (zero if never seen).
+func (l *Ledger) Get(prompt string) Entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.prompts[prompt]; p != nil {
+		return p.entry
+	}
+	return Entry{}
+}
+
+// Generations returns copies of the generations for prompt in start order.
+func (l *Ledger) Generations(prompt string) []Generation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.prompts[prompt]
+	if p == nil {
+		return nil
+	}
+	out := make([]Generation, len(p.gens))
+	for i, g := range p.gens {
+		out[i] = g.snapshot()
+	}
+	return out
+}
+
+// Total returns the sum over all prompts.
+func (l *Ledger) Total() Entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// Entries returns a copy of the per-prompt entries.
+func (l *Ledger) Entries() map[string]Entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]Entry, len(l.prompts))
+	for k, p := range l.prompts {
+		out[k] = p.entry
+	}
+	return out
+}
+
+// Reset forgets everything. Generations still running keep going but are no
+// longer booked. Because status directives count requests in the ledger, Reset
+// also restarts every status sequence.
+func (l *Ledger) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.epoch++
+	l.total = Entry{}
+	l.prompts = map[string]*promptLog{}
+	l.notifyLocked()
+}
+
+// Wait blocks until prompt has at least n finished (completed or aborted)
+// generations, or ctx ends.
+func (l *Ledger) Wait(ctx context.Context, prompt string, n int) error {
+	return l.waitFor(ctx, prompt, func(p *promptLog) bool {
+		finished := 0
+		for _, g := range p.gens {
+			if g.Completed || g.Aborted {
+				finished++
+			}
+		}
+		return finished >= n
+	})
+}
+
+// WaitStarted blocks until prompt has at least n started generations, or ctx
+// ends. Useful to act (cancel, kill a connection) while a generation runs.
+func (l *Ledger) WaitStarted(ctx context.Context, prompt string, n int) error {
+	return l.waitFor(ctx, prompt, func(p *promptLog) bool { return len(p.gens) >= n })
+}
+
+// WaitEvents blocks until the latest generation of prompt has written at
+// least n events, or ctx ends.
+func (l *Ledger) WaitEvents(ctx context.Context, prompt string, n int) error {
+	return l.waitFor(ctx, prompt, func(p *promptLog) bool {
+		return len(p.gens) > 0 && p.gens[len(p.gens)-1].Events >= n
+	})
+}
+
+func (l *Ledger) waitFor(ctx context.Context, prompt string, done func(*promptLog) bool) error {
+	for {
+		l.mu.Lock()
+		p := l.prompts[prompt]
+		if p == nil {
+			p = &promptLog{}
+		}
+		ok := done(p)
+		changed := l.changed
+		l.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+func (g *generation) snapshot() Generation {
+	s := g.Generation
+	s.Content = string(g.content)
+	return s
+}
+
+// notifyLocked wakes all waiters. l.mu must be held.
+func (l *Ledger) notifyLocked() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// logLocked returns the log for prompt, creating it. l.mu must be held.
+func (l *Ledger) logLocked(prompt string) *promptLog {
+	p := l.prompts[prompt]
+	if p == nil {
+		p = &promptLog{}
+		l.prompts[prompt] = p
+	}
+	return p
+}
+
+// request books one HTTP request and returns its 1-based index for prompt.
+func (l *Ledger) request(prompt string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.logLocked(prompt)
+	p.entry.Requests++
+	l.total.Requests++
+	l.notifyLocked()
+	return p.entry.Requests
+}
