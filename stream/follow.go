@@ -9,6 +9,9 @@ import (
 	"github.com/reprise-dev/reprise/resume"
 )
 
+// flushEvery bounds how many events a backlog replay writes between flushes.
+const flushEvery = 64
+
 // eventWriter is a client connection that takes events: SSE or WebSocket.
 type eventWriter interface {
 	send(id string, ev journal.Event) error
@@ -83,7 +86,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 	}
 	defer rd.Close()
 	idle := min(s.cfg.Heartbeat, s.cfg.Resume.Lease()/2)
-	pending := false
+	pending, sent := false, 0
 	for {
 		wait := idle
 		if pending {
@@ -127,6 +130,15 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			return err
 		}
 		after = ev.Offset
+		sent++
 		pending = true
+		// The first event goes out at once (resume latency); a backlog is
+		// flushed in batches, and whatever is left when the reader idles.
+		if sent == 1 || sent%flushEvery == 0 {
+			if err := out.flush(); err != nil {
+				return err
+			}
+			pending = false
+		}
 	}
 }
