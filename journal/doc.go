@@ -6,8 +6,11 @@
 // expire after the configured TTL. Appends are pipelined (asynchronous
 // publish, in-order acknowledgements) and fenced: the first event of a
 // generation is published with an expected-last-subject-sequence of zero, so
-// two writers can never both start the same generation subject, and every
-// event carries a message id so a retried publish is never stored twice.
+// two writers can never both start the same generation subject. Only the
+// owner of a generation's lease writes it, and only that subject, so
+// generations never interleave. (No message-id deduplication: the client
+// library re-sends an asynchronous publish only when it was not stored, and
+// a dedupe window would hold every event id in server memory.)
 //
 // journal knows nothing about HTTP, tenants, keys or decisions: callers hand
 // it an opaque stream id (a hash chosen by package resume) and a generation.

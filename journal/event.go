@@ -36,7 +36,7 @@ type Event struct {
 // IsEnd reports whether e is a generation's end marker.
 func (e Event) IsEnd() bool { return e.End != "" }
 
-func (e Event) msg(subject, msgID string) *nats.Msg {
+func (e Event) msg(subject string) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = e.Data
 	m.Header.Set(hdrOffset, strconv.FormatUint(e.Offset, 10))
@@ -46,7 +46,6 @@ func (e Event) msg(subject, msgID string) *nats.Msg {
 	if e.End != "" {
 		m.Header.Set(hdrEnd, e.End)
 	}
-	m.Header.Set(nats.MsgIdHdr, msgID)
 	return m
 }
 

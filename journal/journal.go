@@ -109,7 +109,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.TTL,
-		Duplicates:  2 * time.Minute,
+		Duplicates:  time.Second, // no message ids are sent; keep the window minimal
 		AllowDirect: true,
 		Discard:     jetstream.DiscardOld,
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -108,8 +107,7 @@ func (w *Writer) publish(ctx context.Context, ev Event) error {
 	if ev.Offset == 1 {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(0))
 	}
-	msgID := w.ref.ID + "." + strconv.FormatUint(w.ref.Gen, 10) + "." + strconv.FormatUint(ev.Offset, 10)
-	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject, msgID), opts...)
+	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject), opts...)
 	if err != nil {
 		err = fmt.Errorf("journal: publish: %w", err)
 		w.fail(err)

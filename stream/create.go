@@ -63,6 +63,13 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	h.Set("Idempotency-Key", key)
 	h.Set("Location", streamURL(key))
 	rec := out.Record
+	switch {
+	case out.Decision == resume.Start && cur.Gen >= rec.Generation:
+		cur = resume.Position{} // a cursor into a key that had no such generation: start over
+	case out.Decision != resume.Start && cur.Gen > rec.Generation:
+		writeError(w, errBadCursor)
+		return
+	}
 	switch out.Decision {
 	case resume.Start:
 		s.start(w, r, id, out, body, cur)

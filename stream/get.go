@@ -49,6 +49,14 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)
+	if !rec.Stream { // a non-streamed request: its Location serves the stored result
+		if rec.State == resume.InProgress {
+			s.awaitResult(w, r, id, rec)
+		} else {
+			s.serveResult(w, r, id, rec)
+		}
+		return
+	}
 	if websocket.IsWebSocketUpgrade(r) {
 		s.serveWS(w, r, id, rec, cur)
 		return

@@ -169,6 +169,9 @@ func TestNonStreaming(t *testing.T) {
 	if !strings.Contains(first, `"object":"chat.completion"`) {
 		t.Errorf("not a completion: %s", first)
 	}
+	if loc := readBody(t, do(t, "GET", e.URL+"/v1/streams/k-json", "")); loc != first {
+		t.Errorf("the Location of a non-streamed result serves %q, want %q", loc, first)
+	}
 	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 {
 		t.Errorf("ledger %+v", g)
 	}
@@ -194,5 +197,19 @@ func TestHealth(t *testing.T) {
 		if resp := do(t, "GET", e.URL+p, ""); resp.StatusCode != 200 {
 			t.Errorf("%s: %d", p, resp.StatusCode)
 		}
+	}
+}
+
+// TestStaleCursorOnNewKey: a Last-Event-ID that cannot belong to a key that
+// is only now created is ignored: the client gets the whole stream.
+func TestStaleCursorOnNewKey(t *testing.T) {
+	e := newEnv(t)
+	evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=5]"), true), "Idempotency-Key", "k-stale", "Last-Event-ID", "1-4-4"), -1)
+	if len(evs) != 9 || evs[0].ID != "1-1-"+strings.Split(evs[0].ID, "-")[2] {
+		t.Fatalf("got %d events starting %q, want the full 9", len(evs), evs[0].ID)
+	}
+	resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=5]"), true), "Last-Event-ID", "1-2-2")
+	if got := readEvents(t, resp, -1); len(got) != 9 {
+		t.Fatalf("a request without a key got %d events, want 9", len(got))
 	}
 }
