@@ -52,6 +52,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, resume.ErrMismatch):
+		s.metrics.decisions.WithLabelValues("mismatch").Inc()
 		writeError(w, errMismatch)
 		return
 	case err != nil:
@@ -59,6 +60,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errUnavailable)
 		return
 	}
+	s.metrics.decisions.WithLabelValues(out.Decision.String()).Inc()
 	h := w.Header()
 	h.Set("Idempotency-Key", key)
 	h.Set("Location", streamURL(key))

@@ -45,6 +45,9 @@ func eventID(ref journal.Ref, ev journal.Event) string {
 }
 
 func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Ref, t *tail, after uint64) error {
+	g := s.metrics.readers.WithLabelValues("tail")
+	g.Inc()
+	defer g.Dec()
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
 	for {
@@ -85,6 +88,9 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 		return err
 	}
 	defer rd.Close()
+	g := s.metrics.readers.WithLabelValues("journal")
+	g.Inc()
+	defer g.Dec()
 	idle := min(s.cfg.Heartbeat, s.cfg.Resume.Lease()/2)
 	pending, sent := false, 0
 	for {

@@ -42,6 +42,7 @@ type pump struct {
 
 func (p *pump) run(ctx context.Context) {
 	defer p.s.pumps.Done()
+	defer p.s.metrics.running.Dec()
 	defer p.s.live.remove(p.ref)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -57,6 +58,7 @@ func (p *pump) run(ctx context.Context) {
 		p.tail.append(ev)
 		if !ev.IsEnd() {
 			p.lease.SetEvents(ev.Offset)
+			p.s.metrics.events.Inc()
 		}
 	})
 	res := p.generate(ctx, w)
@@ -84,6 +86,7 @@ func (p *pump) run(ctx context.Context) {
 		p.tail.append(journal.Event{Offset: w.Appended() + 1, End: journal.EndFailed})
 	}
 	res.Events = countEvents(w.Appended())
+	p.s.metrics.generations.WithLabelValues(string(res.State)).Inc()
 	if err := p.lease.Finish(endCtx, res); err != nil {
 		p.log.Error("finishing generation", "gen", p.ref.Gen, "err", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -60,6 +62,9 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Registerer takes the Prometheus metrics. Default: a private registry
+	// (nothing exported); cmd/reprise passes prometheus.DefaultRegisterer.
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) fill() error {
@@ -88,6 +93,9 @@ func (c *Config) fill() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
 	return nil
 }
 
@@ -100,6 +108,7 @@ func setDefault[T int | int64 | time.Duration](v *T, d T) {
 // Server serves the HTTP contract.
 type Server struct {
 	cfg     Config
+	metrics *metrics
 	mux     *http.ServeMux
 	live    registry
 	pumps   sync.WaitGroup
@@ -115,7 +124,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), mux: http.NewServeMux()}
 	s.pumpCtx, s.stop = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
@@ -184,6 +193,7 @@ func (s *Server) startPump(p *pump) bool {
 	}
 	s.live.add(p.ref, p.tail)
 	s.pumps.Add(1)
+	s.metrics.running.Inc()
 	go p.run(s.pumpCtx)
 	return true
 }

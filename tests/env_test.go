@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
@@ -29,6 +30,7 @@ type env struct {
 	emb *journal.Embedded
 	nc  *nats.Conn
 	srv *stream.Server
+	reg *prometheus.Registry
 	hs  *httptest.Server
 	URL string
 
@@ -105,8 +107,9 @@ func (e *env) startProxy() {
 		e.tb.Fatal(err)
 	}
 	up, _ := url.Parse(e.llmSrv.URL)
+	e.reg = prometheus.NewRegistry()
 	srv, err := stream.New(stream.Config{
-		Journal: j, Resume: rm, Upstream: up, Secret: testSecret, Logger: testLogger(),
+		Journal: j, Resume: rm, Upstream: up, Secret: testSecret, Logger: testLogger(), Registerer: e.reg,
 		AttachWait: e.opt.attachWait, Heartbeat: 500 * time.Millisecond,
 	})
 	if err != nil {

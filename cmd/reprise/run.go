@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/reprise-dev/reprise/journal"
@@ -55,7 +56,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	}
 	defer stopDemo()
 
-	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Upstream: upstream, Secret: secret, Logger: log})
+	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Upstream: upstream, Secret: secret, Logger: log, Registerer: prometheus.DefaultRegisterer})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,54 @@
+package tests
+
+import (
+	"testing"
+)
+
+// metric returns the value of a counter or gauge series with the given label value.
+func metric(tb testing.TB, e *env, name, label string) float64 {
+	tb.Helper()
+	fams, err := e.reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if label != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != label) {
+				continue
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+// TestMetrics: decisions, generations and journaled events are counted.
+func TestMetrics(t *testing.T) {
+	e := newEnv(t)
+	body := chatBody(uniquePrompt(t, "[tokens=5]"), true)
+	readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-metrics"), -1)
+	waitState(t, e, "k-metrics", "completed")
+	readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-metrics"), -1)
+	readBody(t, do(t, "POST", e.URL+chatPath, chatBody("other", true), "Idempotency-Key", "k-metrics"))
+	for _, c := range []struct {
+		name, label string
+		want        float64
+	}{
+		{"reprise_requests_total", "start", 1},
+		{"reprise_requests_total", "replay", 1},
+		{"reprise_requests_total", "mismatch", 1},
+		{"reprise_generations_total", "completed", 1},
+		{"reprise_events_journaled_total", "", 9},
+		{"reprise_generations_running", "", 0},
+	} {
+		if got := metric(t, e, c.name, c.label); got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.label, got, c.want)
+		}
+	}
+}
