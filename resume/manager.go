@@ -26,6 +26,9 @@ var (
 	ErrInvalidOption = errors.New("resume: invalid option")
 )
 
+// OwnerLost is the Error of a record whose owner's lease ran out.
+const OwnerLost = "owner_lost"
+
 // DefaultLease is how long an owner's claim lasts without a heartbeat.
 const DefaultLease = 10 * time.Second
 
@@ -166,7 +169,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 }
 
 // Get returns a key's record. An in-progress record whose lease ran out is
-// marked failed (code "owner_lost") before it is returned.
+// marked failed (Error OwnerLost) before it is returned.
 func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 	for range maxCAS {
 		val, rev, err := m.cfg.Store.Get(ctx, id)
@@ -184,7 +187,7 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 		if !rec.Expired(now) {
 			return rec, nil
 		}
-		rec.State, rec.Error, rec.UpdatedAt = Failed, "owner_lost", now
+		rec.State, rec.Error, rec.UpdatedAt = Failed, OwnerLost, now
 		if _, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev); err != nil && !errors.Is(err, m.cfg.Conflict) {
 			return Record{}, err
 		} else if err == nil {

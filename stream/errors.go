@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/reprise-dev/reprise/resume"
 )
 
 // apiError is the OpenAI error shape every client-visible error takes.
@@ -67,7 +69,7 @@ var (
 	errUnavailable    = &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "journal_unavailable", Message: "the journal is not available", RetryAfter: 1}
 	errShuttingDown   = &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down", Message: "this instance is shutting down", RetryAfter: 1}
 	errInterrupted    = newError(http.StatusBadGateway, "upstream_interrupted", "the upstream stream broke before it completed; no result was stored")
-	errOwnerLost      = newError(http.StatusBadGateway, "owner_lost", "the instance running this generation stopped before it completed")
+	errOwnerLost      = newError(http.StatusBadGateway, resume.OwnerLost, "the instance running this generation stopped before it completed")
 	errUnreachable    = newError(http.StatusBadGateway, "upstream_unreachable", "the upstream could not be reached")
 	errUpstreamBody   = newError(http.StatusBadGateway, "upstream_invalid_response", "the upstream response could not be read")
 	errProxyShutdown  = newError(http.StatusServiceUnavailable, "proxy_shutdown", "the proxy shut down before the generation completed")

@@ -113,19 +113,28 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			if err := out.ping(); err != nil {
 				return err
 			}
-			rec, err := s.cfg.Resume.Get(ctx, ref.ID)
-			if err != nil && !errors.Is(err, resume.ErrNotFound) {
-				continue // the journal may be back soon; keep waiting
+			if !s.ownerLost(ctx, ref) {
+				continue
 			}
-			if err != nil || rec.Generation != ref.Gen || rec.State == resume.Failed {
-				// The owner died without an end marker, or the key moved on.
-				e := journal.Event{Offset: after + 1, Type: typeError, Data: errOwnerLost.body()}
-				if err := out.send(eventID(ref, e), e); err != nil {
+			// One last look: the end marker may have been stored just now.
+			lctx, cancel := context.WithTimeout(ctx, time.Second)
+			ev, err := rd.Next(lctx)
+			cancel()
+			if err == nil {
+				if ev.IsEnd() {
+					return out.flush()
+				}
+				if err := out.send(eventID(ref, ev), ev); err != nil {
 					return err
 				}
-				return out.flush()
+				after = ev.Offset
+				continue
 			}
-			continue
+			e := journal.Event{Offset: after + 1, Type: typeError, Data: errOwnerLost.body()}
+			if err := out.send(eventID(ref, e), e); err != nil {
+				return err
+			}
+			return out.flush()
 		case err != nil:
 			return err
 		}
@@ -147,4 +156,18 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			pending = false
 		}
 	}
+}
+
+// ownerLost reports whether ref's generation can no longer end with its end
+// marker: its owner's lease ran out, or the key moved on to another
+// generation or expired.
+func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) bool {
+	rec, err := s.cfg.Resume.Get(ctx, ref.ID)
+	switch {
+	case errors.Is(err, resume.ErrNotFound):
+		return true
+	case err != nil:
+		return false // the journal may be back soon; keep waiting
+	}
+	return rec.Generation != ref.Gen || rec.Error == resume.OwnerLost
 }
