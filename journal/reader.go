@@ -24,6 +24,7 @@ type Reader struct {
 	ref     Ref
 	subject string
 	after   uint64 // offset of the last event returned
+	hint    uint64 // the caller's hint, until it is verified
 	next    uint64 // next stream sequence for a direct get
 	direct  int    // direct gets left
 	check   bool   // the first event read must be after+1, or the hint was wrong
@@ -47,7 +48,7 @@ type opened struct {
 func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64) (*Reader, error) {
 	r := &Reader{j: j, ref: ref, subject: ref.subject(), after: after, next: 1, direct: directMax}
 	if hint > 0 && after > 0 {
-		r.next, r.check = hint+1, true
+		r.next, r.check, r.hint = hint+1, true, hint
 	}
 	r.consumerAt = r.next
 	return r, nil
@@ -104,8 +105,7 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 		if ev.Offset > r.after+1 && (r.check || (r.checkCons && r.it != nil)) {
 			// The hint pointed past the events we need: read the generation
 			// from its start (offsets below the position are skipped).
-			r.closeConsumer()
-			r.check, r.next, r.direct, r.consumerAt = false, 1, directMax, 1
+			r.fromStart()
 			continue
 		}
 		r.check = false
@@ -118,6 +118,24 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 		r.after = ev.Offset
 		return ev, nil
 	}
+}
+
+// fromStart drops a wrong hint: the generation is read from its first event.
+func (r *Reader) fromStart() {
+	r.closeConsumer()
+	r.check, r.hint, r.next, r.direct, r.consumerAt = false, 0, 1, directMax, 1
+}
+
+// hintWrong reports whether nothing follows the hint because the hint does
+// not name this generation's event at offset after (a hint past the end
+// would otherwise wait forever for events that were stored before it).
+func (r *Reader) hintWrong(ctx context.Context) bool {
+	m, err := r.j.stream.GetMsg(ctx, r.hint, jetstream.WithGetMsgSubject(r.subject))
+	if err != nil {
+		return ctx.Err() == nil
+	}
+	ev, ok := eventFrom(m.Header, m.Data, m.Sequence)
+	return !ok || m.Sequence != r.hint || ev.Offset != r.after
 }
 
 // read fetches one stored message, by direct get while that phase lasts,
@@ -136,6 +154,9 @@ func (r *Reader) read(ctx context.Context) (Event, bool, error) {
 			return ev, ok, nil
 		case ctx.Err() != nil:
 			return Event{}, false, ctx.Err()
+		case r.check && r.hintWrong(ctx):
+			r.fromStart()
+			return Event{}, false, nil
 		default: // caught up with the live end, or direct get unavailable
 			r.direct = 0
 			return Event{}, false, nil

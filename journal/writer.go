@@ -12,10 +12,11 @@ import (
 // DefaultWindow is how many appends a Writer keeps in flight.
 const DefaultWindow = 1024
 
-// Writer appends the events of one generation. Appends are pipelined: Append
-// returns once the publish is sent, and sink is called for every event, in
-// order, once JetStream has acknowledged it (with Seq set). A Writer is used
-// by one goroutine; sink runs on the Writer's own goroutine and must not block.
+// Writer appends the events of one generation. The first append is
+// synchronous and fenced (the generation's subject must be empty); the rest
+// are pipelined: Append returns once the publish is sent, and sink is called
+// for every event, in order, once JetStream has acknowledged it (with Seq
+// set). A Writer is used by one goroutine; sink must not block.
 type Writer struct {
 	j       *Journal
 	ref     Ref
@@ -103,11 +104,10 @@ func (w *Writer) publish(ctx context.Context, ev Event) error {
 	}
 	w.next++
 	ev.Offset = w.next
-	opts := []jetstream.PublishOpt{}
 	if ev.Offset == 1 {
-		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(0))
+		return w.first(ctx, ev)
 	}
-	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject), opts...)
+	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject))
 	if err != nil {
 		err = fmt.Errorf("journal: publish: %w", err)
 		w.fail(err)
@@ -122,6 +122,26 @@ func (w *Writer) publish(ctx context.Context, ev Event) error {
 	}
 }
 
+// first publishes a generation's first event synchronously, expecting its
+// subject to be empty: it is the fence. Nothing else is in flight until it
+// is acknowledged, so a writer that lost the race stores nothing.
+func (w *Writer) first(ctx context.Context, ev Event) error {
+	ack, err := w.j.js.PublishMsg(ctx, ev.msg(w.subject), jetstream.WithExpectLastSequencePerSubject(0))
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			err = ErrFenced
+		} else {
+			err = fmt.Errorf("journal: append 1: %w", err)
+		}
+		w.fail(err)
+		return err
+	}
+	ev.Seq = ack.Sequence
+	w.sink(ev)
+	return nil
+}
+
 func (w *Writer) acks() {
 	defer close(w.done)
 	for in := range w.inflight {
@@ -133,13 +153,7 @@ func (w *Writer) acks() {
 			in.ev.Seq = ack.Sequence
 			w.sink(in.ev)
 		case err := <-in.fut.Err():
-			var apiErr *jetstream.APIError
-			if in.ev.Offset == 1 && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-				err = ErrFenced
-			} else {
-				err = fmt.Errorf("journal: append %d: %w", in.ev.Offset, err)
-			}
-			w.fail(err)
+			w.fail(fmt.Errorf("journal: append %d: %w", in.ev.Offset, err))
 		}
 	}
 }

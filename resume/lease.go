@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Lease is an owner's claim on one generation. It heartbeats until Finish or
-// Release; Lost is closed if another owner took the key over or the lease
+// Lease is an owner's claim on one generation. It heartbeats until Finish;
+// Lost is closed if another owner took the key over or the lease
 // could not be renewed in time.
 type Lease struct {
 	m      *Manager

@@ -18,8 +18,12 @@ type Position struct {
 	Seq    uint64
 }
 
-// String formats p as the opaque SSE id clients send back.
+// String formats p as the opaque SSE id clients send back. Generation 0
+// does not exist: the zero Position is written as "" (no cursor).
 func (p Position) String() string {
+	if p.Gen == 0 {
+		return ""
+	}
 	b := make([]byte, 0, 32)
 	b = strconv.AppendUint(b, p.Gen, 10)
 	b = append(b, '-')

@@ -1,0 +1,839 @@
+package journal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/reprise-dev/reprise/journal"
+)
+
+// waitTimeout bounds every wait in these tests.
+const waitTimeout = 10 * time.Second
+
+// startServer starts an embedded nats-server with JetStream storing in dir
+// and shuts it down when the test ends.
+func startServer(tb testing.TB, dir string) *journal.Embedded {
+	tb.Helper()
+	e, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
+	if err != nil {
+		tb.Fatalf("StartEmbedded: %v", err)
+	}
+	tb.Cleanup(e.Shutdown)
+	return e
+}
+
+// connect opens a client connection to e, closed when the test ends.
+func connect(tb testing.TB, e *journal.Embedded) *nats.Conn {
+	tb.Helper()
+	nc, err := e.Connect(tb.Name())
+	if err != nil {
+		tb.Fatalf("Connect: %v", err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// openJournal opens a journal with cfg on nc.
+func openJournal(tb testing.TB, nc *nats.Conn, cfg journal.Config) *journal.Journal {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	j, err := journal.Open(ctx, nc, cfg)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	return j
+}
+
+// newJournal starts a fresh embedded server and opens an in-memory journal on it.
+func newJournal(tb testing.TB) *journal.Journal {
+	tb.Helper()
+	j, _ := newJournalConn(tb)
+	return j
+}
+
+// newJournalConn is newJournal that also returns the client connection.
+func newJournalConn(tb testing.TB) (*journal.Journal, *nats.Conn) {
+	tb.Helper()
+	nc := connect(tb, startServer(tb, tb.TempDir()))
+	return openJournal(tb, nc, journal.Config{Memory: true}), nc
+}
+
+// storedCount is how many messages the default stream holds for ref,
+// whether or not they are events a Reader would return.
+func storedCount(tb testing.TB, nc *nats.Conn, ref journal.Ref) uint64 {
+	tb.Helper()
+	ctx := waitCtx(tb, waitTimeout)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	st, err := js.Stream(ctx, journal.DefaultStream)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// One subject per generation: reprise.ev.<id>.<gen> (see TestRefSubject).
+	subject := "reprise.ev." + ref.ID + "." + strconv.FormatUint(ref.Gen, 10)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info.State.Subjects[subject]
+}
+
+// waitCtx is a context that ends after d or with the test.
+func waitCtx(tb testing.TB, d time.Duration) context.Context {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// collector is a Writer sink that keeps every acknowledged event.
+type collector struct {
+	mu  sync.Mutex
+	evs []journal.Event
+}
+
+func (c *collector) sink(ev journal.Event) {
+	c.mu.Lock()
+	c.evs = append(c.evs, ev)
+	c.mu.Unlock()
+}
+
+func (c *collector) events() []journal.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]journal.Event(nil), c.evs...)
+}
+
+// eventData is the payload of event i (1-based) in these tests.
+func eventData(i int) string { return "data-" + strconv.Itoa(i) }
+
+// eventType is the type of event i: every third event is unnamed.
+func eventType(i int) string {
+	if i%3 == 0 {
+		return ""
+	}
+	return "t" + strconv.Itoa(i%3)
+}
+
+// writeGen appends n events to ref, ends it with state and returns every
+// acknowledged event, the end marker last.
+func writeGen(tb testing.TB, j *journal.Journal, ref journal.Ref, n int, state string) []journal.Event {
+	tb.Helper()
+	ctx := waitCtx(tb, waitTimeout)
+	var c collector
+	w := j.NewWriter(ref, c.sink)
+	for i := 1; i <= n; i++ {
+		if err := w.Append(ctx, eventType(i), []byte(eventData(i))); err != nil {
+			w.Abort()
+			tb.Fatalf("Append %d: %v", i, err)
+		}
+	}
+	if err := w.End(ctx, state); err != nil {
+		tb.Fatalf("End: %v", err)
+	}
+	evs := c.events()
+	if len(evs) != n+1 {
+		tb.Fatalf("sink saw %d events, want %d", len(evs), n+1)
+	}
+	return evs
+}
+
+// checkEvent fails unless ev is event i (1-based) as written by writeGen.
+func checkEvent(tb testing.TB, ev journal.Event, i int) {
+	tb.Helper()
+	if ev.Offset != uint64(i) || ev.Type != eventType(i) || string(ev.Data) != eventData(i) || ev.IsEnd() {
+		tb.Fatalf("event = {Offset:%d Type:%q Data:%q End:%q}, want {Offset:%d Type:%q Data:%q}",
+			ev.Offset, ev.Type, ev.Data, ev.End, i, eventType(i), eventData(i))
+	}
+}
+
+// readN reads n events from r, each within a deadline.
+func readN(tb testing.TB, r *journal.Reader, n int) []journal.Event {
+	tb.Helper()
+	out := make([]journal.Event, 0, n)
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		ev, err := r.Next(ctx)
+		cancel()
+		if err != nil {
+			tb.Fatalf("Next after %d events: %v", len(out), err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+func TestWriterSinkInOrder(t *testing.T) {
+	const n = 200
+	j := newJournal(t)
+	evs := writeGen(t, j, journal.Ref{ID: "w", Gen: 1}, n, journal.EndCompleted)
+	var last uint64
+	for i, ev := range evs[:n] {
+		checkEvent(t, ev, i+1)
+		if ev.Seq <= last {
+			t.Fatalf("event %d: Seq %d not above previous %d", i+1, ev.Seq, last)
+		}
+		last = ev.Seq
+	}
+	end := evs[n]
+	if !end.IsEnd() || end.End != journal.EndCompleted || end.Offset != n+1 || end.Seq <= last {
+		t.Fatalf("end marker = %+v, want End %q at Offset %d with Seq above %d", end, journal.EndCompleted, n+1, last)
+	}
+}
+
+func TestWriterAppended(t *testing.T) {
+	j := newJournal(t)
+	ctx := waitCtx(t, waitTimeout)
+	w := j.NewWriter(journal.Ref{ID: "appended", Gen: 1}, func(journal.Event) {})
+	for i := 1; i <= 5; i++ {
+		if err := w.Append(ctx, "", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.Appended(); got != uint64(i) {
+			t.Fatalf("Appended() = %d, want %d", got, i)
+		}
+	}
+	if err := w.End(ctx, journal.EndFailed); err != nil {
+		t.Fatal(err)
+	}
+	w.Abort() // safe after End
+}
+
+func TestWriterEmptyGeneration(t *testing.T) {
+	j := newJournal(t)
+	ref := journal.Ref{ID: "empty", Gen: 1}
+	evs := writeGen(t, j, ref, 0, journal.EndFailed)
+	if end := evs[0]; end.Offset != 1 || end.End != journal.EndFailed {
+		t.Fatalf("end marker = %+v, want failed at offset 1", end)
+	}
+	r, err := j.Read(waitCtx(t, waitTimeout), ref, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if ev := readN(t, r, 1)[0]; !ev.IsEnd() || ev.End != journal.EndFailed {
+		t.Fatalf("read %+v, want the failed end marker", ev)
+	}
+}
+
+func TestWriterAfterAbort(t *testing.T) {
+	j := newJournal(t)
+	ctx := waitCtx(t, waitTimeout)
+	w := j.NewWriter(journal.Ref{ID: "abort", Gen: 1}, func(journal.Event) {})
+	if err := w.Append(ctx, "", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	w.Abort()
+	if err := w.Append(ctx, "", []byte("y")); !errors.Is(err, journal.ErrClosed) {
+		t.Fatalf("Append after Abort: %v, want ErrClosed", err)
+	}
+	if err := w.End(ctx, journal.EndCompleted); !errors.Is(err, journal.ErrClosed) {
+		t.Fatalf("End after Abort: %v, want ErrClosed", err)
+	}
+}
+
+func TestReaderFromStart(t *testing.T) {
+	const n = 50
+	j := newJournal(t)
+	ref := journal.Ref{ID: "r", Gen: 1}
+	written := writeGen(t, j, ref, n, journal.EndCompleted)
+	// Another generation and another id on the same stream must not leak in.
+	writeGen(t, j, journal.Ref{ID: "r", Gen: 2}, 3, journal.EndCompleted)
+	writeGen(t, j, journal.Ref{ID: "other", Gen: 1}, 3, journal.EndCompleted)
+
+	r, err := j.Read(waitCtx(t, waitTimeout), ref, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := readN(t, r, n+1)
+	for i, ev := range got[:n] {
+		checkEvent(t, ev, i+1)
+		if ev.Seq != written[i].Seq {
+			t.Fatalf("event %d: Seq %d, writer saw %d", i+1, ev.Seq, written[i].Seq)
+		}
+	}
+	if end := got[n]; !end.IsEnd() || end.Offset != n+1 || end.End != journal.EndCompleted {
+		t.Fatalf("last = %+v, want the end marker at %d", end, n+1)
+	}
+}
+
+// TestReaderAfter reads a generation after offset k with hints good and bad;
+// every one must yield exactly k+1..n and the end marker.
+func TestReaderAfter(t *testing.T) {
+	const n, k = 20, 7
+	j := newJournal(t)
+	ref := journal.Ref{ID: "hint", Gen: 1}
+	// Interleave another generation so the stream sequences of ref are not
+	// contiguous and a wrong hint can point into another subject.
+	ctx := waitCtx(t, waitTimeout)
+	var mine, theirs collector
+	w := j.NewWriter(ref, mine.sink)
+	o := j.NewWriter(journal.Ref{ID: "hint", Gen: 2}, theirs.sink)
+	for i := 1; i <= n; i++ {
+		if err := w.Append(ctx, eventType(i), []byte(eventData(i))); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Append(ctx, "", []byte("noise")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.End(ctx, journal.EndCompleted); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.End(ctx, journal.EndCompleted); err != nil {
+		t.Fatal(err)
+	}
+	evs, noise := mine.events(), theirs.events()
+	seq := func(off int) uint64 { return evs[off-1].Seq }
+	last := noise[len(noise)-1].Seq
+
+	tests := []struct {
+		name  string
+		after uint64
+		hint  uint64
+	}{
+		{name: "no hint", after: k},
+		{name: "correct hint", after: k, hint: seq(k)},
+		{name: "hint too small", after: k, hint: seq(2)},
+		{name: "hint one too small", after: k, hint: seq(k) - 1},
+		{name: "hint too large", after: k, hint: seq(k + 3)},
+		{name: "hint into another generation", after: k, hint: noise[k+1].Seq},
+		{name: "after 0 ignores hint", after: 0, hint: seq(5)},
+		{name: "after the last event", after: n, hint: seq(n)},
+		{name: "hint on the end marker", after: k, hint: seq(n + 1)},
+		{name: "hint past the stream's end", after: k, hint: last + 1000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := j.Read(waitCtx(t, waitTimeout), ref, tc.after, tc.hint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			rest := n - int(tc.after)
+			got := readN(t, r, rest+1)
+			for i, ev := range got[:rest] {
+				checkEvent(t, ev, int(tc.after)+i+1)
+				if want := seq(int(tc.after) + i + 1); ev.Seq != want {
+					t.Fatalf("event %d: Seq %d, want %d", ev.Offset, ev.Seq, want)
+				}
+			}
+			if end := got[rest]; !end.IsEnd() || end.Offset != n+1 {
+				t.Fatalf("last = %+v, want the end marker at %d", end, n+1)
+			}
+		})
+	}
+}
+
+func TestReaderFollowsLive(t *testing.T) {
+	const n = 30
+	j := newJournal(t)
+	ref := journal.Ref{ID: "live", Gen: 1}
+	ctx := waitCtx(t, waitTimeout)
+	r, err := j.Read(ctx, ref, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+
+	type result struct {
+		evs []journal.Event
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var res result
+		for len(res.evs) < n+1 {
+			ev, err := r.Next(ctx)
+			if err != nil {
+				res.err = err
+				break
+			}
+			res.evs = append(res.evs, ev)
+		}
+		done <- res
+	}()
+
+	// Nothing is stored yet: a short Next must time out and leave the reader
+	// usable. (Only the goroutine above calls Next, so check via a second
+	// reader.)
+	r2, err := j.Read(ctx, ref, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = r2.Next(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next on an empty generation: %v, want DeadlineExceeded", err)
+	}
+
+	w := j.NewWriter(ref, func(journal.Event) {})
+	for i := 1; i <= n; i++ {
+		if err := w.Append(ctx, eventType(i), []byte(eventData(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.End(ctx, journal.EndCompleted); err != nil {
+		t.Fatal(err)
+	}
+
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(waitTimeout):
+		t.Fatal("live reader did not see every event")
+	}
+	if res.err != nil {
+		t.Fatalf("live Next: %v", res.err)
+	}
+	for i, ev := range res.evs[:n] {
+		checkEvent(t, ev, i+1)
+	}
+	if end := res.evs[n]; !end.IsEnd() {
+		t.Fatalf("last = %+v, want the end marker", end)
+	}
+	// The second reader is still usable after its timeout.
+	checkEvent(t, readN(t, r2, 1)[0], 1)
+}
+
+// fenceCase is a second writer of a generation a first writer started.
+type fenceCase struct {
+	name      string
+	firstEnds bool // the first writer ended before the second starts
+	second    int  // events the second writer appends before its End
+}
+
+var fenceCases = []fenceCase{
+	{name: "first ended, second ends at once", firstEnds: true},
+	{name: "first ended, second appends one", firstEnds: true, second: 1},
+	{name: "first ended, second appends more than first wrote", firstEnds: true, second: 8},
+	{name: "first still writing, second appends one", second: 1},
+	{name: "first still writing, second appends several", second: 5},
+}
+
+// fenceResult is what runFence observed.
+type fenceResult struct {
+	ref    journal.Ref
+	err    error           // what the second writer's Append or End returned
+	werr   error           // the second writer's Err afterwards
+	second []journal.Event // the second writer's sink
+	first  []journal.Event // the first writer's sink, end marker last
+}
+
+// runFence lets a first writer append 3 events, then a second writer on the
+// same Ref append tc.second events and end; a first writer still writing
+// then appends 3 more and ends.
+func runFence(t *testing.T, j *journal.Journal, id string, tc fenceCase) fenceResult {
+	t.Helper()
+	ctx := waitCtx(t, waitTimeout)
+	res := fenceResult{ref: journal.Ref{ID: id, Gen: 1}}
+	var first, second collector
+	w1 := j.NewWriter(res.ref, first.sink)
+	defer w1.Abort()
+	for range 3 {
+		if err := w1.Append(ctx, "", []byte("first")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tc.firstEnds {
+		if err := w1.End(ctx, journal.EndCompleted); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		// The first event is stored before the second writer starts.
+		r, err := j.Read(ctx, res.ref, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readN(t, r, 1)
+		r.Close()
+	}
+
+	w2 := j.NewWriter(res.ref, second.sink)
+	for i := 1; i <= tc.second && res.err == nil; i++ {
+		res.err = w2.Append(ctx, "", []byte("second"))
+	}
+	if res.err == nil {
+		res.err = w2.End(ctx, journal.EndFailed)
+	} else {
+		w2.Abort()
+	}
+	res.werr = w2.Err()
+
+	if !tc.firstEnds {
+		for range 3 {
+			if err := w1.Append(ctx, "", []byte("first")); err != nil {
+				t.Fatalf("first writer after the second: %v", err)
+			}
+		}
+		if err := w1.End(ctx, journal.EndCompleted); err != nil {
+			t.Fatalf("first writer End: %v", err)
+		}
+	}
+	res.second, res.first = second.events(), first.events()
+	return res
+}
+
+// TestWriterFenced: a second writer of a generation another writer already
+// started fails with ErrFenced (its first append is rejected), its sink sees
+// nothing, and readers see exactly the first writer's events.
+func TestWriterFenced(t *testing.T) {
+	j := newJournal(t)
+	for i, tc := range fenceCases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runFence(t, j, "fence"+strconv.Itoa(i), tc)
+			if !errors.Is(res.err, journal.ErrFenced) {
+				t.Errorf("second writer: %v, want ErrFenced", res.err)
+			}
+			if !errors.Is(res.werr, journal.ErrFenced) {
+				t.Errorf("second writer Err() = %v, want ErrFenced", res.werr)
+			}
+			if len(res.second) != 0 {
+				t.Errorf("second writer's sink saw %d events, want none", len(res.second))
+			}
+			r, err := j.Read(waitCtx(t, waitTimeout), res.ref, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for i, ev := range readN(t, r, len(res.first)) {
+				if want := res.first[i]; ev.Offset != want.Offset || ev.Seq != want.Seq || string(ev.Data) != string(want.Data) || ev.End != want.End {
+					t.Errorf("read %+v, the first writer's sink saw %+v", ev, want)
+				}
+			}
+		})
+	}
+}
+
+// TestWriterFencedStoresNothing: a fenced writer stores nothing at all, so
+// the generation holds exactly the first writer's events.
+func TestWriterFencedStoresNothing(t *testing.T) {
+	j, nc := newJournalConn(t)
+	for i, tc := range fenceCases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runFence(t, j, "strict"+strconv.Itoa(i), tc)
+			if got, want := storedCount(t, nc, res.ref), uint64(len(res.first)); got != want {
+				t.Errorf("%d messages stored for the generation, want the first writer's %d", got, want)
+			}
+			r, err := j.Read(waitCtx(t, waitTimeout), res.ref, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for i, ev := range readN(t, r, len(res.first)) {
+				if want := res.first[i]; ev.Offset != want.Offset || ev.Seq != want.Seq || string(ev.Data) != string(want.Data) || ev.End != want.End {
+					t.Errorf("read {Offset:%d Seq:%d Data:%q End:%q}, the first writer's sink saw {Offset:%d Seq:%d Data:%q End:%q}",
+						ev.Offset, ev.Seq, ev.Data, ev.End, want.Offset, want.Seq, want.Data, want.End)
+				}
+			}
+		})
+	}
+}
+
+func TestRecords(t *testing.T) {
+	j := newJournal(t)
+	ctx := waitCtx(t, waitTimeout)
+	existing, err := j.Create(ctx, "existing", []byte("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		op      func() (uint64, error)
+		wantErr error
+	}{
+		{"create new", func() (uint64, error) { return j.Create(ctx, "new", []byte("v")) }, nil},
+		{"create existing", func() (uint64, error) { return j.Create(ctx, "existing", []byte("v2")) }, journal.ErrConflict},
+		{"update stale revision", func() (uint64, error) { return j.Update(ctx, "existing", []byte("v2"), existing+100) }, journal.ErrConflict},
+		{"update zero revision", func() (uint64, error) { return j.Update(ctx, "existing", []byte("v2"), 0) }, journal.ErrConflict},
+		{"get missing", func() (uint64, error) { _, rev, err := j.Get(ctx, "missing"); return rev, err }, journal.ErrNotFound},
+		{"get existing", func() (uint64, error) { _, rev, err := j.Get(ctx, "existing"); return rev, err }, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rev, err := tc.op()
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if err == nil && rev == 0 {
+				t.Fatal("revision 0 on success")
+			}
+		})
+	}
+
+	// A good update moves the revision on; the old one is then stale.
+	rev, err := j.Update(ctx, "existing", []byte("v3"), existing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev <= existing {
+		t.Fatalf("Update revision %d not above %d", rev, existing)
+	}
+	if _, err := j.Update(ctx, "existing", []byte("v4"), existing); !errors.Is(err, journal.ErrConflict) {
+		t.Fatalf("second update with the old revision: %v, want ErrConflict", err)
+	}
+	val, grev, err := j.Get(ctx, "existing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(val) != "v3" || grev != rev {
+		t.Fatalf("Get = %q rev %d, want \"v3\" rev %d", val, grev, rev)
+	}
+}
+
+func TestOpenInvalidConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     journal.Config
+		wantErr error
+	}{
+		{"ttl 10ms", journal.Config{Memory: true, TTL: 10 * time.Millisecond}, journal.ErrInvalidOption},
+		{"negative ttl", journal.Config{Memory: true, TTL: -time.Hour}, journal.ErrInvalidOption},
+		{"replicas 9", journal.Config{Memory: true, Replicas: 9}, journal.ErrInvalidOption},
+		{"negative replicas", journal.Config{Memory: true, Replicas: -1}, journal.ErrInvalidOption},
+		{"defaults", journal.Config{Memory: true}, nil},
+		{"ttl 1s", journal.Config{Memory: true, TTL: time.Second}, nil},
+		{"ttl 90s", journal.Config{Memory: true, TTL: 90 * time.Second}, nil},
+		{"ttl 2m", journal.Config{Memory: true, TTL: 2 * time.Minute}, nil},
+		{"named stream and bucket", journal.Config{Memory: true, Stream: "OTHER", Bucket: "other", Replicas: 1}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := connect(t, startServer(t, t.TempDir()))
+			ctx := waitCtx(t, waitTimeout)
+			j, err := journal.Open(ctx, nc, tc.cfg)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Open: %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if err := j.Ready(ctx); err != nil {
+				t.Fatalf("Ready: %v", err)
+			}
+			want := tc.cfg.TTL
+			if want == 0 {
+				want = journal.DefaultTTL
+			}
+			if j.TTL() != want {
+				t.Fatalf("TTL() = %s, want %s", j.TTL(), want)
+			}
+		})
+	}
+}
+
+func TestStartEmbeddedNeedsDir(t *testing.T) {
+	if _, err := journal.StartEmbedded(journal.EmbeddedConfig{}); !errors.Is(err, journal.ErrInvalidOption) {
+		t.Fatalf("StartEmbedded without Dir: %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestRestartPersistence: with file storage, events and records outlive a
+// restart of the server on the same directory.
+func TestRestartPersistence(t *testing.T) {
+	const n = 10
+	dir := t.TempDir()
+	ref := journal.Ref{ID: "persist", Gen: 1}
+
+	e, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := e.Connect("before")
+	if err != nil {
+		e.Shutdown()
+		t.Fatal(err)
+	}
+	j := openJournal(t, nc, journal.Config{})
+	written := writeGen(t, j, ref, n, journal.EndCompleted)
+	ctx := waitCtx(t, waitTimeout)
+	rev, err := j.Create(ctx, "rec", []byte("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	e.Shutdown()
+
+	e2 := startServer(t, dir)
+	j2 := openJournal(t, connect(t, e2), journal.Config{})
+	val, rev2, err := j2.Get(ctx, "rec")
+	if err != nil {
+		t.Fatalf("Get after restart: %v", err)
+	}
+	if string(val) != "kept" || rev2 != rev {
+		t.Fatalf("Get after restart = %q rev %d, want \"kept\" rev %d", val, rev2, rev)
+	}
+	r, err := j2.Read(ctx, ref, 3, written[2].Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := readN(t, r, n-3+1)
+	for i, ev := range got[:n-3] {
+		checkEvent(t, ev, i+4)
+	}
+	if end := got[n-3]; !end.IsEnd() || end.Offset != n+1 {
+		t.Fatalf("last = %+v, want the end marker", end)
+	}
+	// The generation stays fenced after the restart.
+	w := j2.NewWriter(ref, func(journal.Event) {})
+	defer w.Abort()
+	if err := w.Append(ctx, "", []byte("late")); !errors.Is(err, journal.ErrFenced) {
+		t.Fatalf("writer after restart: %v, want ErrFenced", err)
+	}
+}
+
+// BenchmarkAppend measures pipelined appends of 128-byte events.
+func BenchmarkAppend(b *testing.B) {
+	for _, mem := range []bool{true, false} {
+		name := "file"
+		if mem {
+			name = "memory"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := startServer(b, b.TempDir())
+			j := openJournal(b, connect(b, e), journal.Config{Memory: mem})
+			data := make([]byte, 128)
+			ctx := waitCtx(b, time.Hour)
+			var acked int
+			w := j.NewWriter(journal.Ref{ID: "bench", Gen: 1}, func(journal.Event) { acked++ })
+			b.ReportAllocs()
+			b.SetBytes(int64(len(data)))
+			start := time.Now()
+			for b.Loop() {
+				if err := w.Append(ctx, "chunk", data); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := w.End(ctx, journal.EndCompleted); err != nil {
+				b.Fatal(err)
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if acked != b.N+1 {
+				b.Fatalf("acked %d, want %d", acked, b.N+1)
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkReadAfter measures a resume: open a Reader after an event and
+// receive the next one.
+func BenchmarkReadAfter(b *testing.B) {
+	const n = 2000
+	j := newJournal(b)
+	ref := journal.Ref{ID: "bench", Gen: 1}
+	evs := writeGen(b, j, ref, n, journal.EndCompleted)
+	for _, hinted := range []bool{true, false} {
+		name := "unhinted"
+		if hinted {
+			name = "hinted"
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := waitCtx(b, time.Hour)
+			i := 0
+			for b.Loop() {
+				k := n/2 + i%(n/2) // resume in the second half
+				i++
+				var hint uint64
+				if hinted {
+					hint = evs[k-1].Seq
+				}
+				r, err := j.Read(ctx, ref, uint64(k), hint)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ev, err := r.Next(ctx)
+				r.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if ev.Offset != uint64(k+1) {
+					b.Fatalf("resumed at %d, want %d", ev.Offset, k+1)
+				}
+			}
+		})
+	}
+}
+
+// Example shows a generation written and read back.
+func Example() {
+	dir, err := os.MkdirTemp("", "journal-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	e, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer e.Shutdown()
+	nc, err := e.Connect("example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+
+	ctx := context.Background()
+	j, err := journal.Open(ctx, nc, journal.Config{Memory: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ref := journal.Ref{ID: "example", Gen: 1}
+	var seqs []uint64
+	w := j.NewWriter(ref, func(ev journal.Event) { seqs = append(seqs, ev.Seq) })
+	for _, tok := range []string{"Hel", "lo", "!"} {
+		if err := w.Append(ctx, "token", []byte(tok)); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	if err := w.End(ctx, journal.EndCompleted); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// Resume after the first event, with its sequence as the hint.
+	r, err := j.Read(ctx, ref, 1, seqs[0])
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer r.Close()
+	for {
+		ev, err := r.Next(ctx)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if ev.IsEnd() {
+			fmt.Println("end:", ev.End)
+			return
+		}
+		fmt.Printf("%d %s %s\n", ev.Offset, ev.Type, ev.Data)
+	}
+	// Output:
+	// 2 token lo
+	// 3 token !
+	// end: completed
+}

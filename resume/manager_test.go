@@ -1,0 +1,722 @@
+package resume_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+)
+
+// waitTimeout bounds every wait in these tests.
+const waitTimeout = 10 * time.Second
+
+// clock is an injectable clock that only moves when told to.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// newStore starts an embedded JetStream server and opens an in-memory
+// journal on it; both are shut down when the test ends.
+func newStore(tb testing.TB) *journal.Journal {
+	tb.Helper()
+	e, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: tb.TempDir()})
+	if err != nil {
+		tb.Fatalf("StartEmbedded: %v", err)
+	}
+	tb.Cleanup(e.Shutdown)
+	nc, err := e.Connect(tb.Name())
+	if err != nil {
+		tb.Fatalf("Connect: %v", err)
+	}
+	tb.Cleanup(nc.Close)
+	j, err := journal.Open(waitCtx(tb), nc, journal.Config{Memory: true})
+	if err != nil {
+		tb.Fatalf("journal.Open: %v", err)
+	}
+	return j
+}
+
+// newManager returns a Manager on store named owner. lease 0 is the default;
+// now nil the real clock.
+func newManager(tb testing.TB, store *journal.Journal, owner string, lease time.Duration, now func() time.Time) *resume.Manager {
+	tb.Helper()
+	m, err := resume.New(resume.Config{
+		Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
+		Owner: owner, Lease: lease, Now: now,
+	})
+	if err != nil {
+		tb.Fatalf("resume.New: %v", err)
+	}
+	return m
+}
+
+// waitCtx is a context that ends after waitTimeout or with the test.
+func waitCtx(tb testing.TB) context.Context {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// request is a request for key with the given body.
+func request(key, body string) resume.Request {
+	return resume.Request{
+		ID: resume.StreamID("tenant", key), Key: key, Path: "/v1/chat/completions",
+		Fingerprint: resume.Fingerprint("/v1/chat/completions", []byte(body)), Stream: true,
+	}
+}
+
+// begin calls Begin and stops the lease it may get when the test ends.
+func begin(tb testing.TB, m *resume.Manager, req resume.Request) (resume.Outcome, error) {
+	tb.Helper()
+	out, err := m.Begin(waitCtx(tb), req)
+	if out.Lease != nil {
+		l := out.Lease
+		tb.Cleanup(func() { _ = l.Finish(context.Background(), resume.Result{State: resume.Failed}) })
+	}
+	return out, err
+}
+
+// mustStart calls Begin and fails unless it decides Start.
+func mustStart(tb testing.TB, m *resume.Manager, req resume.Request) *resume.Lease {
+	tb.Helper()
+	out, err := begin(tb, m, req)
+	if err != nil {
+		tb.Fatalf("Begin: %v", err)
+	}
+	if out.Decision != resume.Start || out.Lease == nil {
+		tb.Fatalf("Begin = %s (lease %v), want start with a lease", out.Decision, out.Lease != nil)
+	}
+	return out.Lease
+}
+
+// stored reads the record of id straight from the store.
+func stored(tb testing.TB, store *journal.Journal, id string) resume.Record {
+	tb.Helper()
+	val, _, err := store.Get(waitCtx(tb), id)
+	if err != nil {
+		tb.Fatalf("store.Get(%s): %v", id, err)
+	}
+	var rec resume.Record
+	if err := json.Unmarshal(val, &rec); err != nil {
+		tb.Fatalf("record %s: %v", id, err)
+	}
+	return rec
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	store := newStore(t)
+	full := resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "a"}
+	tests := []struct {
+		name    string
+		change  func(*resume.Config)
+		wantErr error
+	}{
+		{name: "complete", change: func(*resume.Config) {}},
+		{name: "no store", change: func(c *resume.Config) { c.Store = nil }, wantErr: resume.ErrInvalidOption},
+		{name: "no NotFound", change: func(c *resume.Config) { c.NotFound = nil }, wantErr: resume.ErrInvalidOption},
+		{name: "no Conflict", change: func(c *resume.Config) { c.Conflict = nil }, wantErr: resume.ErrInvalidOption},
+		{name: "no owner", change: func(c *resume.Config) { c.Owner = "" }, wantErr: resume.ErrInvalidOption},
+		{name: "lease 10ms", change: func(c *resume.Config) { c.Lease = 10 * time.Millisecond }, wantErr: resume.ErrInvalidOption},
+		{name: "negative lease", change: func(c *resume.Config) { c.Lease = -time.Second }, wantErr: resume.ErrInvalidOption},
+		{name: "lease 30ms", change: func(c *resume.Config) { c.Lease = 30 * time.Millisecond }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := full
+			tc.change(&cfg)
+			m, err := resume.New(cfg)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("New: %v, want %v", err, tc.wantErr)
+			}
+			if err == nil && cfg.Lease == 0 && m.Lease() != resume.DefaultLease {
+				t.Fatalf("Lease() = %s, want the default %s", m.Lease(), resume.DefaultLease)
+			}
+		})
+	}
+}
+
+// TestBeginDecisions: what Begin decides for each state of a key's record.
+func TestBeginDecisions(t *testing.T) {
+	const lease = 10 * time.Second
+	tests := []struct {
+		name     string
+		setup    func(t *testing.T, m *resume.Manager, clk *clock, req resume.Request)
+		body     string // the request's body; "" is the setup's body
+		want     resume.Decision
+		wantGen  uint64
+		wantErr  error
+		wantEvts uint64
+	}{
+		{
+			name:    "new key",
+			setup:   func(*testing.T, *resume.Manager, *clock, resume.Request) {},
+			want:    resume.Start,
+			wantGen: 1,
+		},
+		{
+			name: "in progress, same request",
+			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				mustStart(t, m, req)
+			},
+			want:    resume.Attach,
+			wantGen: 1,
+		},
+		{
+			name: "in progress, lease about to run out",
+			setup: func(t *testing.T, m *resume.Manager, clk *clock, req resume.Request) {
+				mustStart(t, m, req)
+				clk.Advance(lease) // not after LeaseUntil yet
+			},
+			want:    resume.Attach,
+			wantGen: 1,
+		},
+		{
+			name: "in progress, other request",
+			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				mustStart(t, m, req)
+			},
+			body:    "another body",
+			wantErr: resume.ErrMismatch,
+		},
+		{
+			name: "completed",
+			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				l := mustStart(t, m, req)
+				if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 9, Status: 200}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want:     resume.Replay,
+			wantGen:  1,
+			wantEvts: 9,
+		},
+		{
+			name: "completed, other request",
+			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				l := mustStart(t, m, req)
+				if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 9, Status: 200}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			body:    "another body",
+			wantErr: resume.ErrMismatch,
+		},
+		{
+			name: "failed",
+			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				l := mustStart(t, m, req)
+				if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed, Events: 3, Error: "upstream"}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want:    resume.Start,
+			wantGen: 2,
+		},
+		{
+			name: "failed twice",
+			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				for range 2 {
+					l := mustStart(t, m, req)
+					if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			want:    resume.Start,
+			wantGen: 3,
+		},
+		{
+			name: "failed, other request",
+			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				l := mustStart(t, m, req)
+				if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			body:    "another body",
+			wantErr: resume.ErrMismatch,
+		},
+		{
+			name: "in progress, lease expired",
+			setup: func(t *testing.T, m *resume.Manager, clk *clock, req resume.Request) {
+				mustStart(t, m, req)
+				clk.Advance(lease + time.Millisecond)
+			},
+			want:    resume.Start,
+			wantGen: 2,
+		},
+	}
+	store := newStore(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			m := newManager(t, store, "owner-a", lease, clk.Now)
+			req := request(t.Name(), "body")
+			tc.setup(t, m, clk, req)
+			if tc.body != "" {
+				req.Fingerprint = resume.Fingerprint(req.Path, []byte(tc.body))
+			}
+			out, err := begin(t, m, req)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Begin: %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if out.Decision != tc.want {
+				t.Fatalf("Begin = %s, want %s", out.Decision, tc.want)
+			}
+			if out.Record.Generation != tc.wantGen {
+				t.Fatalf("generation %d, want %d", out.Record.Generation, tc.wantGen)
+			}
+			if out.Record.Events != tc.wantEvts {
+				t.Fatalf("events %d, want %d", out.Record.Events, tc.wantEvts)
+			}
+			if (out.Lease != nil) != (tc.want == resume.Start) {
+				t.Fatalf("lease %v for %s", out.Lease != nil, out.Decision)
+			}
+			if out.Decision == resume.Start {
+				rec := stored(t, store, req.ID)
+				if rec.State != resume.InProgress || rec.Generation != tc.wantGen || rec.Owner != "owner-a" ||
+					rec.Error != "" || rec.Events != 0 || !rec.LeaseUntil.Equal(clk.Now().Add(lease)) {
+					t.Fatalf("stored record %+v, want in progress, generation %d, owner-a, lease until %s",
+						rec, tc.wantGen, clk.Now().Add(lease))
+				}
+				if rec.Key != req.Key || rec.Fingerprint != req.Fingerprint || rec.Path != req.Path || !rec.Stream {
+					t.Fatalf("stored record %+v does not describe %+v", rec, req)
+				}
+			}
+		})
+	}
+}
+
+// TestTakeoverFencesOldLease: after another owner takes over an expired
+// generation, the old owner cannot finish it.
+func TestTakeoverFencesOldLease(t *testing.T) {
+	store := newStore(t)
+	clk := newClock()
+	a := newManager(t, store, "owner-a", 0, clk.Now)
+	b := newManager(t, store, "owner-b", 0, clk.Now)
+	req := request("takeover", "body")
+	old := mustStart(t, a, req)
+	clk.Advance(a.Lease() + time.Second)
+
+	out, err := begin(t, b, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Decision != resume.Start || out.Record.Generation != 2 || out.Record.Owner != "owner-b" {
+		t.Fatalf("Begin = %s gen %d owner %q, want start gen 2 owner-b", out.Decision, out.Record.Generation, out.Record.Owner)
+	}
+	err = old.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 5})
+	if !errors.Is(err, resume.ErrFenced) {
+		t.Fatalf("old lease Finish: %v, want ErrFenced", err)
+	}
+	if rec := stored(t, store, req.ID); rec.State != resume.InProgress || rec.Generation != 2 || rec.Owner != "owner-b" {
+		t.Fatalf("record after the fenced Finish: %+v", rec)
+	}
+	if err := out.Lease.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 7}); err != nil {
+		t.Fatalf("new lease Finish: %v", err)
+	}
+	if rec := stored(t, store, req.ID); rec.State != resume.Completed || rec.Generation != 2 || rec.Events != 7 {
+		t.Fatalf("record after the new owner finished: %+v", rec)
+	}
+}
+
+func TestGet(t *testing.T) {
+	store := newStore(t)
+	clk := newClock()
+	m := newManager(t, store, "owner-a", 0, clk.Now)
+
+	if _, err := m.Get(waitCtx(t), resume.StreamID("tenant", "missing")); !errors.Is(err, resume.ErrNotFound) {
+		t.Fatalf("Get missing: %v, want ErrNotFound", err)
+	}
+
+	req := request("get", "body")
+	l := mustStart(t, m, req)
+	rec, err := m.Get(waitCtx(t), req.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != resume.InProgress || rec.Owner != "owner-a" || rec.Generation != 1 {
+		t.Fatalf("Get in progress = %+v", rec)
+	}
+
+	clk.Advance(m.Lease() + time.Millisecond)
+	rec, err = m.Get(waitCtx(t), req.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != resume.Failed || rec.Error != resume.OwnerLost || rec.Generation != 1 {
+		t.Fatalf("Get expired = %+v, want failed with owner_lost", rec)
+	}
+	if s := stored(t, store, req.ID); s.State != resume.Failed || s.Error != resume.OwnerLost {
+		t.Fatalf("stored after Get expired = %+v, want failed with owner_lost", s)
+	}
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed}); !errors.Is(err, resume.ErrFenced) {
+		t.Fatalf("Finish after owner_lost: %v, want ErrFenced", err)
+	}
+	// The failed key generates afresh.
+	out, err := begin(t, m, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Decision != resume.Start || out.Record.Generation != 2 || out.Record.Error != "" {
+		t.Fatalf("Begin after owner_lost = %s gen %d error %q, want start gen 2", out.Decision, out.Record.Generation, out.Record.Error)
+	}
+}
+
+// TestBeginConcurrent: many requests with one key on two instances at once;
+// exactly one starts, every other attaches to its generation.
+func TestBeginConcurrent(t *testing.T) {
+	const n = 32
+	store := newStore(t)
+	ms := []*resume.Manager{
+		newManager(t, store, "owner-a", 0, nil),
+		newManager(t, store, "owner-b", 0, nil),
+	}
+	req := request("concurrent", "body")
+	outs := make([]resume.Outcome, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			outs[i], errs[i] = ms[i%2].Begin(waitCtx(t), req)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var starts int
+	var owner string
+	for i, out := range outs {
+		if errs[i] != nil {
+			t.Fatalf("Begin %d: %v", i, errs[i])
+		}
+		if out.Lease != nil {
+			l := out.Lease
+			t.Cleanup(func() { _ = l.Finish(context.Background(), resume.Result{State: resume.Failed}) })
+		}
+		switch out.Decision {
+		case resume.Start:
+			starts++
+			owner = out.Record.Owner
+		case resume.Attach:
+		default:
+			t.Errorf("Begin %d = %s, want start or attach", i, out.Decision)
+		}
+		if out.Record.Generation != 1 {
+			t.Errorf("Begin %d: generation %d, want 1", i, out.Record.Generation)
+		}
+	}
+	if starts != 1 {
+		t.Fatalf("%d starts, want exactly 1", starts)
+	}
+	for i, out := range outs {
+		if out.Record.Owner != owner {
+			t.Errorf("Begin %d sees owner %q, the starter is %q", i, out.Record.Owner, owner)
+		}
+	}
+}
+
+// TestBeginConcurrentTakeover: many requests race to take over one expired
+// generation; exactly one starts generation 2.
+func TestBeginConcurrentTakeover(t *testing.T) {
+	const n = 16
+	store := newStore(t)
+	clk := newClock()
+	ms := []*resume.Manager{
+		newManager(t, store, "owner-a", 0, clk.Now),
+		newManager(t, store, "owner-b", 0, clk.Now),
+	}
+	req := request("concurrent-takeover", "body")
+	mustStart(t, ms[0], req)
+	clk.Advance(ms[0].Lease() + time.Second)
+
+	outs := make([]resume.Outcome, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { outs[i], errs[i] = ms[i%2].Begin(waitCtx(t), req) })
+	}
+	wg.Wait()
+	var starts int
+	for i, out := range outs {
+		if out.Lease != nil {
+			l := out.Lease
+			t.Cleanup(func() { _ = l.Finish(context.Background(), resume.Result{State: resume.Failed}) })
+		}
+		if errs[i] != nil {
+			t.Fatalf("Begin %d: %v", i, errs[i])
+		}
+		if out.Decision == resume.Start {
+			starts++
+		}
+		if out.Decision == resume.Replay || out.Record.Generation != 2 {
+			t.Errorf("Begin %d = %s gen %d, want start or attach of gen 2", i, out.Decision, out.Record.Generation)
+		}
+	}
+	if starts != 1 {
+		t.Fatalf("%d starts, want exactly 1", starts)
+	}
+}
+
+// TestHeartbeat: a live lease renews itself and stores SetEvents progress.
+func TestHeartbeat(t *testing.T) {
+	const lease = 60 * time.Millisecond
+	store := newStore(t)
+	m := newManager(t, store, "owner-a", lease, nil)
+	req := request("heartbeat", "body")
+	out, err := begin(t, m, req)
+	if err != nil || out.Decision != resume.Start {
+		t.Fatalf("Begin = %s, %v", out.Decision, err)
+	}
+	l := out.Lease
+	first := out.Record.LeaseUntil
+
+	l.SetEvents(7)
+	eventually(t, "a heartbeat storing 7 events", func() bool {
+		rec := stored(t, store, req.ID)
+		return rec.Events == 7 && rec.LeaseUntil.After(first)
+	})
+	if rec := l.Record(); !rec.LeaseUntil.After(first) {
+		t.Errorf("Lease.Record().LeaseUntil = %s, not renewed past %s", rec.LeaseUntil, first)
+	}
+	l.SetEvents(11)
+	eventually(t, "a heartbeat storing 11 events", func() bool { return stored(t, store, req.ID).Events == 11 })
+
+	// Renewed leases keep other requests attaching well past the first lease.
+	eventually(t, "three leases' time", func() bool { return time.Now().After(first.Add(2 * lease)) })
+	att, err := begin(t, m, req)
+	if err != nil || att.Decision != resume.Attach {
+		t.Fatalf("Begin after %s = %s, %v; want attach", 3*lease, att.Decision, err)
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("a heartbeating lease was lost")
+	default:
+	}
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 12}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := stored(t, store, req.ID); rec.Events != 12 || rec.State != resume.Completed {
+		t.Fatalf("record after Finish = %+v", rec)
+	}
+}
+
+// TestLost: Lost closes when the key is taken from a heartbeating lease.
+func TestLost(t *testing.T) {
+	const lease = 60 * time.Millisecond
+	tests := []struct {
+		name string
+		take func(t *testing.T, other *resume.Manager, req resume.Request)
+	}{
+		{"another owner starts a new generation", func(t *testing.T, other *resume.Manager, req resume.Request) {
+			out, err := begin(t, other, req)
+			if err != nil || out.Decision != resume.Start || out.Record.Generation != 2 {
+				t.Fatalf("takeover Begin = %s gen %d, %v; want start gen 2", out.Decision, out.Record.Generation, err)
+			}
+		}},
+		{"another instance marks the owner lost", func(t *testing.T, other *resume.Manager, req resume.Request) {
+			rec, err := other.Get(waitCtx(t), req.ID)
+			if err != nil || rec.State != resume.Failed || rec.Error != resume.OwnerLost {
+				t.Fatalf("Get = %+v, %v; want failed owner_lost", rec, err)
+			}
+		}},
+	}
+	store := newStore(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// a's clock stands still, so its own lease never runs out in its
+			// eyes; b's clock is an hour ahead, so b sees a's lease expired.
+			clkA, clkB := newClock(), newClock()
+			clkB.Advance(time.Hour)
+			a := newManager(t, store, "owner-a", lease, clkA.Now)
+			b := newManager(t, store, "owner-b", lease, clkB.Now)
+			req := request(t.Name(), "body")
+			l := mustStart(t, a, req)
+			select {
+			case <-l.Lost():
+				t.Fatal("lease lost before the takeover")
+			default:
+			}
+			tc.take(t, b, req)
+			select {
+			case <-l.Lost():
+			case <-time.After(waitTimeout):
+				t.Fatal("Lost() not closed after the takeover")
+			}
+			if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed}); !errors.Is(err, resume.ErrFenced) {
+				t.Fatalf("Finish of a lost lease: %v, want ErrFenced", err)
+			}
+		})
+	}
+}
+
+func TestFinish(t *testing.T) {
+	tests := []struct {
+		name    string
+		res     resume.Result
+		wantErr error
+		replay  bool
+	}{
+		{name: "completed", res: resume.Result{State: resume.Completed, Events: 42, Status: 200, ContentType: "text/event-stream"}, replay: true},
+		{name: "failed", res: resume.Result{State: resume.Failed, Events: 3, Status: 502, ContentType: "application/json", Error: "upstream_error"}},
+		{name: "in progress is no result", res: resume.Result{State: resume.InProgress}, wantErr: resume.ErrInvalidOption},
+		{name: "empty state", res: resume.Result{}, wantErr: resume.ErrInvalidOption},
+	}
+	store := newStore(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			m := newManager(t, store, "owner-a", 0, clk.Now)
+			req := request(t.Name(), "body")
+			l := mustStart(t, m, req)
+			clk.Advance(time.Second)
+			err := l.Finish(waitCtx(t), tc.res)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Finish: %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			rec := stored(t, store, req.ID)
+			if rec.State != tc.res.State || rec.Events != tc.res.Events || rec.Status != tc.res.Status ||
+				rec.ContentType != tc.res.ContentType || rec.Error != tc.res.Error {
+				t.Fatalf("stored %+v, want the result %+v", rec, tc.res)
+			}
+			if rec.Owner != "" || !rec.LeaseUntil.IsZero() || rec.Generation != 1 || !rec.UpdatedAt.Equal(clk.Now()) {
+				t.Fatalf("stored %+v, want no owner, no lease, generation 1, updated at %s", rec, clk.Now())
+			}
+			if got := l.Record(); got.State != tc.res.State || got.Events != tc.res.Events {
+				t.Fatalf("Lease.Record() = %+v after Finish", got)
+			}
+			if err := l.Finish(waitCtx(t), tc.res); !errors.Is(err, resume.ErrFenced) {
+				t.Fatalf("second Finish: %v, want ErrFenced", err)
+			}
+			// A finished key is never marked owner_lost, however late.
+			clk.Advance(time.Hour)
+			if got, err := m.Get(waitCtx(t), req.ID); err != nil || got.State != tc.res.State {
+				t.Fatalf("Get an hour later = %+v, %v", got, err)
+			}
+			out, err := begin(t, m, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.replay && (out.Decision != resume.Replay || out.Record.Events != tc.res.Events || out.Record.Status != tc.res.Status) {
+				t.Fatalf("Begin after Finish = %s %+v, want replay of the result", out.Decision, out.Record)
+			}
+			if !tc.replay && (out.Decision != resume.Start || out.Record.Generation != 2) {
+				t.Fatalf("Begin after failing = %s gen %d, want start gen 2", out.Decision, out.Record.Generation)
+			}
+		})
+	}
+}
+
+func TestDecisionString(t *testing.T) {
+	for d, want := range map[resume.Decision]string{resume.Start: "start", resume.Attach: "attach", resume.Replay: "replay", 0: "unknown"} {
+		if got := d.String(); got != want {
+			t.Errorf("Decision(%d).String() = %q, want %q", int(d), got, want)
+		}
+	}
+}
+
+// ExampleManager_Begin shows two requests with one key: the first starts a
+// generation, the second attaches to it; once finished, a third replays.
+func ExampleManager_Begin() {
+	dir, err := os.MkdirTemp("", "resume-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	e, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer e.Shutdown()
+	nc, err := e.Connect("example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	store, err := journal.Open(ctx, nc, journal.Config{Memory: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	m, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "instance-1"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	key, _ := resume.ParseKey(`"order-42"`)
+	body := []byte(`{"model":"m","stream":true}`)
+	req := resume.Request{
+		ID: resume.StreamID("tenant-a", key), Key: key, Path: "/v1/chat/completions",
+		Fingerprint: resume.Fingerprint("/v1/chat/completions", body), Stream: true,
+	}
+	first, err := m.Begin(ctx, req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(first.Decision, first.Record.Generation)
+	second, _ := m.Begin(ctx, req)
+	fmt.Println(second.Decision, second.Record.Generation)
+
+	first.Lease.SetEvents(3)
+	if err := first.Lease.Finish(ctx, resume.Result{State: resume.Completed, Events: 3, Status: 200}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	third, _ := m.Begin(ctx, req)
+	fmt.Println(third.Decision, third.Record.Generation, third.Record.Events)
+	// Output:
+	// start 1
+	// attach 1
+	// replay 1 3
+}
