@@ -213,3 +213,17 @@ func TestStaleCursorOnNewKey(t *testing.T) {
 		t.Fatalf("a request without a key got %d events, want 9", len(got))
 	}
 }
+
+// TestForgedCursorHint: the journal position inside a Last-Event-ID is only
+// a hint; a wrong one costs time, never events.
+func TestForgedCursorHint(t *testing.T) {
+	e := newEnv(t)
+	all := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=10]"), true), "Idempotency-Key", "k-forged"), -1)
+	waitState(t, e, "k-forged", "completed")
+	for _, cursor := range []string{"1-3-999999", "1-3-1", "1-3-0"} {
+		got := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-forged", "", "Last-Event-ID", cursor), -1)
+		if len(got) != len(all)-3 || got[0].ID != all[3].ID || got[len(got)-1].Data != "[DONE]" {
+			t.Errorf("cursor %s: got %d events from %q, want %d from %q", cursor, len(got), lastID(got[:1]), len(all)-3, all[3].ID)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(config) bool
+		wantErr bool
+	}{
+		{"defaults", nil, nil, func(c config) bool {
+			return c.listen == ":8080" && c.upstream == "demo" && c.data == "./data" && c.nats == "" && c.ttl == 24*time.Hour && c.replicas == 1
+		}, false},
+		{"flags", []string{"--listen", "127.0.0.1:9", "--upstream", "http://u:1", "--ttl", "2h", "--nats", "nats://a:4222"}, nil, func(c config) bool {
+			return c.listen == "127.0.0.1:9" && c.upstream == "http://u:1" && c.ttl == 2*time.Hour && c.nats == "nats://a:4222"
+		}, false},
+		{"env", nil, map[string]string{"REPRISE_LISTEN": ":1", "REPRISE_TTL": "3h", "REPRISE_REPLICAS": "3", "REPRISE_DATA": "/d"}, func(c config) bool {
+			return c.listen == ":1" && c.ttl == 3*time.Hour && c.replicas == 3 && c.data == "/d"
+		}, false},
+		{"flag beats env", []string{"--listen", ":2"}, map[string]string{"REPRISE_LISTEN": ":1"}, func(c config) bool { return c.listen == ":2" }, false},
+		{"ttl too short", []string{"--ttl", "1s"}, nil, nil, true},
+		{"lease too short", []string{"--lease", "1ms"}, nil, nil, true},
+		{"bad log level", []string{"--log-level", "loud"}, nil, nil, true},
+		{"stray argument", []string{"extra"}, nil, nil, true},
+		{"unknown flag", []string{"--nope"}, nil, nil, true},
+		{"bad replicas env", nil, map[string]string{"REPRISE_REPLICAS": "x"}, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(tc.args, env(tc.env))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if tc.check != nil && !tc.check(c) {
+				t.Errorf("config %+v", c)
+			}
+		})
+	}
+}
+
+func TestUpstreamURL(t *testing.T) {
+	for _, bad := range []string{"ftp://x", "not a url", "http://", "localhost:8080"} {
+		if _, _, err := upstreamURL(config{upstream: bad}, nil); err == nil {
+			t.Errorf("upstream %q accepted", bad)
+		}
+	}
+	u, _, err := upstreamURL(config{upstream: "https://api.example.test/v1/"}, nil)
+	if err != nil || u.String() != "https://api.example.test" {
+		t.Errorf("got %v, %v; want the base without /v1", u, err)
+	}
+}
