@@ -43,6 +43,9 @@ type envOptions struct {
 	attachWait time.Duration
 	natsPort   int // 0: in-process only; -1: a random TCP port
 	tokenDelay time.Duration
+	// abandon: generations still running at the end are failed after a
+	// short grace (benchmarks with endless streams) instead of failing the test.
+	abandon bool
 }
 
 type envOption func(*envOptions)
@@ -51,6 +54,7 @@ func withLease(d time.Duration) envOption      { return func(o *envOptions) { o.
 func withAttachWait(d time.Duration) envOption { return func(o *envOptions) { o.attachWait = d } }
 func withNATSPort() envOption                  { return func(o *envOptions) { o.natsPort = -1 } }
 func withTokenDelay(d time.Duration) envOption { return func(o *envOptions) { o.tokenDelay = d } }
+func withAbandon() envOption                   { return func(o *envOptions) { o.abandon = true } }
 
 func testLogger() *slog.Logger {
 	level := slog.LevelError
@@ -123,9 +127,13 @@ func (e *env) startProxy() {
 // stopProxy shuts the proxy down gracefully (running generations finish).
 func (e *env) stopProxy() {
 	e.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	grace := 10 * time.Second
+	if e.opt.abandon {
+		grace = 200 * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	if err := e.srv.Shutdown(ctx); err != nil {
+	if err := e.srv.Shutdown(ctx); err != nil && !e.opt.abandon {
 		e.tb.Errorf("shutdown: %v", err)
 	}
 	e.hs.CloseClientConnections()
