@@ -77,13 +77,13 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.start(w, r, id, out, body, cur)
 	case resume.Replay:
 		h.Set("Idempotent-Replayed", "true")
-		if rec.Stream {
+		if streamed(rec) {
 			s.serveSSE(w, r, id, rec, cur)
 		} else {
 			s.serveResult(w, r, id, rec)
 		}
 	case resume.Attach:
-		if rec.Stream {
+		if streamed(rec) {
 			s.serveSSE(w, r, id, rec, cur)
 		} else {
 			s.awaitResult(w, r, id, rec)
@@ -119,6 +119,17 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) ([]byte, boo
 		return body, req.StreamFormat == "sse", nil
 	}
 	return body, req.Stream, nil
+}
+
+// streamed reports whether a key's answer is an event stream: what the
+// upstream answered once it completed (an upstream may ignore "stream"),
+// what was asked while it runs.
+func streamed(rec resume.Record) bool {
+	if rec.State == resume.Completed {
+		mt, _, _ := mime.ParseMediaType(rec.ContentType)
+		return mt == "text/event-stream"
+	}
+	return rec.Stream
 }
 
 func streamURL(key string) string { return "/v1/streams/" + url.PathEscape(key) }

@@ -49,7 +49,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)
-	if !rec.Stream { // a non-streamed request: its Location serves the stored result
+	if !streamed(rec) { // a non-streamed answer: its Location serves the stored result
 		if rec.State == resume.InProgress {
 			s.awaitResult(w, r, id, rec)
 		} else {

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -46,6 +47,8 @@ type envOptions struct {
 	// abandon: generations still running at the end are failed after a
 	// short grace (benchmarks with endless streams) instead of failing the test.
 	abandon bool
+	// upstream replaces the fake model (tests of odd upstreams).
+	upstream http.Handler
 }
 
 type envOption func(*envOptions)
@@ -55,6 +58,7 @@ func withAttachWait(d time.Duration) envOption { return func(o *envOptions) { o.
 func withNATSPort() envOption                  { return func(o *envOptions) { o.natsPort = -1 } }
 func withTokenDelay(d time.Duration) envOption { return func(o *envOptions) { o.tokenDelay = d } }
 func withAbandon() envOption                   { return func(o *envOptions) { o.abandon = true } }
+func withUpstream(h http.Handler) envOption    { return func(o *envOptions) { o.upstream = h } }
 
 func testLogger() *slog.Logger {
 	level := slog.LevelError
@@ -71,7 +75,11 @@ func newEnv(tb testing.TB, opts ...envOption) *env {
 		o(&e.opt)
 	}
 	e.LLM = mockllm.New(mockllm.Config{TokenDelay: e.opt.tokenDelay})
-	e.llmSrv = httptest.NewServer(e.LLM)
+	var up http.Handler = e.LLM
+	if e.opt.upstream != nil {
+		up = e.opt.upstream
+	}
+	e.llmSrv = httptest.NewServer(up)
 	tb.Cleanup(e.llmSrv.Close)
 	e.startNATS()
 	e.startProxy()

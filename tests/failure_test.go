@@ -2,8 +2,10 @@ package tests
 
 import (
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -225,5 +227,30 @@ func TestForgedCursorHint(t *testing.T) {
 		if len(got) != len(all)-3 || got[0].ID != all[3].ID || got[len(got)-1].Data != "[DONE]" {
 			t.Errorf("cursor %s: got %d events from %q, want %d from %q", cursor, len(got), lastID(got[:1]), len(all)-3, all[3].ID)
 		}
+	}
+}
+
+// TestUpstreamIgnoresStream: an upstream that answers a stream request with
+// plain JSON is stored and replayed as JSON, not as events.
+func TestUpstreamIgnoresStream(t *testing.T) {
+	var calls atomic.Int32
+	e := newEnv(t, withUpstream(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"object":"chat.completion","choices":[]}`))
+	})))
+	body := chatBody("ignored stream flag", true)
+	for i := range 3 {
+		resp := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-nostream")
+		got := readBody(t, resp)
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(got, "chat.completion") {
+			t.Fatalf("call %d: %d %s %q", i, resp.StatusCode, resp.Header.Get("Content-Type"), got)
+		}
+		if i == 0 {
+			waitState(t, e, "k-nostream", "completed")
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d upstream calls, want 1", n)
 	}
 }
