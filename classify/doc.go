@@ -1,10 +1,21 @@
-// Package classify will turn every upstream outcome into a kind callers match
-// with errors.Is (retryable, fatal, ambiguous, interrupted) and hold the call
-// policy toward the upstream (retries with backoff and full jitter,
-// Retry-After, attempt cap, deadline, retry budget, circuit breaker,
-// concurrency limit), built on failsafe-go.
+// Package classify turns every upstream outcome into a kind callers match
+// with errors.Is, and holds the call policy toward the upstream.
 //
-// Until it lands, the pump in package stream calls the upstream exactly once
-// per generation and never retries: nothing can be billed twice, and an
-// upstream failure before the first event reaches the client unchanged.
+// Kinds: ErrRetryable (nothing can have been billed: a connection that wrote
+// nothing, 429, 500/502/503/504 before the first byte), ErrFatal (the
+// request itself is wrong: other 4xx, untrusted TLS), ErrAmbiguous (the
+// request was written and no response head came: the upstream may be
+// generating and billing), ErrInterrupted (the stream broke after its first
+// event) and ErrUnavailable (the proxy refuses to call: breaker open,
+// concurrency limit full). "Sent" is told from "never sent" with
+// net/http/httptrace, never by matching error strings.
+//
+// The policy (retries with exponential backoff and full jitter, Retry-After,
+// attempt cap, total deadline, retry budget, circuit breaker, concurrency
+// limit) is built from failsafe-go. Retries happen only where they cannot
+// bill twice: retryable outcomes always, ambiguous ones only toward an
+// upstream that honours Idempotency-Key. An interrupted stream is never
+// retried here: it is the caller's generation that failed.
+//
+// classify does not read streams or write to clients.
 package classify

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
@@ -29,7 +30,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr)
 		return
 	}
-	key := resume.NewKey()
+	var key string
 	if v := r.Header.Get("Idempotency-Key"); v != "" {
 		var err error
 		if key, err = resume.ParseKey(v); err != nil {
@@ -46,9 +47,13 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errShuttingDown)
 		return
 	}
-	id := resume.StreamID(s.tenant(r), key)
+	tenant, fp := s.tenant(r), resume.Fingerprint(r.URL.Path, body)
+	if key == "" {
+		key = s.keyless(r, tenant, fp)
+	}
+	id := resume.StreamID(tenant, key)
 	out, err := s.cfg.Resume.Begin(r.Context(), resume.Request{
-		ID: id, Key: key, Path: r.URL.Path, Fingerprint: resume.Fingerprint(r.URL.Path, body), Stream: stream,
+		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, Stream: stream,
 	})
 	switch {
 	case errors.Is(err, resume.ErrMismatch):
@@ -76,6 +81,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	case resume.Start:
 		s.start(w, r, id, out, body, cur)
 	case resume.Replay:
+		h.Set("Reprise-Attempts", "0") // this answer cost no upstream request
 		h.Set("Idempotent-Replayed", "true")
 		if streamed(rec) {
 			s.serveSSE(w, r, id, rec, cur)
@@ -83,12 +89,34 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 			s.serveResult(w, r, id, rec)
 		}
 	case resume.Attach:
+		h.Set("Reprise-Attempts", "0")
 		if streamed(rec) {
 			s.serveSSE(w, r, id, rec, cur)
 		} else {
 			s.awaitResult(w, r, id, rec)
 		}
 	}
+}
+
+// keyless picks the key of a request that came without one. An SDK retry
+// (X-Stainless-Retry-Count ≥ 1) of a body the same tenant sent within the
+// window gets that request's key, so it attaches or replays instead of
+// generating again; any other request gets a fresh key, remembered for its
+// own retries. Fresh requests are never deduplicated by content.
+func (s *Server) keyless(r *http.Request, tenant, fp string) string {
+	cid := resume.ContentID(tenant, fp)
+	if n, err := strconv.Atoi(r.Header.Get("X-Stainless-Retry-Count")); err == nil && n >= 1 && s.cfg.SDKRetryWindow > 0 {
+		key, ok, err := s.cfg.Resume.LookupContent(r.Context(), cid, s.cfg.SDKRetryWindow)
+		if err == nil && ok {
+			s.metrics.decisions.WithLabelValues("sdk_retry").Inc()
+			return key
+		}
+	}
+	key := resume.NewKey()
+	if err := s.cfg.Resume.RememberContent(r.Context(), cid, key); err != nil {
+		s.cfg.Logger.Warn("remembering a keyless request failed; its SDK retries will generate again", "err", err)
+	}
+	return key
 }
 
 // readCreate validates a POST and returns its body and whether it asks for a stream.
@@ -161,7 +189,11 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, id string, out re
 		return // the pump goes on without this client
 	}
 	resp := p.tail.headResp
+	w.Header().Set("Reprise-Attempts", strconv.Itoa(resp.attempts))
 	if !resp.streaming {
+		if ra := seconds(resp.retryAfter); ra > 0 && resp.status >= 400 {
+			w.Header().Set("Retry-After", strconv.Itoa(ra))
+		}
 		writeRaw(w, resp.status, resp.contentType, resp.body)
 		return
 	}

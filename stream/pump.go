@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
 
+	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -102,36 +104,61 @@ func countEvents(appended uint64) uint64 {
 	return appended - 1
 }
 
-// generate calls the upstream and journals its answer. It returns the result
-// to record; the end marker is appended by the caller.
+// generate calls the upstream through the call policy and journals its
+// answer. It returns the result to record; the end marker is appended by
+// the caller.
 func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
-	resp, err := p.call(ctx)
+	release, err := p.s.cfg.Policy.Acquire(ctx)
 	if err != nil {
-		e := errUnreachable
-		if ctx.Err() != nil {
-			e = errProxyShutdown
-		}
-		p.log.Warn("upstream call failed", "err", err)
-		p.fail(ctx, w, e.Status, "application/json", e.body(), e)
-		return resume.Result{State: resume.Failed, Status: e.Status, Error: e.Code}
+		return p.refuse(ctx, w, err, 0)
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, p.s.cfg.MaxGeneration)
+	defer cancel()
+	// The stream is read under its own context, so the idle watchdog can
+	// cut a stalled upstream.
+	streamCtx, stall := context.WithCancelCause(ctx)
+	defer stall(nil)
+	resp, attempts, err := p.s.cfg.Policy.Do(streamCtx, p.newRequest)
+	if err != nil {
+		return p.refuse(ctx, w, err, attempts)
 	}
 	defer resp.Body.Close()
 
 	ct := resp.Header.Get("Content-Type")
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		e := upstreamError(resp.StatusCode, body)
-		p.fail(ctx, w, resp.StatusCode, ct, body, e)
-		return resume.Result{State: resume.Failed, Status: resp.StatusCode, ContentType: ct, Error: e.Code}
-	}
 	if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" {
-		p.tail.answer(&upstreamResponse{status: resp.StatusCode, contentType: ct, streaming: true})
-		return p.events(ctx, w, resp.Body)
+		p.tail.answer(&upstreamResponse{status: resp.StatusCode, contentType: ct, streaming: true, attempts: attempts})
+		return p.events(ctx, streamCtx, w, resp.Body, stall)
 	}
-	return p.result(ctx, w, resp, ct)
+	return p.result(ctx, w, resp, ct, attempts)
 }
 
-func (p *pump) call(ctx context.Context) (*http.Response, error) {
+// errStalled cuts an upstream stream that sent nothing for the idle timeout.
+var errStalled = errors.New("stream: upstream sent no event within the idle timeout")
+
+// refuse records a call that produced no answer to journal: the initiating
+// client gets the upstream's status and body (or the proxy's error), every
+// other reader the error event.
+func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempts int) resume.Result {
+	var ce *classify.Error
+	if !errors.As(err, &ce) {
+		ce = &classify.Error{Kind: classify.ErrUnavailable, Status: errProxyShutdown.Status, Code: errProxyShutdown.Code, Err: err}
+		if ctx.Err() == nil {
+			ce.Kind, ce.Status, ce.Code = classify.ErrRetryable, http.StatusBadGateway, errUnreachable.Code
+		}
+	}
+	p.log.Warn("upstream call failed", "attempts", attempts, "status", ce.Status, "code", ce.Code, "err", err)
+	e := upstreamError(ce)
+	body, ct := ce.Body, ce.ContentType
+	if len(body) == 0 {
+		body, ct = e.body(), "application/json"
+	}
+	_ = w.Append(context.WithoutCancel(ctx), typeError, e.body())
+	p.tail.answer(&upstreamResponse{status: ce.Status, contentType: ct, body: body, attempts: attempts, retryAfter: ce.RetryAfter})
+	return resume.Result{State: resume.Failed, Status: ce.Status, ContentType: ct, Error: e.Code}
+}
+
+func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.s.cfg.Upstream.JoinPath(p.path).String(), bytes.NewReader(p.body))
 	if err != nil {
 		return nil, err
@@ -144,12 +171,20 @@ func (p *pump) call(ctx context.Context) (*http.Response, error) {
 	if req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	return p.s.cfg.Client.Do(req)
+	if p.s.cfg.UpstreamIdempotency {
+		// The upstream deduplicates by key: a retried ambiguous attempt
+		// cannot bill twice. One key per generation.
+		req.Header.Set("Idempotency-Key", p.ref.ID+"-"+strconv.FormatUint(p.ref.Gen, 10))
+	}
+	return req, nil
 }
 
 // events journals an upstream SSE stream. Only a stream that reached its
-// terminal event counts as completed.
-func (p *pump) events(ctx context.Context, w *journal.Writer, body io.Reader) resume.Result {
+// terminal event counts as completed; one that breaks, stalls for the idle
+// timeout or runs past the generation cap is interrupted, never retried.
+func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io.Reader, stall context.CancelCauseFunc) resume.Result {
+	idle := time.AfterFunc(p.s.cfg.IdleTimeout, func() { stall(errStalled) })
+	defer idle.Stop()
 	var n uint64
 	terminal := false
 	var readErr error
@@ -158,6 +193,7 @@ func (p *pump) events(ctx context.Context, w *journal.Writer, body io.Reader) re
 			readErr = err
 			break
 		}
+		idle.Reset(p.s.cfg.IdleTimeout)
 		if terminal {
 			continue // nothing after the terminal event counts
 		}
@@ -169,16 +205,19 @@ func (p *pump) events(ctx context.Context, w *journal.Writer, body io.Reader) re
 		n++
 		terminal = isTerminal(ev.Type, data)
 	}
-	if terminal && readErr == nil || terminal && errors.Is(readErr, io.ErrUnexpectedEOF) {
+	if terminal && (readErr == nil || errors.Is(readErr, io.ErrUnexpectedEOF)) {
 		return resume.Result{State: resume.Completed, Status: http.StatusOK, ContentType: "text/event-stream"}
 	}
-	e := errInterrupted
-	if err := w.Err(); err != nil {
+	e := upstreamError(classify.Interrupted(readErr))
+	switch {
+	case w.Err() != nil:
 		e = errJournalFailure
-	} else if ctx.Err() != nil {
+	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
 		e = errProxyShutdown
+	case errors.Is(context.Cause(streamCtx), errStalled):
+		e.Message = "the upstream sent no event for " + p.s.cfg.IdleTimeout.String() + "; no result was stored"
 	}
-	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", readErr)
+	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", readErr, "code", e.Code)
 	_ = w.Append(context.WithoutCancel(ctx), typeError, e.body())
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
 }
@@ -202,11 +241,12 @@ func isTerminal(typ string, data []byte) bool {
 }
 
 // result journals a non-streamed upstream body in chunks.
-func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Response, ct string) resume.Result {
+func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Response, ct string, attempts int) resume.Result {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, p.s.cfg.MaxResult+1))
 	if err != nil || int64(len(body)) > p.s.cfg.MaxResult {
 		e := errUpstreamBody
-		p.fail(ctx, w, e.Status, "application/json", e.body(), e)
+		_ = w.Append(context.WithoutCancel(ctx), typeError, e.body())
+		p.tail.answer(&upstreamResponse{status: e.Status, contentType: "application/json", body: e.body(), attempts: attempts})
 		return resume.Result{State: resume.Failed, Status: e.Status, Error: e.Code}
 	}
 	for off := 0; off < len(body) || off == 0; off += chunkSize {
@@ -218,31 +258,52 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 			break
 		}
 	}
-	p.tail.answer(&upstreamResponse{status: resp.StatusCode, contentType: ct, body: body})
+	p.tail.answer(&upstreamResponse{status: resp.StatusCode, contentType: ct, body: body, attempts: attempts})
 	return resume.Result{State: resume.Completed, Status: resp.StatusCode, ContentType: ct}
 }
 
-// fail records an answer that is not a result: the initiating client gets
-// the upstream's status and body, every other reader the error event.
-func (p *pump) fail(ctx context.Context, w *journal.Writer, status int, ct string, body []byte, e *apiError) {
-	_ = w.Append(context.WithoutCancel(ctx), typeError, e.body())
-	p.tail.answer(&upstreamResponse{status: status, contentType: ct, body: body})
-}
-
-// upstreamError keeps an upstream's OpenAI-shaped error, or wraps another body.
-func upstreamError(status int, body []byte) *apiError {
+// upstreamError is the OpenAI-shaped error for a classified failure: the
+// upstream's own error when it answered with one, else the proxy's.
+func upstreamError(ce *classify.Error) *apiError {
+	if ce.Code != "" {
+		return &apiError{Status: ce.Status, Code: ce.Code, Type: errorType(ce.Status), Message: proxyMessages[ce.Code], RetryAfter: seconds(ce.RetryAfter)}
+	}
 	var v struct {
 		Error *apiError `json:"error"`
 	}
-	if json.Unmarshal(body, &v) == nil && v.Error != nil && v.Error.Message != "" {
-		v.Error.Status = status
+	if json.Unmarshal(ce.Body, &v) == nil && v.Error != nil && v.Error.Message != "" {
+		v.Error.Status = ce.Status
 		if v.Error.Code == "" {
 			v.Error.Code = "upstream_error"
 		}
 		if v.Error.Type == "" {
-			v.Error.Type = errorType(status)
+			v.Error.Type = errorType(ce.Status)
 		}
+		v.Error.RetryAfter = seconds(ce.RetryAfter)
 		return v.Error
 	}
-	return newError(status, "upstream_error", "upstream answered "+http.StatusText(status))
+	e := newError(ce.Status, "upstream_error", "upstream answered "+http.StatusText(ce.Status))
+	e.RetryAfter = seconds(ce.RetryAfter)
+	return e
+}
+
+// proxyMessages explain the failures the proxy names itself.
+var proxyMessages = map[string]string{
+	"upstream_unreachable": "the upstream could not be reached",
+	"upstream_timeout":     "the upstream did not answer in time after the request was sent",
+	"upstream_no_response": "the connection to the upstream broke after the request was sent",
+	"upstream_tls":         "the upstream's TLS certificate is not trusted",
+	"upstream_unavailable": "the upstream is failing; the circuit breaker is open",
+	"upstream_saturated":   "too many generations are running toward the upstream",
+	"upstream_interrupted": "the upstream stream broke before it completed; no result was stored",
+	"proxy_shutdown":       "the proxy shut down before the generation completed",
+	"journal_failure":      "the journal could not store the stream",
+}
+
+// seconds rounds a wait up to whole seconds for Retry-After.
+func seconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
 }

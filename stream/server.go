@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -29,7 +30,30 @@ const (
 	DefaultAttachWait   = 30 * time.Second
 	DefaultHeartbeat    = 15 * time.Second
 	DefaultWriteTimeout = 30 * time.Second
+	// DefaultConnectTimeout bounds connecting to the upstream.
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultHeaderTimeout bounds the wait for a response head once the
+	// request was sent (then the attempt is ambiguous).
+	DefaultHeaderTimeout = 60 * time.Second
+	DefaultIdleTimeout   = 60 * time.Second
+	DefaultMaxGeneration = 30 * time.Minute
+	// DefaultSDKRetryWindow is how long a keyless request's SDK retries attach to it.
+	DefaultSDKRetryWindow = 10 * time.Minute
 )
+
+// DefaultClient is an upstream client with connect and response-head
+// timeouts and no overall timeout (streams are long).
+func DefaultClient(connect, head time.Duration) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   connect,
+		ResponseHeaderTimeout: head,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}}
+}
 
 // ErrInvalidOption wraps every configuration error.
 var ErrInvalidOption = errors.New("stream: invalid option")
@@ -42,9 +66,24 @@ type Config struct {
 	Resume *resume.Manager
 	// Upstream is the OpenAI-compatible base URL; request paths are joined to it. Required.
 	Upstream *url.URL
-	// Client calls the upstream. Default: a client with connect and
-	// response-header timeouts and no overall timeout (streams are long).
+	// Client calls the upstream. Default: DefaultClient(DefaultConnectTimeout, DefaultHeaderTimeout).
 	Client *http.Client
+	// Policy is the call policy toward the upstream (retries, budget,
+	// breaker, concurrency limit). Default: classify's defaults over Client.
+	Policy *classify.Policy
+	// UpstreamIdempotency: the upstream honours Idempotency-Key, so each
+	// generation's key is forwarded (and the policy may retry ambiguous
+	// failures). Default false.
+	UpstreamIdempotency bool
+	// IdleTimeout fails a stream that sends no event for this long
+	// (upstream_interrupted). Default DefaultIdleTimeout (60 s).
+	IdleTimeout time.Duration
+	// MaxGeneration caps one generation's total time. Default DefaultMaxGeneration (30 min).
+	MaxGeneration time.Duration
+	// SDKRetryWindow: a keyless SDK retry (X-Stainless-Retry-Count ≥ 1) of a
+	// body sent within this window attaches to it. 0 takes the default,
+	// negative disables. Default DefaultSDKRetryWindow (10 min).
+	SDKRetryWindow time.Duration
 	// Secret keys the tenant derivation from credentials. Required, ≥ 16 bytes.
 	Secret []byte
 	// MaxBody is the request body limit. Default DefaultMaxBody (32 MiB).
@@ -75,14 +114,19 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: secret must be at least 16 bytes", ErrInvalidOption)
 	}
 	if c.Client == nil {
-		c.Client = &http.Client{Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			ResponseHeaderTimeout: 120 * time.Second,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       90 * time.Second,
-			ForceAttemptHTTP2:     true,
-		}}
+		c.Client = DefaultClient(DefaultConnectTimeout, DefaultHeaderTimeout)
+	}
+	if c.Policy == nil {
+		p, err := classify.New(classify.Config{RetryAmbiguous: c.UpstreamIdempotency}, c.Client)
+		if err != nil {
+			return err
+		}
+		c.Policy = p
+	}
+	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&c.MaxGeneration, DefaultMaxGeneration)
+	if c.SDKRetryWindow == 0 {
+		c.SDKRetryWindow = DefaultSDKRetryWindow
 	}
 	setDefault(&c.MaxBody, DefaultMaxBody)
 	setDefault(&c.MaxEventSize, DefaultMaxEventSize)

@@ -3,6 +3,9 @@ package stream
 import (
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/classify"
 )
 
 func TestWantsJSON(t *testing.T) {
@@ -48,16 +51,28 @@ func TestIsTerminal(t *testing.T) {
 }
 
 func TestUpstreamError(t *testing.T) {
-	e := upstreamError(http.StatusTooManyRequests, []byte(`{"error":{"message":"slow down","type":"rate_limit_error","code":"rate_limited"}}`))
+	e := upstreamError(&classify.Error{Status: http.StatusTooManyRequests, Body: []byte(`{"error":{"message":"slow down","type":"rate_limit_error","code":"rate_limited"}}`)})
 	if e.Status != 429 || e.Message != "slow down" || e.Code != "rate_limited" || e.Type != "rate_limit_error" {
 		t.Errorf("kept error %+v", e)
 	}
-	e = upstreamError(http.StatusBadGateway, []byte(`<html>bad gateway</html>`))
+	e = upstreamError(&classify.Error{Status: http.StatusBadGateway, Body: []byte(`<html>bad gateway</html>`)})
 	if e.Status != 502 || e.Code != "upstream_error" || e.Type != "server_error" || e.Message == "" {
 		t.Errorf("wrapped error %+v", e)
 	}
-	e = upstreamError(http.StatusBadRequest, []byte(`{"error":{"message":"m"}}`))
+	e = upstreamError(&classify.Error{Status: http.StatusBadRequest, Body: []byte(`{"error":{"message":"m"}}`)})
 	if e.Code != "upstream_error" || e.Type != "invalid_request_error" {
 		t.Errorf("filled error %+v", e)
+	}
+}
+
+func TestUpstreamErrorProxyCodes(t *testing.T) {
+	e := upstreamError(&classify.Error{Status: 503, Code: "upstream_unavailable", RetryAfter: 1500 * time.Millisecond})
+	if e.Code != "upstream_unavailable" || e.Message == "" || e.RetryAfter != 2 || e.Type != "server_error" {
+		t.Errorf("proxy error %+v", e)
+	}
+	for code := range proxyMessages {
+		if upstreamError(&classify.Error{Status: 502, Code: code}).Message == "" {
+			t.Errorf("no message for %s", code)
+		}
 	}
 }

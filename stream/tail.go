@@ -2,6 +2,7 @@ package stream
 
 import (
 	"sync"
+	"time"
 
 	"github.com/reprise-dev/reprise/journal"
 )
@@ -27,6 +28,8 @@ type upstreamResponse struct {
 	contentType string
 	body        []byte
 	streaming   bool
+	attempts    int           // upstream requests made
+	retryAfter  time.Duration // known wait, for the client's Retry-After
 }
 
 func newTail() *tail {

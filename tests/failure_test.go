@@ -10,17 +10,21 @@ import (
 	"time"
 )
 
-// TestUpstreamErrorBeforeStream: an upstream error status reaches the client
-// with its body, the key is failed, and the same key may generate again.
+// TestUpstreamErrorBeforeStream: a fatal upstream status reaches the client
+// at once with its body, the key is failed, and the same key may generate
+// again. (Retryable statuses: retry_test.go.)
 func TestUpstreamErrorBeforeStream(t *testing.T) {
 	e := newEnv(t)
-	for _, status := range []int{400, 401, 404, 422, 429, 500, 503} {
+	for _, status := range []int{400, 401, 403, 404, 409, 422} {
 		prompt := uniquePrompt(t, "[tokens=3] [status="+itoa(status)+"] [retry_after=2]")
 		key := "k-err-" + itoa(status)
 		resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
 		body := readBody(t, resp)
 		if resp.StatusCode != status {
 			t.Fatalf("status %d, want %d (%s)", resp.StatusCode, status, body)
+		}
+		if got := resp.Header.Get("Reprise-Attempts"); got != "1" {
+			t.Errorf("%d: Reprise-Attempts %q, want 1", status, got)
 		}
 		var v struct {
 			Error struct{ Message, Type, Code string } `json:"error"`

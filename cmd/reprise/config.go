@@ -1,15 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
+
+	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/stream"
 )
 
-// config is the command line; every flag is also a REPRISE_* variable.
+// config is the command line. Every flag is also a REPRISE_* variable and
+// a config-file entry; a flag beats the variable, which beats the file.
 type config struct {
 	listen   string
 	upstream string
@@ -21,62 +27,145 @@ type config struct {
 	replicas int
 	secret   string
 	logLevel slog.Level
+
+	// Toward the upstream (package classify).
+	upstreamIdempotency bool
+	policy              classify.Config
+	connectTimeout      time.Duration
+	headerTimeout       time.Duration
+	idleTimeout         time.Duration
+	maxGeneration       time.Duration
+	sdkRetryWindow      time.Duration
 }
 
 var errUsage = errors.New("usage")
 
+func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("reprise", flag.ContinueOnError)
+	fs.StringVar(file, "config", "", "config file: one `name = value` per line, names as the flags")
+	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
+	fs.StringVar(&c.upstream, "upstream", "demo", "OpenAI-compatible base URL (http://host:port); demo = built-in fake model")
+	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret")
+	fs.StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
+	fs.DurationVar(&c.ttl, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept")
+	fs.DurationVar(&c.lease, "lease", 10*time.Second, "owner lease of a running generation; a dead owner's generation fails after it")
+	fs.DurationVar(&c.grace, "grace", 30*time.Second, "on SIGTERM, how long running generations may finish journaling")
+	fs.IntVar(&c.replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
+	fs.StringVar(&c.secret, "secret", "", "server secret for tenant ids (default: generated once under --data)")
+	fs.StringVar(level, "log-level", "info", "debug, info, warn or error")
+
+	fs.BoolVar(&c.upstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
+	fs.IntVar(&c.policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")
+	fs.DurationVar(&c.policy.BaseDelay, "retry-base-delay", classify.DefaultBaseDelay, "backoff base: wait before retry n is uniform in [0, min(max, base·2ⁿ⁻¹)]")
+	fs.DurationVar(&c.policy.MaxDelay, "retry-max-delay", classify.DefaultMaxDelay, "backoff cap")
+	fs.DurationVar(&c.policy.Deadline, "retry-deadline", classify.DefaultDeadline, "total time for attempts and waits until a response head; a wait that does not fit is not taken")
+	fs.Float64Var(&c.policy.BudgetRatio, "retry-budget", classify.DefaultBudgetRatio, "retries in flight at most this share of calls in flight")
+	fs.UintVar(&c.policy.BudgetMin, "retry-budget-min", classify.DefaultBudgetMin, "retries always allowed in flight, whatever the share")
+	fs.UintVar(&c.policy.BreakerFailures, "breaker-failures", classify.DefaultBreakerFailures, "consecutive upstream failures that open the circuit breaker")
+	fs.DurationVar(&c.policy.BreakerDelay, "breaker-delay", classify.DefaultBreakerDelay, "how long the breaker stays open before one probe")
+	fs.IntVar(&c.policy.MaxConcurrent, "upstream-concurrency", classify.DefaultMaxConcurrent, "generations in flight toward the upstream at most")
+	fs.DurationVar(&c.policy.QueueTimeout, "upstream-queue-timeout", classify.DefaultQueueTimeout, "how long a generation waits for a place before 503 upstream_saturated")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", stream.DefaultConnectTimeout, "connecting to the upstream (then the attempt is retryable)")
+	fs.DurationVar(&c.headerTimeout, "header-timeout", stream.DefaultHeaderTimeout, "waiting for a response head after the request was sent (then the attempt is ambiguous)")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", stream.DefaultIdleTimeout, "a stream with no event for this long is interrupted")
+	fs.DurationVar(&c.maxGeneration, "max-generation", stream.DefaultMaxGeneration, "one generation's total time at most")
+	fs.DurationVar(&c.sdkRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
+	return fs
+}
+
 func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("reprise", flag.ContinueOnError)
-	env := func(name, def string) string {
-		if v := getenv("REPRISE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); v != "" {
-			return v
-		}
-		return def
-	}
-	envDur := func(name string, def time.Duration) time.Duration {
-		if v := env(name, ""); v != "" {
-			if d, err := time.ParseDuration(v); err == nil {
-				return d
-			}
-		}
-		return def
-	}
-	fs.StringVar(&c.listen, "listen", env("listen", ":8080"), "HTTP listen address")
-	fs.StringVar(&c.upstream, "upstream", env("upstream", "demo"), "OpenAI-compatible base URL (http://host:port); demo = built-in fake model")
-	fs.StringVar(&c.data, "data", env("data", "./data"), "embedded JetStream storage and the server secret")
-	fs.StringVar(&c.nats, "nats", env("nats", ""), "external NATS cluster URL[,URL] instead of the embedded server")
-	fs.DurationVar(&c.ttl, "ttl", envDur("ttl", 24*time.Hour), "how long keys, journals and completed results are kept")
-	fs.DurationVar(&c.lease, "lease", envDur("lease", 10*time.Second), "owner lease of a running generation; a dead owner's generation fails after it")
-	fs.DurationVar(&c.grace, "grace", envDur("grace", 30*time.Second), "on SIGTERM, how long running generations may finish journaling")
-	fs.IntVar(&c.replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
-	fs.StringVar(&c.secret, "secret", env("secret", ""), "server secret for tenant ids (default: generated once under --data)")
-	level := fs.String("log-level", env("log_level", "info"), "debug, info, warn or error")
+	var level, file string
+	fs := newFlagSet(&c, &level, &file)
 	if err := fs.Parse(args); err != nil {
 		return c, errUsage
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if v := env("replicas", ""); v != "" && !flagSet(fs, "replicas") {
-		if _, err := fmt.Sscan(v, &c.replicas); err != nil {
-			return c, fmt.Errorf("REPRISE_REPLICAS: %w", err)
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	if file == "" {
+		file = getenv("REPRISE_CONFIG")
+	}
+	fromFile := map[string]string{}
+	if file != "" {
+		var err error
+		if fromFile, err = readConfigFile(file); err != nil {
+			return c, err
+		}
+		for name := range fromFile {
+			if fs.Lookup(name) == nil || name == "config" {
+				return c, fmt.Errorf("%s: unknown setting %q", file, name)
+			}
 		}
 	}
-	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
-		return c, fmt.Errorf("--log-level: %w", err)
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || onCommandLine[f.Name] || f.Name == "config" {
+			return
+		}
+		env := "REPRISE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %w", env, e)
+			}
+		} else if v, ok := fromFile[f.Name]; ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %s: %w", file, f.Name, e)
+			}
+		}
+	})
+	if err != nil {
+		return c, err
 	}
-	if c.ttl < time.Minute {
-		return c, fmt.Errorf("--ttl %s: must be at least 1m", c.ttl)
-	}
-	if c.lease < 100*time.Millisecond {
-		return c, fmt.Errorf("--lease %s: must be at least 100ms", c.lease)
-	}
-	return c, nil
+	return c, c.validate(level)
 }
 
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
+func (c *config) validate(level string) error {
+	if err := c.logLevel.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	switch {
+	case c.ttl < time.Minute:
+		return fmt.Errorf("--ttl %s: must be at least 1m", c.ttl)
+	case c.lease < 100*time.Millisecond:
+		return fmt.Errorf("--lease %s: must be at least 100ms", c.lease)
+	case c.connectTimeout <= 0 || c.headerTimeout <= 0 || c.idleTimeout <= 0 || c.maxGeneration <= 0:
+		return errors.New("timeouts must be positive")
+	case c.sdkRetryWindow < 0:
+		return errors.New("--sdk-retry-window must not be negative")
+	}
+	c.policy.RetryAmbiguous = c.upstreamIdempotency
+	probe := c.policy
+	if _, err := classify.New(probe, stream.DefaultClient(time.Second, time.Second)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// readConfigFile reads `name = value` lines; # starts a comment.
+func readConfigFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if i := strings.Index(line, "#"); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		if line == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: want name = value", path, n)
+		}
+		out[strings.TrimSpace(name)] = strings.Trim(strings.TrimSpace(value), `"`)
+	}
+	return out, sc.Err()
 }

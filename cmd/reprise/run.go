@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
@@ -56,7 +57,20 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	}
 	defer stopDemo()
 
-	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Upstream: upstream, Secret: secret, Logger: log, Registerer: prometheus.DefaultRegisterer})
+	sdkWindow := cfg.sdkRetryWindow
+	if sdkWindow == 0 {
+		sdkWindow = -1 // --sdk-retry-window 0 turns SDK retry absorption off
+	}
+	client := stream.DefaultClient(cfg.connectTimeout, cfg.headerTimeout)
+	policy, err := classify.New(cfg.policy, client)
+	if err != nil {
+		return err
+	}
+	srv, err := stream.New(stream.Config{
+		Journal: j, Resume: rm, Upstream: upstream, Client: client, Policy: policy,
+		UpstreamIdempotency: cfg.upstreamIdempotency, IdleTimeout: cfg.idleTimeout, MaxGeneration: cfg.maxGeneration,
+		SDKRetryWindow: sdkWindow, Secret: secret, Logger: log, Registerer: prometheus.DefaultRegisterer,
+	})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,135 @@
+package classify
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Kinds of upstream outcome. Match them with errors.Is.
+var (
+	ErrRetryable   = errors.New("classify: retryable upstream failure")
+	ErrFatal       = errors.New("classify: fatal upstream answer")
+	ErrAmbiguous   = errors.New("classify: request sent, no response")
+	ErrInterrupted = errors.New("classify: upstream stream interrupted")
+	ErrUnavailable = errors.New("classify: upstream unavailable")
+)
+
+// Error is a classified upstream outcome: what went wrong and what the
+// client should see.
+type Error struct {
+	// Kind is one of the sentinel kinds.
+	Kind error
+	// Status is the HTTP status for the client: the upstream's when it
+	// answered, else the proxy's (502, 503, 504).
+	Status int
+	// Code names the failure when the proxy made the answer
+	// (upstream_unreachable, upstream_timeout, upstream_tls,
+	// upstream_unavailable, upstream_saturated, upstream_interrupted);
+	// "" when the upstream answered.
+	Code string
+	// RetryAfter is how long the client should wait, when known.
+	RetryAfter time.Duration
+	// ContentType and Body are the upstream's error answer, if it gave one.
+	ContentType string
+	Body        []byte
+	// Attempts is how many upstream requests were made.
+	Attempts int
+	// Err is the underlying transport error, if any.
+	Err error
+}
+
+func (e *Error) Error() string {
+	msg := e.Kind.Error()
+	if e.Status != 0 {
+		msg += ": status " + strconv.Itoa(e.Status)
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is matches the error's kind.
+func (e *Error) Is(target error) bool { return target == e.Kind }
+
+// Unwrap returns the transport error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Status classifies an upstream answer's status code: nil for 2xx,
+// ErrRetryable for 429, 500, 502, 503 and 504, ErrFatal otherwise.
+func Status(code int) error {
+	switch {
+	case code >= 200 && code < 300:
+		return nil
+	case code == http.StatusTooManyRequests, code == http.StatusInternalServerError, code == http.StatusBadGateway,
+		code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout:
+		return ErrRetryable
+	}
+	return ErrFatal
+}
+
+// Response classifies a non-2xx upstream answer whose body (already read,
+// bounded) is body. now dates an HTTP-date Retry-After.
+func Response(resp *http.Response, body []byte, now time.Time) *Error {
+	kind := Status(resp.StatusCode)
+	if kind == nil {
+		return nil
+	}
+	ra, _ := RetryAfter(resp.Header, body, now)
+	return &Error{Kind: kind, Status: resp.StatusCode, RetryAfter: ra, ContentType: resp.Header.Get("Content-Type"), Body: body}
+}
+
+// Trace records, for one attempt, whether the request was fully written and
+// whether any response byte came back.
+type Trace struct {
+	wrote     atomic.Bool
+	firstByte atomic.Bool
+}
+
+// ClientTrace returns the httptrace hooks that fill t.
+func (t *Trace) ClientTrace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				t.wrote.Store(true)
+			}
+		},
+		GotFirstResponseByte: func() { t.firstByte.Store(true) },
+	}
+}
+
+// Wrote reports whether the whole request reached the connection.
+func (t *Trace) Wrote() bool { return t.wrote.Load() }
+
+// Transport classifies a failed round trip: untrusted TLS is fatal; a
+// request that was never fully written is retryable (the upstream cannot
+// have started); one that was written is ambiguous (it may be generating).
+func Transport(err error, t *Trace) *Error {
+	var certErr *tls.CertificateVerificationError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &certErr) || errors.As(err, &unknownAuth) || errors.As(err, &hostErr) || errors.As(err, &invalid) {
+		return &Error{Kind: ErrFatal, Status: http.StatusBadGateway, Code: "upstream_tls", Err: err}
+	}
+	if !t.Wrote() {
+		return &Error{Kind: ErrRetryable, Status: http.StatusBadGateway, Code: "upstream_unreachable", Err: err}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &Error{Kind: ErrAmbiguous, Status: http.StatusGatewayTimeout, Code: "upstream_timeout", Err: err}
+	}
+	return &Error{Kind: ErrAmbiguous, Status: http.StatusBadGateway, Code: "upstream_no_response", Err: err}
+}
+
+// Interrupted is the outcome of a stream that broke after its first event.
+func Interrupted(err error) *Error {
+	return &Error{Kind: ErrInterrupted, Status: http.StatusBadGateway, Code: "upstream_interrupted", Err: err}
+}

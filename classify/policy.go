@@ -1,0 +1,270 @@
+package classify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/budget"
+	"github.com/failsafe-go/failsafe-go/bulkhead"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+)
+
+// Defaults for Config.
+const (
+	DefaultMaxAttempts     = 3
+	DefaultBaseDelay       = 250 * time.Millisecond
+	DefaultMaxDelay        = 8 * time.Second
+	DefaultDeadline        = 30 * time.Second
+	DefaultBudgetRatio     = 0.1
+	DefaultBudgetMin       = 3
+	DefaultBreakerFailures = 5
+	DefaultBreakerDelay    = 30 * time.Second
+	DefaultMaxConcurrent   = 512
+	DefaultQueueTimeout    = 5 * time.Second
+	// maxErrorBody bounds how much of an upstream error answer is kept.
+	maxErrorBody = 1 << 20
+)
+
+// ErrInvalidOption wraps every configuration error.
+var ErrInvalidOption = errors.New("classify: invalid option")
+
+// Config is the call policy toward one upstream.
+type Config struct {
+	// MaxAttempts caps upstream requests per call, the first included. Default 3.
+	MaxAttempts int
+	// BaseDelay and MaxDelay shape exponential backoff with full jitter: the
+	// wait before retry n is uniform in [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)].
+	// Defaults 250 ms and 8 s.
+	BaseDelay, MaxDelay time.Duration
+	// Deadline bounds the whole call (every attempt and wait until a
+	// response head). A wait that does not fit is not taken: the last
+	// answer goes to the client. Default 30 s.
+	Deadline time.Duration
+	// RetryAmbiguous retries requests that were sent but got no response:
+	// only safe when the upstream honours Idempotency-Key. Default false.
+	RetryAmbiguous bool
+	// BudgetRatio caps retries in flight at this share of calls in flight,
+	// with BudgetMin retries always allowed (failsafe-go budget). Defaults 0.1 and 3.
+	BudgetRatio float64
+	BudgetMin   uint
+	// BreakerFailures consecutive failures (5xx, transport) open the
+	// breaker for BreakerDelay; then one probe decides. Defaults 5 and 30 s.
+	BreakerFailures uint
+	BreakerDelay    time.Duration
+	// MaxConcurrent caps generations in flight toward the upstream; a call
+	// waits up to QueueTimeout for a place. Defaults 512 and 5 s.
+	MaxConcurrent int
+	QueueTimeout  time.Duration
+	// Now is the clock for Retry-After dates. Default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) fill() error {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	def(&c.BaseDelay, DefaultBaseDelay)
+	def(&c.MaxDelay, DefaultMaxDelay)
+	def(&c.Deadline, DefaultDeadline)
+	def(&c.BreakerDelay, DefaultBreakerDelay)
+	def(&c.QueueTimeout, DefaultQueueTimeout)
+	if c.BudgetRatio == 0 {
+		c.BudgetRatio = DefaultBudgetRatio
+	}
+	if c.BudgetMin == 0 {
+		c.BudgetMin = DefaultBudgetMin
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = DefaultBreakerFailures
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	switch {
+	case c.MaxAttempts < 1 || c.MaxAttempts > 10:
+		return fmt.Errorf("%w: max attempts %d not in 1..10", ErrInvalidOption, c.MaxAttempts)
+	case c.BaseDelay < 0 || c.MaxDelay < c.BaseDelay:
+		return fmt.Errorf("%w: backoff %s..%s", ErrInvalidOption, c.BaseDelay, c.MaxDelay)
+	case c.Deadline < 0 || c.BreakerDelay < 0 || c.QueueTimeout < 0:
+		return fmt.Errorf("%w: negative duration", ErrInvalidOption)
+	case c.BudgetRatio < 0 || c.BudgetRatio > 1:
+		return fmt.Errorf("%w: budget ratio %v not in 0..1", ErrInvalidOption, c.BudgetRatio)
+	case c.MaxConcurrent < 1:
+		return fmt.Errorf("%w: max concurrent %d", ErrInvalidOption, c.MaxConcurrent)
+	}
+	return nil
+}
+
+// Policy calls one upstream under the configured policy. It is safe for
+// concurrent use; the budget, breaker and limit are shared by all calls.
+type Policy struct {
+	cfg     Config
+	client  *http.Client
+	budget  budget.Budget
+	breaker circuitbreaker.CircuitBreaker[*http.Response]
+	limit   bulkhead.Bulkhead[*http.Response]
+}
+
+// New returns a Policy that sends requests with client.
+func New(cfg Config, client *http.Client) (*Policy, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if client == nil {
+		return nil, fmt.Errorf("%w: no http client", ErrInvalidOption)
+	}
+	p := &Policy{cfg: cfg, client: client}
+	p.budget = budget.NewBuilder().WithMaxRate(cfg.BudgetRatio).WithMinConcurrency(cfg.BudgetMin).Build()
+	p.breaker = circuitbreaker.NewBuilder[*http.Response]().
+		HandleIf(func(_ *http.Response, err error) bool { return breakerFailure(err) }).
+		WithFailureThreshold(cfg.BreakerFailures).
+		WithDelay(cfg.BreakerDelay).
+		WithSuccessThreshold(1).
+		Build()
+	p.limit = bulkhead.NewBuilder[*http.Response](uint(cfg.MaxConcurrent)).WithMaxWaitTime(cfg.QueueTimeout).Build()
+	return p, nil
+}
+
+// breakerFailure: upstream health failures (5xx, no connection, no
+// answer), not the caller's mistakes (4xx) nor rate limits.
+func breakerFailure(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err != nil && !errors.Is(err, context.Canceled)
+	}
+	return (e.Kind == ErrRetryable || e.Kind == ErrAmbiguous) && e.Status != http.StatusTooManyRequests
+}
+
+// Acquire takes a place under the concurrency limit, waiting up to the
+// queue timeout; release returns it. A full limit is ErrUnavailable
+// (upstream_saturated).
+func (p *Policy) Acquire(ctx context.Context) (release func(), err error) {
+	if err := p.limit.AcquirePermitWithMaxWait(ctx, p.cfg.QueueTimeout); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &Error{Kind: ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "upstream_saturated", RetryAfter: time.Second, Err: err}
+	}
+	var once sync.Once
+	return func() { once.Do(p.limit.ReleasePermit) }, nil
+}
+
+// BreakerOpen reports whether the breaker currently refuses calls.
+func (p *Policy) BreakerOpen() bool { return p.breaker.IsOpen() }
+
+// Do sends the request newRequest builds (once per attempt) and retries
+// what may be retried. It returns a 2xx response with its body open, or an
+// *Error; attempts counts the requests made either way.
+func (p *Policy) Do(ctx context.Context, newRequest func(context.Context) (*http.Request, error)) (resp *http.Response, attempts int, err error) {
+	c := &call{p: p, deadline: p.cfg.Now().Add(p.cfg.Deadline)}
+	rp := retrypolicy.NewBuilder[*http.Response]().
+		HandleIf(func(_ *http.Response, err error) bool { return c.retryable(err) }).
+		AbortIf(func(_ *http.Response, err error) bool { return c.abort(err) }).
+		AbortOnErrors(context.Canceled, context.DeadlineExceeded, circuitbreaker.ErrOpen).
+		WithMaxAttempts(p.cfg.MaxAttempts).
+		WithDelayFunc(func(failsafe.ExecutionAttempt[*http.Response]) time.Duration { return c.wait }).
+		WithBudget(p.budget).
+		ReturnLastFailure().
+		Build()
+	resp, err = failsafe.With[*http.Response](rp, p.breaker).WithContext(ctx).
+		GetWithExecution(func(exec failsafe.Execution[*http.Response]) (*http.Response, error) {
+			c.attempts++
+			return c.attempt(exec.Context(), newRequest)
+		})
+	return resp, c.attempts, c.final(err)
+}
+
+// call is one Do: its attempts, its last classified failure and the wait
+// chosen before the next attempt.
+type call struct {
+	p        *Policy
+	deadline time.Time
+	attempts int
+	last     *Error
+	wait     time.Duration
+}
+
+func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*http.Request, error)) (*http.Response, error) {
+	var t Trace
+	req, err := newRequest(httptrace.WithClientTrace(ctx, t.ClientTrace()))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.p.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		c.last = Transport(err, &t)
+		return nil, c.last
+	}
+	if Status(resp.StatusCode) == nil {
+		return resp, nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body.Close()
+	c.last = Response(resp, body, c.p.cfg.Now())
+	return nil, c.last
+}
+
+func (c *call) retryable(err error) bool {
+	return errors.Is(err, ErrRetryable) || (c.p.cfg.RetryAmbiguous && errors.Is(err, ErrAmbiguous))
+}
+
+// abort decides, before every wait, whether the next attempt may happen:
+// the wait (Retry-After, or backoff with full jitter) must fit the deadline.
+func (c *call) abort(err error) bool {
+	if !c.retryable(err) {
+		return false
+	}
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		c.wait = e.RetryAfter
+	} else {
+		ceil := min(c.p.cfg.MaxDelay, c.p.cfg.BaseDelay<<min(c.attempts-1, 20))
+		c.wait = time.Duration(rand.Int64N(int64(ceil) + 1))
+	}
+	return c.p.cfg.Now().Add(c.wait).After(c.deadline)
+}
+
+// final maps what failsafe returned to the call's outcome.
+func (c *call) final(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, circuitbreaker.ErrOpen):
+		if c.last != nil && c.attempts > 1 {
+			c.last.Attempts = c.attempts - 1
+			return c.last // the breaker opened during our retries: the answer we had
+		}
+		ra := c.p.breaker.RemainingDelay()
+		return &Error{Kind: ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "upstream_unavailable",
+			RetryAfter: max(ra, time.Second), Attempts: c.attempts - 1, Err: err}
+	case errors.Is(err, budget.ErrExceeded) && c.last != nil:
+		c.last.Attempts = c.attempts
+		return c.last
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		e.Attempts = c.attempts
+		return e
+	}
+	return err
+}
