@@ -49,6 +49,8 @@ type envOptions struct {
 	abandon bool
 	// upstream replaces the fake model (tests of odd upstreams).
 	upstream http.Handler
+	// configure adjusts the proxy's config before it starts (policies, timeouts).
+	configure func(*stream.Config)
 }
 
 type envOption func(*envOptions)
@@ -59,6 +61,10 @@ func withNATSPort() envOption                  { return func(o *envOptions) { o.
 func withTokenDelay(d time.Duration) envOption { return func(o *envOptions) { o.tokenDelay = d } }
 func withAbandon() envOption                   { return func(o *envOptions) { o.abandon = true } }
 func withUpstream(h http.Handler) envOption    { return func(o *envOptions) { o.upstream = h } }
+
+// withConfig adjusts the proxy's stream.Config (e.g. set Policy, timeouts)
+// before each start.
+func withConfig(f func(*stream.Config)) envOption { return func(o *envOptions) { o.configure = f } }
 
 func testLogger() *slog.Logger {
 	level := slog.LevelError
@@ -120,10 +126,14 @@ func (e *env) startProxy() {
 	}
 	up, _ := url.Parse(e.llmSrv.URL)
 	e.reg = prometheus.NewRegistry()
-	srv, err := stream.New(stream.Config{
+	cfg := stream.Config{
 		Journal: j, Resume: rm, Upstream: up, Secret: testSecret, Logger: testLogger(), Registerer: e.reg,
 		AttachWait: e.opt.attachWait, Heartbeat: 500 * time.Millisecond,
-	})
+	}
+	if e.opt.configure != nil {
+		e.opt.configure(&cfg)
+	}
+	srv, err := stream.New(cfg)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
