@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -53,5 +55,39 @@ func TestUpstreamURL(t *testing.T) {
 	u, _, err := upstreamURL(config{upstream: "https://api.example.test/v1/"}, nil)
 	if err != nil || u.String() != "https://api.example.test" {
 		t.Errorf("got %v, %v; want the base without /v1", u, err)
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "reprise.conf")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("# settings\nretry-attempts = 5\nlisten = \":7\"\nbreaker-delay = 2s # comment\nupstream-idempotency = true\n")
+	env := map[string]string{"REPRISE_LISTEN": ":8"}
+	c, err := parseConfig([]string{"--config", path, "--breaker-delay", "3s"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.policy.MaxAttempts != 5 || c.listen != ":8" || c.policy.BreakerDelay != 3*time.Second || !c.upstreamIdempotency || !c.policy.RetryAmbiguous {
+		t.Errorf("precedence flag > env > file broken: %+v", c)
+	}
+	for name, body := range map[string]string{
+		"unknown name": "nope = 1\n",
+		"no equals":    "retry-attempts 5\n",
+		"bad value":    "retry-attempts = many\n",
+		"out of range": "retry-attempts = 50\n",
+	} {
+		write(body)
+		if _, err := parseConfig([]string{"--config", path}, func(string) string { return "" }); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := parseConfig([]string{"--config", filepath.Join(dir, "missing")}, func(string) string { return "" }); err == nil {
+		t.Error("missing file accepted")
 	}
 }
