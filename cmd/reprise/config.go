@@ -42,7 +42,7 @@ var errUsage = errors.New("usage")
 
 func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("reprise", flag.ContinueOnError)
-	fs.StringVar(file, "config", "", "config file: one `name = value` per line, names as the flags")
+	fs.StringVar(file, "config", "", "settings `FILE`: one name = value line per setting, names as the flags (a flag beats REPRISE_*, which beats the file)")
 	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
 	fs.StringVar(&c.upstream, "upstream", "demo", "OpenAI-compatible base URL (http://host:port); demo = built-in fake model")
 	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret")
@@ -78,6 +78,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var level, file string
 	fs := newFlagSet(&c, &level, &file)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
 		return c, errUsage
 	}
 	if fs.NArg() > 0 {
