@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
-	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
@@ -25,7 +25,8 @@ const (
 	DefaultMaxDelay        = 8 * time.Second
 	DefaultDeadline        = 30 * time.Second
 	DefaultBudgetRatio     = 0.1
-	DefaultBudgetMin       = 3
+	DefaultBudgetMin       = 10
+	DefaultBudgetWindow    = 10 * time.Second
 	DefaultBreakerFailures = 5
 	DefaultBreakerDelay    = 30 * time.Second
 	DefaultMaxConcurrent   = 512
@@ -52,10 +53,12 @@ type Config struct {
 	// RetryAmbiguous retries requests that were sent but got no response:
 	// only safe when the upstream honours Idempotency-Key. Default false.
 	RetryAmbiguous bool
-	// BudgetRatio caps retries in flight at this share of calls in flight,
-	// with BudgetMin retries always allowed (failsafe-go budget). Defaults 0.1 and 3.
-	BudgetRatio float64
-	BudgetMin   uint
+	// BudgetRatio caps retries at this share of calls over the last
+	// BudgetWindow, with BudgetMin retries per window always allowed (so a
+	// quiet proxy can still retry). Defaults 0.1, 10 and 10 s.
+	BudgetRatio  float64
+	BudgetMin    uint
+	BudgetWindow time.Duration
 	// BreakerFailures consecutive failures (5xx, transport) open the
 	// breaker for BreakerDelay; then one probe decides. Defaults 5 and 30 s.
 	BreakerFailures uint
@@ -82,6 +85,7 @@ func (c *Config) fill() error {
 	def(&c.Deadline, DefaultDeadline)
 	def(&c.BreakerDelay, DefaultBreakerDelay)
 	def(&c.QueueTimeout, DefaultQueueTimeout)
+	def(&c.BudgetWindow, DefaultBudgetWindow)
 	if c.BudgetRatio == 0 {
 		c.BudgetRatio = DefaultBudgetRatio
 	}
@@ -102,9 +106,9 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: max attempts %d not in 1..10", ErrInvalidOption, c.MaxAttempts)
 	case c.BaseDelay < 0 || c.MaxDelay < c.BaseDelay:
 		return fmt.Errorf("%w: backoff %s..%s", ErrInvalidOption, c.BaseDelay, c.MaxDelay)
-	case c.Deadline < 0 || c.BreakerDelay < 0 || c.QueueTimeout < 0:
+	case c.Deadline < 0 || c.BreakerDelay < 0 || c.QueueTimeout < 0 || c.BudgetWindow < budgetBuckets*time.Millisecond:
 		return fmt.Errorf("%w: negative duration", ErrInvalidOption)
-	case c.BudgetRatio < 0 || c.BudgetRatio > 1:
+	case c.BudgetRatio < 0 || c.BudgetRatio > 1 || math.IsNaN(c.BudgetRatio):
 		return fmt.Errorf("%w: budget ratio %v not in 0..1", ErrInvalidOption, c.BudgetRatio)
 	case c.MaxConcurrent < 1:
 		return fmt.Errorf("%w: max concurrent %d", ErrInvalidOption, c.MaxConcurrent)
@@ -117,7 +121,7 @@ func (c *Config) fill() error {
 type Policy struct {
 	cfg     Config
 	client  *http.Client
-	budget  budget.Budget
+	budget  *budget
 	breaker circuitbreaker.CircuitBreaker[*http.Response]
 	limit   bulkhead.Bulkhead[*http.Response]
 }
@@ -131,7 +135,7 @@ func New(cfg Config, client *http.Client) (*Policy, error) {
 		return nil, fmt.Errorf("%w: no http client", ErrInvalidOption)
 	}
 	p := &Policy{cfg: cfg, client: client}
-	p.budget = budget.NewBuilder().WithMaxRate(cfg.BudgetRatio).WithMinConcurrency(cfg.BudgetMin).Build()
+	p.budget = newBudget(cfg.BudgetRatio, int(cfg.BudgetMin), cfg.BudgetWindow, cfg.Now)
 	p.breaker = circuitbreaker.NewBuilder[*http.Response]().
 		HandleIf(func(_ *http.Response, err error) bool { return breakerFailure(err) }).
 		WithFailureThreshold(cfg.BreakerFailures).
@@ -147,7 +151,7 @@ func New(cfg Config, client *http.Client) (*Policy, error) {
 func breakerFailure(err error) bool {
 	var e *Error
 	if !errors.As(err, &e) {
-		return err != nil && !errors.Is(err, context.Canceled)
+		return false // the caller's cancellation or a request it could not build
 	}
 	return (e.Kind == ErrRetryable || e.Kind == ErrAmbiguous) && e.Status != http.StatusTooManyRequests
 }
@@ -166,6 +170,11 @@ func (p *Policy) Acquire(ctx context.Context) (release func(), err error) {
 	return func() { once.Do(p.limit.ReleasePermit) }, nil
 }
 
+// RetriesAmbiguous reports whether the policy retries requests that were
+// sent but got no answer (safe only toward an upstream that honours
+// Idempotency-Key).
+func (p *Policy) RetriesAmbiguous() bool { return p.cfg.RetryAmbiguous }
+
 // BreakerOpen reports whether the breaker currently refuses calls.
 func (p *Policy) BreakerOpen() bool { return p.breaker.IsOpen() }
 
@@ -174,13 +183,15 @@ func (p *Policy) BreakerOpen() bool { return p.breaker.IsOpen() }
 // *Error; attempts counts the requests made either way.
 func (p *Policy) Do(ctx context.Context, newRequest func(context.Context) (*http.Request, error)) (resp *http.Response, attempts int, err error) {
 	c := &call{p: p, deadline: p.cfg.Now().Add(p.cfg.Deadline)}
+	p.budget.call()
 	rp := retrypolicy.NewBuilder[*http.Response]().
 		HandleIf(func(_ *http.Response, err error) bool { return c.retryable(err) }).
-		AbortIf(func(_ *http.Response, err error) bool { return c.abort(err) }).
-		AbortOnErrors(context.Canceled, context.DeadlineExceeded, circuitbreaker.ErrOpen).
+		// Only the caller's own cancellation ends the call; a transport
+		// timeout is an outcome to classify (it may match DeadlineExceeded).
+		AbortIf(func(_ *http.Response, err error) bool { return ctx.Err() != nil || c.abort(err) }).
+		AbortOnErrors(circuitbreaker.ErrOpen).
 		WithMaxAttempts(p.cfg.MaxAttempts).
 		WithDelayFunc(func(failsafe.ExecutionAttempt[*http.Response]) time.Duration { return c.wait }).
-		WithBudget(p.budget).
 		ReturnLastFailure().
 		Build()
 	resp, err = failsafe.With[*http.Response](rp, p.breaker).WithContext(ctx).
@@ -201,27 +212,55 @@ type call struct {
 	wait     time.Duration
 }
 
+// errDeadline cuts an attempt still waiting for its response head when the
+// call's deadline passes.
+var errDeadline = errors.New("classify: call deadline passed")
+
 func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*http.Request, error)) (*http.Response, error) {
 	var t Trace
-	req, err := newRequest(httptrace.WithClientTrace(ctx, t.ClientTrace()))
+	actx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(time.Until(c.deadline), func() { cancel(errDeadline) })
+	req, err := newRequest(httptrace.WithClientTrace(actx, t.ClientTrace()))
 	if err != nil {
+		timer.Stop()
+		cancel(nil)
 		return nil, err
 	}
 	resp, err := c.p.client.Do(req)
+	cut := !timer.Stop()
 	if err != nil {
+		cancel(nil)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		c.last = Transport(err, &t)
+		if cut && c.last.Kind != ErrFatal {
+			c.last.Status, c.last.Code = http.StatusGatewayTimeout, "upstream_timeout"
+		}
 		return nil, c.last
 	}
 	if Status(resp.StatusCode) == nil {
+		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 		return resp, nil
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	resp.Body.Close()
+	cancel(nil)
 	c.last = Response(resp, body, c.p.cfg.Now())
 	return nil, c.last
+}
+
+// cancelOnClose releases an attempt's context when its body is closed: the
+// body of a stream lives as long as the stream.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
 }
 
 func (c *call) retryable(err error) bool {
@@ -229,9 +268,10 @@ func (c *call) retryable(err error) bool {
 }
 
 // abort decides, before every wait, whether the next attempt may happen:
-// the wait (Retry-After, or backoff with full jitter) must fit the deadline.
+// attempts must be left, the wait (Retry-After, or backoff with full jitter)
+// must fit the deadline, and the retry budget must allow one more.
 func (c *call) abort(err error) bool {
-	if !c.retryable(err) {
+	if !c.retryable(err) || c.attempts >= c.p.cfg.MaxAttempts {
 		return false
 	}
 	var e *Error
@@ -241,7 +281,10 @@ func (c *call) abort(err error) bool {
 		ceil := min(c.p.cfg.MaxDelay, c.p.cfg.BaseDelay<<min(c.attempts-1, 20))
 		c.wait = time.Duration(rand.Int64N(int64(ceil) + 1))
 	}
-	return c.p.cfg.Now().Add(c.wait).After(c.deadline)
+	if c.p.cfg.Now().Add(c.wait).After(c.deadline) {
+		return true
+	}
+	return !c.p.budget.retry()
 }
 
 // final maps what failsafe returned to the call's outcome.
@@ -250,16 +293,13 @@ func (c *call) final(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, circuitbreaker.ErrOpen):
-		if c.last != nil && c.attempts > 1 {
-			c.last.Attempts = c.attempts - 1
+		if c.last != nil {
+			c.last.Attempts = c.attempts
 			return c.last // the breaker opened during our retries: the answer we had
 		}
 		ra := c.p.breaker.RemainingDelay()
 		return &Error{Kind: ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "upstream_unavailable",
-			RetryAfter: max(ra, time.Second), Attempts: c.attempts - 1, Err: err}
-	case errors.Is(err, budget.ErrExceeded) && c.last != nil:
-		c.last.Attempts = c.attempts
-		return c.last
+			RetryAfter: max(ra, time.Second), Attempts: c.attempts, Err: err}
 	}
 	var e *Error
 	if errors.As(err, &e) {

@@ -1,7 +1,9 @@
 package classify
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -39,6 +41,9 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	}
 	if v[0] >= '0' && v[0] <= '9' {
 		n, err := strconv.ParseUint(v, 10, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			return MaxRetryAfter, true // all digits, just huge
+		}
 		if err != nil {
 			return 0, false
 		}
@@ -63,26 +68,27 @@ func parseMillis(v string) (time.Duration, bool) {
 }
 
 func bodyRetryAfter(body []byte) (time.Duration, bool) {
+	body = bytes.TrimLeft(body, " \t\r\n")
 	if len(body) == 0 || body[0] != '{' {
 		return 0, false
 	}
-	var v struct {
-		RetryAfter *float64 `json:"retry_after"`
-		Error      *struct {
-			RetryAfter *float64 `json:"retry_after"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(body, &v) != nil {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
 		return 0, false
 	}
-	s := v.RetryAfter
-	if s == nil && v.Error != nil {
-		s = v.Error.RetryAfter
+	raw, ok := top["retry_after"]
+	if !ok || string(raw) == "null" { // {"error": {"retry_after": …}}; "error" may also be a plain string
+		var inner map[string]json.RawMessage
+		if json.Unmarshal(top["error"], &inner) != nil {
+			return 0, false
+		}
+		raw = inner["retry_after"]
 	}
-	if s == nil || *s < 0 || math.IsNaN(*s) || math.IsInf(*s, 0) {
+	var secs float64
+	if len(raw) == 0 || string(raw) == "null" || json.Unmarshal(raw, &secs) != nil || secs < 0 || math.IsNaN(secs) || math.IsInf(secs, 0) {
 		return 0, false
 	}
-	return capped(*s * float64(time.Second)), true
+	return capped(secs * float64(time.Second)), true
 }
 
 func capped(ns float64) time.Duration {

@@ -194,6 +194,11 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, id string, out re
 		if ra := seconds(resp.retryAfter); ra > 0 && resp.status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))
 		}
+		if resp.status >= 400 && resp.attempts > 1 {
+			// reprise already retried: an SDK retrying on top would
+			// multiply the upstream's load (openai-go honours this header).
+			w.Header().Set("X-Should-Retry", "false")
+		}
 		writeRaw(w, resp.status, resp.contentType, resp.body)
 		return
 	}

@@ -123,6 +123,9 @@ func (c *Config) fill() error {
 		}
 		c.Policy = p
 	}
+	if c.Policy.RetriesAmbiguous() && !c.UpstreamIdempotency {
+		return fmt.Errorf("%w: retrying ambiguous failures without forwarding Idempotency-Key could bill twice", ErrInvalidOption)
+	}
 	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
 	setDefault(&c.MaxGeneration, DefaultMaxGeneration)
 	if c.SDKRetryWindow == 0 {
