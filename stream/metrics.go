@@ -9,9 +9,11 @@ type metrics struct {
 	events      prometheus.Counter     // events journaled
 	running     prometheus.Gauge       // generations running on this instance
 	readers     *prometheus.GaugeVec   // connected readers by source: tail, journal
+	attempts    prometheus.Counter     // upstream requests made
+	breakerOpen prometheus.GaugeFunc   // 1 while the breaker refuses calls
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, breakerOpen func() bool) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reprise_requests_total", Help: "Requests with a key, by what they were allowed to do.",
@@ -28,7 +30,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		readers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "reprise_readers", Help: "Connected stream readers, by where they read from.",
 		}, []string{"source"}),
+		attempts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reprise_upstream_requests_total", Help: "Requests sent to the upstream, retries included.",
+		}),
+		breakerOpen: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "reprise_upstream_breaker_open", Help: "1 while the upstream's circuit breaker refuses calls.",
+		}, func() float64 {
+			if breakerOpen() {
+				return 1
+			}
+			return 0
+		}),
 	}
-	reg.MustRegister(m.decisions, m.generations, m.events, m.running, m.readers)
+	reg.MustRegister(m.decisions, m.generations, m.events, m.running, m.readers, m.attempts, m.breakerOpen)
 	return m
 }

@@ -120,6 +120,7 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 	streamCtx, stall := context.WithCancelCause(ctx)
 	defer stall(nil)
 	resp, attempts, err := p.s.cfg.Policy.Do(streamCtx, p.newRequest)
+	p.s.metrics.attempts.Add(float64(attempts))
 	if err != nil {
 		return p.refuse(ctx, w, err, attempts)
 	}

@@ -171,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Policy.BreakerOpen), mux: http.NewServeMux()}
 	s.pumpCtx, s.stop = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil

@@ -46,6 +46,8 @@ func TestMetrics(t *testing.T) {
 		{"reprise_generations_total", "completed", 1},
 		{"reprise_events_journaled_total", "", 9},
 		{"reprise_generations_running", "", 0},
+		{"reprise_upstream_requests_total", "", 1},
+		{"reprise_upstream_breaker_open", "", 0},
 	} {
 		if got := metric(t, e, c.name, c.label); got != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.label, got, c.want)
