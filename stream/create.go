@@ -25,6 +25,11 @@ type createRequest struct {
 
 // handleCreate serves POST /v1/chat/completions and /v1/audio/speech.
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	tenant, apiErr := s.authenticate(r)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
 	body, stream, apiErr := s.readCreate(w, r)
 	if apiErr != nil {
 		writeError(w, apiErr)
@@ -47,14 +52,23 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errShuttingDown)
 		return
 	}
-	tenant, fp := s.tenant(r), resume.Fingerprint(r.URL.Path, body)
+	fp := resume.Fingerprint(r.URL.Path, body)
 	if key == "" {
 		key = s.keyless(r, tenant, fp)
 	}
 	id := resume.StreamID(tenant, key)
+	// A place among the tenant's running generations is reserved before
+	// the decision and kept only if this request starts one.
+	if !s.takeGeneration(tenant) {
+		writeError(w, errTooManyGens)
+		return
+	}
 	out, err := s.cfg.Resume.Begin(r.Context(), resume.Request{
 		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, Stream: stream,
 	})
+	if err != nil || out.Decision != resume.Start {
+		s.releaseGeneration(tenant)
+	}
 	switch {
 	case errors.Is(err, resume.ErrMismatch):
 		s.metrics.decisions.WithLabelValues("mismatch").Inc()
@@ -68,7 +82,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	s.metrics.decisions.WithLabelValues(out.Decision.String()).Inc()
 	h := w.Header()
 	h.Set("Idempotency-Key", key)
-	h.Set("Location", streamURL(key))
+	h.Set("Location", streamURL(key)+"?token="+s.capability(tenant, key, time.Now().Add(s.cfg.CapabilityTTL)))
 	rec := out.Record
 	switch {
 	case out.Decision == resume.Start && cur.Gen >= rec.Generation:
@@ -79,7 +93,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	switch out.Decision {
 	case resume.Start:
-		s.start(w, r, id, out, body, cur)
+		s.start(w, r, tenant, id, out, body, cur)
 	case resume.Replay:
 		h.Set("Reprise-Attempts", "0") // this answer cost no upstream request
 		h.Set("Idempotent-Replayed", "true")
@@ -169,14 +183,15 @@ func (s *Server) isClosing() bool {
 }
 
 // start runs a new generation and serves its first client.
-func (s *Server) start(w http.ResponseWriter, r *http.Request, id string, out resume.Outcome, body []byte, cur resume.Position) {
+func (s *Server) start(w http.ResponseWriter, r *http.Request, tenant, id string, out resume.Outcome, body []byte, cur resume.Position) {
 	rec := out.Record
 	ref := journal.Ref{ID: id, Gen: rec.Generation}
 	p := &pump{
-		s: s, ref: ref, lease: out.Lease, tail: newTail(), path: r.URL.Path, body: body,
+		s: s, tenant: tenant, ref: ref, lease: out.Lease, tail: newTail(), path: r.URL.Path, body: body,
 		header: r.Header.Clone(), log: s.cfg.Logger.With("key_id", id),
 	}
 	if !s.startPump(p) {
+		s.releaseGeneration(tenant)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = out.Lease.Finish(ctx, resume.Result{State: resume.Failed, Error: errShuttingDown.Code})
@@ -249,7 +264,25 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 		writeRaw(w, status, "application/json", errBody)
 		return
 	}
-	writeRaw(w, rec.Status, rec.ContentType, body)
+	if r.Method != http.MethodGet || rec.Status != http.StatusOK {
+		writeRaw(w, rec.Status, rec.ContentType, body)
+		return
+	}
+	// GET of a stored result (e.g. <audio src=Location>): byte ranges.
+	w.Header().Set("Accept-Ranges", "bytes")
+	start, end, partial, err := parseRange(r.Header.Get("Range"), int64(len(body)))
+	switch {
+	case errors.Is(err, errRangeUnsatisfiable):
+		w.Header().Set("Content-Range", "bytes */"+strconv.Itoa(len(body)))
+		writeError(w, errUnsatisfiable)
+	case err != nil:
+		writeError(w, errBadRange)
+	case partial:
+		w.Header().Set("Content-Range", "bytes "+strconv.FormatInt(start, 10)+"-"+strconv.FormatInt(end-1, 10)+"/"+strconv.Itoa(len(body)))
+		writeRaw(w, http.StatusPartialContent, rec.ContentType, body[start:end])
+	default:
+		writeRaw(w, rec.Status, rec.ContentType, body)
+	}
 }
 
 // awaitResult waits (bounded) for a non-streamed generation in progress.

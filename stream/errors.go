@@ -74,6 +74,14 @@ var (
 	errUpstreamBody   = newError(http.StatusBadGateway, "upstream_invalid_response", "the upstream response could not be read")
 	errProxyShutdown  = newError(http.StatusServiceUnavailable, "proxy_shutdown", "the proxy shut down before the generation completed")
 	errJournalFailure = newError(http.StatusServiceUnavailable, "journal_failure", "the journal could not store the stream")
+	errNoKey          = newError(http.StatusUnauthorized, "missing_api_key", "this proxy needs an API key: Authorization: Bearer <key>")
+	errBadProxyKey    = newError(http.StatusUnauthorized, "invalid_api_key", "the API key is not valid for this proxy")
+	errTooManyGens    = &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_generations", Message: "too many generations are running for this caller; retry later", RetryAfter: 1}
+	errTooManyReaders = &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_readers", Message: "too many readers are connected to this key", RetryAfter: 1}
+	errStreamTooLarge = newError(http.StatusBadGateway, "stream_too_large", "the upstream stream exceeded the proxy's events or bytes limit; no result was stored")
+	errInvalidEvent   = newError(http.StatusBadGateway, "upstream_invalid_event", "the upstream sent an event that is not valid UTF-8 SSE; no result was stored")
+	errBadRange       = newError(http.StatusBadRequest, "invalid_range", "the Range header is malformed; want bytes=<first>-[<last>] or bytes=-<suffix>")
+	errUnsatisfiable  = newError(http.StatusRequestedRangeNotSatisfiable, "range_not_satisfiable", "the Range is outside the stored result")
 )
 
 // methodNotAllowed answers 405 with the allowed methods.

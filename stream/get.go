@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"mime"
 	"net/http"
 	"strings"
@@ -21,7 +22,16 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errBadKey)
 		return
 	}
-	id := resume.StreamID(s.tenant(r), key)
+	if _, _, _, err := parseRange(r.Header.Get("Range"), math.MaxInt64); errors.Is(err, errRangeSyntax) {
+		writeError(w, errBadRange)
+		return
+	}
+	tenant, ok := s.readerTenant(r, key)
+	if !ok {
+		writeError(w, errKeyNotFound) // exactly as for a key that does not exist
+		return
+	}
+	id := resume.StreamID(tenant, key)
 	rec, err := s.cfg.Resume.Get(r.Context(), id)
 	switch {
 	case errors.Is(err, resume.ErrNotFound):
@@ -64,6 +74,16 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	s.serveSSE(w, r, id, rec, cur)
 }
 
+// readerTenant is the tenant a GET may read key in: the one its capability
+// token names, or the caller's own. A bad or expired token grants nothing.
+func (s *Server) readerTenant(r *http.Request, key string) (string, bool) {
+	if tok := r.URL.Query().Get("token"); tok != "" {
+		return s.verifyCapability(tok, key, time.Now())
+	}
+	t, err := s.authenticate(r)
+	return t, err == nil
+}
+
 // wantsJSON reports whether Accept prefers JSON over an event stream.
 func wantsJSON(accept string) bool {
 	for part := range strings.SplitSeq(accept, ",") {
@@ -104,6 +124,12 @@ func writeStatus(w http.ResponseWriter, rec resume.Record) {
 
 // serveSSE answers with an event stream of rec's generation after cur.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
+	release, ok := s.takeReader(id)
+	if !ok {
+		writeError(w, errTooManyReaders)
+		return
+	}
+	defer release()
 	out, err := newSSEWriter(w, r, s.cfg.WriteTimeout)
 	if err != nil {
 		writeError(w, newError(http.StatusInternalServerError, "streaming_unsupported", "the connection cannot stream"))
@@ -118,6 +144,12 @@ var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 16 << 1
 
 // serveWS answers with one JSON text frame per event.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
+	release, ok := s.takeReader(id)
+	if !ok {
+		writeError(w, errTooManyReaders)
+		return
+	}
+	defer release()
 	conn, err := upgrader.Upgrade(w, r, w.Header())
 	if err != nil {
 		return // the upgrader answered the client
@@ -125,7 +157,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, id string, rec 
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	conn.SetReadLimit(4 << 10)
+	conn.SetReadLimit(s.cfg.MaxWSMessage)
 	go func() { // read control frames; a close or error ends the stream
 		defer cancel()
 		for {

@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	sse "github.com/tmaxmax/go-sse"
-
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
@@ -26,13 +24,15 @@ const (
 	chunkSize = 256 << 10
 )
 
-// headers passed to the upstream; everything else stays at the proxy.
-var forwardHeaders = []string{"Authorization", "Content-Type", "Accept", "OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta", "User-Agent"}
+// headers passed to the upstream; everything else stays at the proxy (the
+// credential is set by the auth mode).
+var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta", "User-Agent"}
 
 // pump runs one generation, detached from any client: it calls the upstream,
 // journals every event, and records how the generation ended.
 type pump struct {
 	s      *Server
+	tenant string
 	ref    journal.Ref
 	lease  *resume.Lease
 	tail   *tail
@@ -44,6 +44,7 @@ type pump struct {
 
 func (p *pump) run(ctx context.Context) {
 	defer p.s.pumps.Done()
+	defer p.s.releaseGeneration(p.tenant)
 	defer p.s.metrics.running.Dec()
 	defer p.s.live.remove(p.ref)
 	ctx, cancel := context.WithCancel(ctx)
@@ -172,6 +173,7 @@ func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 	if req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	p.s.upstreamAuth(req, p.header)
 	if p.s.cfg.UpstreamIdempotency {
 		// The upstream deduplicates by key: a retried ambiguous attempt
 		// cannot bill twice. One key per generation.
@@ -186,39 +188,28 @@ func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io.Reader, stall context.CancelCauseFunc) resume.Result {
 	idle := time.AfterFunc(p.s.cfg.IdleTimeout, func() { stall(errStalled) })
 	defer idle.Stop()
-	var n uint64
-	terminal := false
-	var readErr error
-	for ev, err := range sse.Read(body, &sse.ReadConfig{MaxEventSize: p.s.cfg.MaxEventSize}) {
-		if err != nil {
-			readErr = err
-			break
-		}
+	lim := upstreamLimits{maxEvent: p.s.cfg.MaxEventSize, maxEvents: p.s.cfg.MaxStreamEvents, maxBytes: p.s.cfg.MaxStreamBytes}
+	n, err := readUpstream(body, lim, func(typ string, data []byte) error {
 		idle.Reset(p.s.cfg.IdleTimeout)
-		if terminal {
-			continue // nothing after the terminal event counts
-		}
-		data := []byte(ev.Data)
-		if err := w.Append(ctx, ev.Type, data); err != nil {
-			readErr = err
-			break
-		}
-		n++
-		terminal = isTerminal(ev.Type, data)
-	}
-	if terminal && (readErr == nil || errors.Is(readErr, io.ErrUnexpectedEOF)) {
+		return w.Append(ctx, typ, data)
+	})
+	if err == nil {
 		return resume.Result{State: resume.Completed, Status: http.StatusOK, ContentType: "text/event-stream"}
 	}
-	e := upstreamError(classify.Interrupted(readErr))
+	e := upstreamError(classify.Interrupted(err))
 	switch {
 	case w.Err() != nil:
 		e = errJournalFailure
+	case errors.Is(err, errOverLimit):
+		e = errStreamTooLarge
+	case errors.Is(err, errNotUTF8):
+		e = errInvalidEvent
 	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
 		e = errProxyShutdown
 	case errors.Is(context.Cause(streamCtx), errStalled):
 		e.Message = "the upstream sent no event for " + p.s.cfg.IdleTimeout.String() + "; no result was stored"
 	}
-	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", readErr, "code", e.Code)
+	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
 	_ = w.Append(context.WithoutCancel(ctx), typeError, e.body())
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
 }

@@ -2,16 +2,12 @@ package stream
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,9 +30,15 @@ const (
 	DefaultConnectTimeout = 10 * time.Second
 	// DefaultHeaderTimeout bounds the wait for a response head once the
 	// request was sent (then the attempt is ambiguous).
-	DefaultHeaderTimeout = 60 * time.Second
-	DefaultIdleTimeout   = 60 * time.Second
-	DefaultMaxGeneration = 30 * time.Minute
+	DefaultHeaderTimeout        = 60 * time.Second
+	DefaultIdleTimeout          = 60 * time.Second
+	DefaultMaxGeneration        = 30 * time.Minute
+	DefaultMaxStreamEvents      = 200_000
+	DefaultMaxStreamBytes       = 256 << 20
+	DefaultMaxTenantGenerations = 64
+	DefaultMaxReadersPerKey     = 32
+	DefaultMaxWSMessage         = 4 << 10
+	DefaultCapabilityTTL        = 24 * time.Hour
 	// DefaultSDKRetryWindow is how long a keyless request's SDK retries attach to it.
 	DefaultSDKRetryWindow = 10 * time.Minute
 )
@@ -44,15 +46,18 @@ const (
 // DefaultClient is an upstream client with connect and response-head
 // timeouts and no overall timeout (streams are long).
 func DefaultClient(connect, head time.Duration) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   connect,
-		ResponseHeaderTimeout: head,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ForceAttemptHTTP2:     true,
-	}}
+	return &http.Client{
+		// The upstream is configuration: never follow it elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   connect,
+			ResponseHeaderTimeout: head,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+		}}
 }
 
 // ErrInvalidOption wraps every configuration error.
@@ -101,6 +106,32 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Auth is the auth mode. Default AuthPassthrough.
+	Auth AuthMode
+	// TenantHeader, when set, names the header whose value is the caller's
+	// credential instead of the bearer token. Default "" (Authorization).
+	TenantHeader string
+	// ProxyKeys are the keys callers must present in AuthStatic.
+	ProxyKeys []string
+	// UpstreamKey is sent to the upstream as a bearer token in AuthStatic
+	// and AuthNone. It never reaches clients. Default none.
+	UpstreamKey string
+	// CapabilityTTL is how long a Location's capability token is valid.
+	// Default 24 h (the journal's TTL in cmd/reprise).
+	CapabilityTTL time.Duration
+	// MaxStreamEvents and MaxStreamBytes cap one generation; past them it
+	// fails with stream_too_large. Defaults DefaultMaxStreamEvents (200,000)
+	// and DefaultMaxStreamBytes (256 MiB).
+	MaxStreamEvents int
+	MaxStreamBytes  int64
+	// MaxTenantGenerations caps a tenant's concurrent generations on this
+	// instance (429 too_many_generations). Default DefaultMaxTenantGenerations (64).
+	MaxTenantGenerations int
+	// MaxReadersPerKey caps concurrent readers of one key on this instance
+	// (429 too_many_readers). Default DefaultMaxReadersPerKey (32).
+	MaxReadersPerKey int
+	// MaxWSMessage caps a WebSocket message from a client. Default 4 KiB.
+	MaxWSMessage int64
 	// Registerer takes the Prometheus metrics. Default: a private registry
 	// (nothing exported); cmd/reprise passes prometheus.DefaultRegisterer.
 	Registerer prometheus.Registerer
@@ -128,6 +159,23 @@ func (c *Config) fill() error {
 	}
 	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
 	setDefault(&c.MaxGeneration, DefaultMaxGeneration)
+	setDefault(&c.MaxStreamEvents, DefaultMaxStreamEvents)
+	setDefault(&c.MaxStreamBytes, DefaultMaxStreamBytes)
+	setDefault(&c.MaxTenantGenerations, DefaultMaxTenantGenerations)
+	setDefault(&c.MaxReadersPerKey, DefaultMaxReadersPerKey)
+	setDefault(&c.MaxWSMessage, DefaultMaxWSMessage)
+	setDefault(&c.CapabilityTTL, DefaultCapabilityTTL)
+	switch c.Auth {
+	case "":
+		c.Auth = AuthPassthrough
+	case AuthPassthrough, AuthNone:
+	case AuthStatic:
+		if len(c.ProxyKeys) == 0 {
+			return fmt.Errorf("%w: auth static needs proxy keys", ErrInvalidOption)
+		}
+	default:
+		return fmt.Errorf("%w: auth mode %q (passthrough, static or none)", ErrInvalidOption, c.Auth)
+	}
 	if c.SDKRetryWindow == 0 {
 		c.SDKRetryWindow = DefaultSDKRetryWindow
 	}
@@ -162,8 +210,12 @@ type Server struct {
 	pumpCtx context.Context
 	stop    context.CancelFunc
 
+	proxyKeys map[string]bool // tenant ids of the static proxy keys
+
 	mu      sync.Mutex
 	closing bool
+	gens    map[string]int // running generations per tenant
+	readers map[string]int // connected readers per key id
 }
 
 // New returns a Server.
@@ -171,7 +223,11 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Policy.BreakerOpen), mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Policy.BreakerOpen), mux: http.NewServeMux(),
+		proxyKeys: map[string]bool{}, gens: map[string]int{}, readers: map[string]int{}}
+	for _, k := range cfg.ProxyKeys {
+		s.proxyKeys[s.tenantOf(k)] = true
+	}
 	s.pumpCtx, s.stop = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
@@ -189,7 +245,7 @@ func (s *Server) routes() {
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
-	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) { writeError(w, errNotFound) })
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { writeError(w, errNotFound) })
 }
 
 // Handle mounts another handler (the demo page, metrics) on the server's mux.
@@ -245,15 +301,41 @@ func (s *Server) startPump(p *pump) bool {
 	return true
 }
 
-// tenant derives the caller's tenant from its credential; the credential
-// itself is never stored.
-func (s *Server) tenant(r *http.Request) string {
-	auth := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || token == "" {
-		return "anonymous"
+// takeGeneration reserves one of tenant's concurrent generations.
+func (s *Server) takeGeneration(tenant string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gens[tenant] >= s.cfg.MaxTenantGenerations {
+		return false
 	}
-	m := hmac.New(sha256.New, s.cfg.Secret)
-	m.Write([]byte(token))
-	return hex.EncodeToString(m.Sum(nil)[:16])
+	s.gens[tenant]++
+	return true
+}
+
+func (s *Server) releaseGeneration(tenant string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gens[tenant]--; s.gens[tenant] <= 0 {
+		delete(s.gens, tenant)
+	}
+}
+
+// takeReader reserves a reader place on key id; release returns it.
+func (s *Server) takeReader(id string) (release func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readers[id] >= s.cfg.MaxReadersPerKey {
+		return nil, false
+	}
+	s.readers[id]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.readers[id]--; s.readers[id] <= 0 {
+				delete(s.readers, id)
+			}
+		})
+	}, true
 }

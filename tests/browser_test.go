@@ -48,7 +48,7 @@ func TestBrowserDemo(t *testing.T) {
 	}
 
 	e := newEnv(t, withTokenDelay(15*time.Millisecond))
-	e.srv.Handle("/", web.Handler())
+	web.Mount(e.srv)
 
 	dir, err := os.MkdirTemp("", "reprise-tests-chromium-")
 	if err != nil {

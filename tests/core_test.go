@@ -25,8 +25,8 @@ func TestCompleteStream(t *testing.T) {
 	if got := resp.Header.Get("Idempotency-Key"); got != "k-complete" {
 		t.Errorf("Idempotency-Key = %q", got)
 	}
-	if got := resp.Header.Get("Location"); got != "/v1/streams/k-complete" {
-		t.Errorf("Location = %q", got)
+	if got := resp.Header.Get("Location"); !strings.HasPrefix(got, "/v1/streams/k-complete?token=v1.") {
+		t.Errorf("Location = %q, want the stream URL with a capability token", got)
 	}
 	evs := readEvents(t, resp, -1)
 	checkUnique(t, evs)

@@ -34,6 +34,18 @@ var routes = map[string]struct{ file, contentType string }{
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; " +
 	"connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
+// Mount registers the page's paths on mux (exact paths: every other path
+// stays the mux's).
+func Mount(mux interface{ Handle(string, http.Handler) }) {
+	h := Handler()
+	for path := range routes {
+		if path == "/" {
+			path = "/{$}"
+		}
+		mux.Handle(path, h)
+	}
+}
+
 // Handler returns the handler of the demo page. It answers GET and HEAD for
 // "/" (the page), "/app.js" and "/style.css", 404 for any other path and 405
 // for any other method. Every answer has Cache-Control: no-cache and an ETag,

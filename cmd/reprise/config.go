@@ -36,6 +36,19 @@ type config struct {
 	idleTimeout         time.Duration
 	maxGeneration       time.Duration
 	sdkRetryWindow      time.Duration
+
+	// Security and limits.
+	auth           string
+	tenantHeader   string
+	proxyKeys      string // file
+	upstreamKey    string
+	secretFile     string
+	tlsCert        string
+	tlsKey         string
+	natsCreds      string
+	natsCA         string
+	limits         stream.Config // the Max* fields and WriteTimeout
+	maxHeaderBytes int
 }
 
 var errUsage = errors.New("usage")
@@ -71,6 +84,25 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", stream.DefaultIdleTimeout, "a stream with no event for this long is interrupted")
 	fs.DurationVar(&c.maxGeneration, "max-generation", stream.DefaultMaxGeneration, "one generation's total time at most")
 	fs.DurationVar(&c.sdkRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
+
+	fs.StringVar(&c.auth, "auth", "passthrough", "passthrough (the caller's bearer goes upstream), static (callers use --proxy-keys; the upstream gets --upstream-key) or none (one anonymous tenant)")
+	fs.StringVar(&c.tenantHeader, "tenant-header", "", "derive the tenant from this header instead of the bearer token")
+	fs.StringVar(&c.proxyKeys, "proxy-keys", "", "static auth: a `FILE` of proxy keys, one per line (# comments)")
+	fs.StringVar(&c.upstreamKey, "upstream-key", "", "static and none auth: the upstream's API key (prefer REPRISE_UPSTREAM_KEY); never reaches clients")
+	fs.StringVar(&c.secretFile, "secret-file", "", "read the server secret from this `FILE`")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS with this certificate `FILE` (with --tls-key)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "the TLS private key `FILE`")
+	fs.StringVar(&c.natsCreds, "nats-creds", "", "NATS credentials `FILE` for an external cluster")
+	fs.StringVar(&c.natsCA, "nats-ca", "", "CA certificate `FILE` to verify an external cluster's TLS")
+	fs.Int64Var(&c.limits.MaxBody, "max-body", stream.DefaultMaxBody, "request body limit in bytes (413 above)")
+	fs.IntVar(&c.limits.MaxEventSize, "max-event-size", stream.DefaultMaxEventSize, "one upstream SSE event at most, bytes (larger: the generation fails)")
+	fs.IntVar(&c.limits.MaxStreamEvents, "max-stream-events", stream.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
+	fs.Int64Var(&c.limits.MaxStreamBytes, "max-stream-bytes", stream.DefaultMaxStreamBytes, "event bytes per generation at most (stream_too_large)")
+	fs.IntVar(&c.limits.MaxTenantGenerations, "max-tenant-generations", stream.DefaultMaxTenantGenerations, "concurrent generations per tenant on this instance (429 above)")
+	fs.IntVar(&c.limits.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
+	fs.Int64Var(&c.limits.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
+	fs.DurationVar(&c.limits.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "a client that does not take an event within this is disconnected")
+	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", 64<<10, "request header bytes at most (431 above)")
 	return fs
 }
 
@@ -139,6 +171,20 @@ func (c *config) validate(level string) error {
 		return errors.New("timeouts must be positive")
 	case c.sdkRetryWindow < 0:
 		return errors.New("--sdk-retry-window must not be negative")
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return errors.New("--tls-cert and --tls-key go together")
+	case c.limits.MaxBody <= 0 || c.limits.MaxEventSize <= 0 || c.limits.MaxStreamEvents <= 0 || c.limits.MaxStreamBytes <= 0 ||
+		c.limits.MaxTenantGenerations <= 0 || c.limits.MaxReadersPerKey <= 0 || c.limits.MaxWSMessage <= 0 || c.limits.WriteTimeout <= 0 || c.maxHeaderBytes <= 0:
+		return errors.New("limits must be positive")
+	}
+	switch stream.AuthMode(c.auth) {
+	case stream.AuthPassthrough, stream.AuthNone:
+	case stream.AuthStatic:
+		if c.proxyKeys == "" {
+			return errors.New("--auth static needs --proxy-keys FILE")
+		}
+	default:
+		return fmt.Errorf("--auth %q: want passthrough, static or none", c.auth)
 	}
 	c.policy.RetryAmbiguous = c.upstreamIdempotency
 	probe := c.policy
@@ -146,6 +192,27 @@ func (c *config) validate(level string) error {
 		return err
 	}
 	return nil
+}
+
+// readKeys reads one key per line; # starts a comment.
+func readKeys(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("proxy keys: %w", err)
+	}
+	var keys []string
+	for line := range strings.Lines(string(b)) {
+		if i := strings.Index(line, "#"); i >= 0 {
+			line = line[:i]
+		}
+		if k := strings.TrimSpace(line); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("proxy keys: %s holds no key", path)
+	}
+	return keys, nil
 }
 
 // readConfigFile reads `name = value` lines; # starts a comment.

@@ -66,24 +66,37 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	if err != nil {
 		return err
 	}
-	srv, err := stream.New(stream.Config{
-		Journal: j, Resume: rm, Upstream: upstream, Client: client, Policy: policy,
-		UpstreamIdempotency: cfg.upstreamIdempotency, IdleTimeout: cfg.idleTimeout, MaxGeneration: cfg.maxGeneration,
-		SDKRetryWindow: sdkWindow, Secret: secret, Logger: log, Registerer: prometheus.DefaultRegisterer,
-	})
+	var proxyKeys []string
+	if cfg.proxyKeys != "" {
+		if proxyKeys, err = readKeys(cfg.proxyKeys); err != nil {
+			return err
+		}
+	}
+	sc := cfg.limits
+	sc.Journal, sc.Resume, sc.Upstream, sc.Client, sc.Policy = j, rm, upstream, client, policy
+	sc.UpstreamIdempotency, sc.IdleTimeout, sc.MaxGeneration, sc.SDKRetryWindow = cfg.upstreamIdempotency, cfg.idleTimeout, cfg.maxGeneration, sdkWindow
+	sc.Auth, sc.TenantHeader, sc.ProxyKeys, sc.UpstreamKey = stream.AuthMode(cfg.auth), cfg.tenantHeader, proxyKeys, cfg.upstreamKey
+	sc.CapabilityTTL, sc.Secret, sc.Logger, sc.Registerer = cfg.ttl, secret, log, prometheus.DefaultRegisterer
+	srv, err := stream.New(sc)
 	if err != nil {
 		return err
 	}
 	srv.Handle("GET /metrics", promhttp.Handler())
-	srv.Handle("/", web.Handler())
+	web.Mount(srv)
 
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.listen, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: cfg.maxHeaderBytes}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if cfg.tlsCert != "" {
+			errc <- hs.ServeTLS(ln, cfg.tlsCert, cfg.tlsKey)
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "upstream", upstream.Redacted(), "data", cfg.data)
 	if ready != nil {
 		ready <- ln.Addr().String()
@@ -126,7 +139,14 @@ func pageURL(a net.Addr) string {
 
 func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
 	if cfg.nats != "" {
-		nc, err := nats.Connect(cfg.nats, nats.Name("reprise"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+		opts := []nats.Option{nats.Name("reprise"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)}
+		if cfg.natsCreds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.natsCreds))
+		}
+		if cfg.natsCA != "" {
+			opts = append(opts, nats.RootCAs(cfg.natsCA))
+		}
+		nc, err := nats.Connect(cfg.nats, opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("nats %s: %w", cfg.nats, err)
 		}
@@ -151,9 +171,16 @@ func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
 
 // loadSecret returns --secret, or the secret kept under --data (made on first run).
 func loadSecret(cfg config) ([]byte, error) {
+	if cfg.secretFile != "" && cfg.secret == "" {
+		b, err := os.ReadFile(cfg.secretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-file: %w", err)
+		}
+		cfg.secret = strings.TrimSpace(string(b))
+	}
 	if cfg.secret != "" {
 		if len(cfg.secret) < 16 {
-			return nil, errors.New("--secret must be at least 16 characters")
+			return nil, errors.New("the server secret must be at least 16 characters")
 		}
 		return []byte(cfg.secret), nil
 	}
