@@ -57,17 +57,15 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		key = s.keyless(r, tenant, fp)
 	}
 	id := resume.StreamID(tenant, key)
-	// A place among the tenant's running generations is reserved before
-	// the decision and kept only if this request starts one.
-	if !s.takeGeneration(tenant) {
-		writeError(w, errTooManyGens)
-		return
-	}
 	out, err := s.cfg.Resume.Begin(r.Context(), resume.Request{
 		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, Stream: stream,
 	})
-	if err != nil || out.Decision != resume.Start {
-		s.releaseGeneration(tenant)
+	// Only a new generation takes one of the tenant's places; attaching
+	// and replaying cost the upstream nothing.
+	if err == nil && out.Decision == resume.Start && !s.takeGeneration(tenant) {
+		s.abandon(id, out.Lease, errTooManyGens)
+		writeError(w, errTooManyGens)
+		return
 	}
 	switch {
 	case errors.Is(err, resume.ErrMismatch):
@@ -192,9 +190,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, tenant, id string
 	}
 	if !s.startPump(p) {
 		s.releaseGeneration(tenant)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = out.Lease.Finish(ctx, resume.Result{State: resume.Failed, Error: errShuttingDown.Code})
+		s.abandon(id, out.Lease, errShuttingDown)
 		writeError(w, errShuttingDown)
 		return
 	}
@@ -218,6 +214,27 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, tenant, id string
 		return
 	}
 	s.serveSSE(w, r, id, rec, cur)
+}
+
+// abandon ends a generation that never started: its journal holds the
+// error and an end marker, like any failed generation (so its readers end),
+// and the key is failed, so the next request with it starts afresh.
+func (s *Server) abandon(id string, l *resume.Lease, why *apiError) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w := s.cfg.Journal.NewWriter(journal.Ref{ID: id, Gen: l.Record().Generation}, func(journal.Event) {})
+	err := w.Append(ctx, typeError, why.body())
+	if err == nil {
+		err = w.End(ctx, journal.EndFailed)
+	} else {
+		w.Abort()
+	}
+	if ferr := l.Finish(ctx, resume.Result{State: resume.Failed, Events: 1, Status: why.Status, Error: why.Code}); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		s.cfg.Logger.Warn("abandoning a generation", "err", err)
+	}
 }
 
 func writeRaw(w http.ResponseWriter, status int, ct string, body []byte) {

@@ -159,8 +159,8 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 }
 
 // ownerLost reports whether ref's generation can no longer end with its end
-// marker: its owner's lease ran out, or the key moved on to another
-// generation or expired.
+// marker: its owner's lease ran out, the key moved on to another generation
+// or expired, or the record says it finished.
 func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) bool {
 	rec, err := s.cfg.Resume.Get(ctx, ref.ID)
 	switch {
@@ -169,5 +169,7 @@ func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) bool {
 	case err != nil:
 		return false // the journal may be back soon; keep waiting
 	}
-	return rec.Generation != ref.Gen || rec.Error == resume.OwnerLost
+	// A finished record always follows its end marker, so a finished one
+	// without it (after the caller's last look) will never get one.
+	return rec.Generation != ref.Gen || rec.Error == resume.OwnerLost || rec.State != resume.InProgress
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/reprise-dev/reprise/stream"
 )
 
 // TestUpstreamErrorBeforeStream: a fatal upstream status reaches the client
@@ -256,5 +258,35 @@ func TestUpstreamIgnoresStream(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d upstream calls, want 1", n)
+	}
+}
+
+// TestTenantLimitSparesAttach: the per-tenant generation limit refuses new
+// generations only; attaching to a running one still works, and a refused
+// key ends cleanly for its readers and may generate later.
+func TestTenantLimitSparesAttach(t *testing.T) {
+	e := newEnv(t, withConfig(func(c *stream.Config) { c.MaxTenantGenerations = 1 }))
+	slow := chatBody(uniquePrompt(t, "[tokens=40] [delay=10ms]"), true)
+	first := readEvents(t, do(t, "POST", e.URL+chatPath, slow, "Idempotency-Key", "k-lim-a"), 2)
+	other := chatBody(uniquePrompt(t, "[tokens=3]"), true)
+	resp := do(t, "POST", e.URL+chatPath, other, "Idempotency-Key", "k-lim-b")
+	if body := readBody(t, resp); resp.StatusCode != 429 || !strings.Contains(body, "too_many_generations") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("second generation: %d %s", resp.StatusCode, body)
+	}
+	// The refused key's readers end at once with the reason.
+	evs := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-lim-b", ""), -1)
+	if len(evs) != 1 || evs[0].Type != "error" || !strings.Contains(evs[0].Data, "too_many_generations") {
+		t.Fatalf("reader of the refused key got %+v", evs)
+	}
+	// Attaching to the running generation is not a new generation.
+	att := readEvents(t, do(t, "POST", e.URL+chatPath, slow, "Idempotency-Key", "k-lim-a", "Last-Event-ID", lastID(first)), -1)
+	if att[len(att)-1].Data != "[DONE]" {
+		t.Fatal("attach under the limit did not complete")
+	}
+	waitState(t, e, "k-lim-a", "completed")
+	// With the place free again, the refused key generates.
+	evs = readEvents(t, do(t, "POST", e.URL+chatPath, other, "Idempotency-Key", "k-lim-b"), -1)
+	if evs[0].Type == "error" || evs[len(evs)-1].Data != "[DONE]" {
+		t.Fatalf("the refused key did not generate later: %+v", evs[0])
 	}
 }
