@@ -1,16 +1,20 @@
 # syntax=docker/dockerfile:1
-# Multi-stage build: static binaries on a distroless base, run as non-root.
+# Multi-stage build: static binaries (reprise, the fake upstream mockllm and
+# the container health probe) on a distroless base, run as a non-root user.
 FROM golang:1.26 AS build
 WORKDIR /src
+ENV CGO_ENABLED=0
 COPY go.mod go.sum ./
-RUN go mod download
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/reprise ./cmd/reprise \
- && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/mockllm ./cmd/mockllm
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ \
+      ./cmd/reprise ./cmd/mockllm ./deploy/healthcheck
 
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/reprise /out/mockllm /usr/local/bin/
-USER nonroot:nonroot
+COPY --from=build /out/reprise /out/mockllm /out/healthcheck /usr/local/bin/
+# distroless "nonroot": uid/gid 65532, numeric so runAsNonRoot checks pass.
+USER 65532:65532
 WORKDIR /home/nonroot
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/reprise"]

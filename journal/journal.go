@@ -18,7 +18,10 @@ const (
 	DefaultTTL      = 24 * time.Hour
 	DefaultReplicas = 1
 	// DefaultMaxPending bounds unacknowledged asynchronous publishes.
-	DefaultMaxPending = 4096
+	DefaultMaxPending = 16384
+	// DefaultStallWait is how long an append waits for room among the
+	// pending ones (backpressure) before it fails.
+	DefaultStallWait = 10 * time.Second
 	// DefaultAckTimeout bounds the wait for one append's acknowledgement.
 	DefaultAckTimeout = 10 * time.Second
 	subjectPrefix     = "reprise.ev."
@@ -102,7 +105,30 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	if cfg.Memory {
 		storage = jetstream.MemoryStorage
 	}
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	// A fresh cluster may still be electing its leader, and replicas
+	// starting together race to create the same assets: retry until ctx ends.
+	var st jetstream.Stream
+	var kv jetstream.KeyValue
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		st, kv, err = create(ctx, js, cfg, storage)
+		if err == nil {
+			return &Journal{cfg: cfg, js: js, stream: st, kv: kv}, nil
+		}
+		if errors.Is(err, ErrInvalidOption) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jetstream.StorageType) (jetstream.Stream, jetstream.KeyValue, error) {
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := js.CreateOrUpdateStream(actx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "reprise: journaled upstream events, one subject per (id, generation)",
 		Subjects:    []string{subjectPrefix + ">"},
@@ -114,9 +140,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 		Discard:     jetstream.DiscardOld,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("journal: stream %s: %w", cfg.Stream, err)
+		return nil, nil, fmt.Errorf("journal: stream %s: %w", cfg.Stream, err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := js.CreateOrUpdateKeyValue(actx, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
 		Description: "reprise: key records",
 		History:     1,
@@ -125,17 +151,42 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 		Replicas:    cfg.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("journal: bucket %s: %w", cfg.Bucket, err)
+		return nil, nil, fmt.Errorf("journal: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Journal{cfg: cfg, js: js, stream: st, kv: kv}, nil
+	return st, kv, nil
 }
 
-// Ready reports whether JetStream answers.
+// Ready reports whether JetStream can take writes: the account answers
+// (which needs a meta leader, so a cluster that lost its quorum is not
+// ready) and the stream has a leader.
 func (j *Journal) Ready(ctx context.Context) error {
-	if _, err := j.stream.Info(ctx); err != nil {
+	if _, err := j.js.AccountInfo(ctx); err != nil {
 		return fmt.Errorf("journal: not ready: %w", err)
 	}
+	info, err := j.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("journal: not ready: %w", err)
+	}
+	if info.Cluster != nil && info.Cluster.Leader == "" {
+		return errors.New("journal: not ready: the stream has no leader")
+	}
 	return nil
+}
+
+// Last returns the last stored event of a generation, or ErrNotFound.
+func (j *Journal) Last(ctx context.Context, ref Ref) (Event, error) {
+	m, err := j.stream.GetLastMsgForSubject(ctx, ref.subject())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Event{}, ErrNotFound
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("journal: last event: %w", err)
+	}
+	ev, ok := eventFrom(m.Header, m.Data, m.Sequence)
+	if !ok {
+		return Event{}, ErrNotFound
+	}
+	return ev, nil
 }
 
 // TTL is the retention of events and records.

@@ -107,7 +107,7 @@ func (w *Writer) publish(ctx context.Context, ev Event) error {
 	if ev.Offset == 1 {
 		return w.first(ctx, ev)
 	}
-	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject))
+	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject), jetstream.WithStallWait(DefaultStallWait))
 	if err != nil {
 		err = fmt.Errorf("journal: publish: %w", err)
 		w.fail(err)

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -32,11 +33,13 @@ func (s *Server) credential(r *http.Request) string {
 	if s.cfg.TenantHeader != "" {
 		return strings.TrimSpace(r.Header.Get(s.cfg.TenantHeader))
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+	// RFC 9110: the scheme is case-insensitive, any whitespace separates it.
+	v := strings.TrimSpace(r.Header.Get("Authorization"))
+	i := strings.IndexAny(v, " \t")
+	if i < 0 || !strings.EqualFold(v[:i], "Bearer") {
 		return ""
 	}
-	return strings.TrimSpace(token)
+	return strings.TrimSpace(v[i+1:])
 }
 
 // tenantOf derives a tenant id from a credential: HMAC-SHA256 under the
@@ -75,10 +78,22 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 func (s *Server) upstreamAuth(req *http.Request, caller http.Header) {
 	switch {
 	case s.cfg.Auth == AuthPassthrough:
-		if v := caller.Values("Authorization"); len(v) > 0 {
-			req.Header["Authorization"] = v
+		// The caller's own account: its credential, organization and project.
+		for _, h := range []string{"Authorization", "OpenAI-Organization", "OpenAI-Project"} {
+			if v := caller.Values(h); len(v) > 0 {
+				req.Header[h] = v
+			}
 		}
 	case s.cfg.UpstreamKey != "":
 		req.Header.Set("Authorization", "Bearer "+s.cfg.UpstreamKey)
 	}
+}
+
+// redact removes the proxy's own upstream key from what a client may see
+// (an upstream error body that echoes the request's credential).
+func (s *Server) redact(b []byte) []byte {
+	if s.cfg.Auth == AuthPassthrough || s.cfg.UpstreamKey == "" {
+		return b
+	}
+	return bytes.ReplaceAll(b, []byte(s.cfg.UpstreamKey), []byte("[redacted]"))
 }

@@ -27,7 +27,7 @@ func parseRange(h string, size int64) (start, end int64, partial bool, err error
 	}
 	if strings.Contains(spec, ",") {
 		for part := range strings.SplitSeq(spec, ",") {
-			if _, _, err := rangeSpec(strings.TrimSpace(part)); err != nil {
+			if _, _, err := rangeSpec(strings.TrimSpace(part)); errors.Is(err, errRangeSyntax) {
 				return 0, 0, false, err
 			}
 		}
@@ -40,7 +40,7 @@ func parseRange(h string, size int64) (start, end int64, partial bool, err error
 	switch {
 	case first < 0: // suffix: the last -first bytes
 		n := -first
-		if n == 0 || size == 0 {
+		if size == 0 {
 			return 0, 0, false, errRangeUnsatisfiable
 		}
 		return max(size-n, 0), size, true, nil
@@ -63,6 +63,9 @@ func rangeSpec(s string) (first, last int64, err error) {
 		n, err := digits(b)
 		if err != nil {
 			return 0, 0, err
+		}
+		if n == 0 {
+			return 0, 0, errRangeUnsatisfiable // a zero-length suffix selects nothing
 		}
 		return -n, -1, nil
 	}

@@ -98,14 +98,14 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		if streamed(rec) {
 			s.serveSSE(w, r, id, rec, cur)
 		} else {
-			s.serveResult(w, r, id, rec)
+			s.serveResultLimited(w, r, id, rec, s.serveResult)
 		}
 	case resume.Attach:
 		h.Set("Reprise-Attempts", "0")
 		if streamed(rec) {
 			s.serveSSE(w, r, id, rec, cur)
 		} else {
-			s.awaitResult(w, r, id, rec)
+			s.serveResultLimited(w, r, id, rec, s.awaitResult)
 		}
 	}
 }
@@ -133,10 +133,10 @@ func (s *Server) keyless(r *http.Request, tenant, fp string) string {
 
 // readCreate validates a POST and returns its body and whether it asks for a stream.
 func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) ([]byte, bool, *apiError) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return nil, false, errMediaType
-		}
+	// application/json is required, not assumed: a cross-site form or an
+	// untyped fetch (no CORS preflight) must not start a billable generation.
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return nil, false, errMediaType
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 	var tooLarge *http.MaxBytesError
@@ -244,6 +244,19 @@ func writeRaw(w http.ResponseWriter, status int, ct string, body []byte) {
 	w.Header().Set("Content-Type", ct)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// serveResultLimited serves a non-streamed result under the per-key reader limit.
+func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, id string, rec resume.Record,
+	serve func(http.ResponseWriter, *http.Request, string, resume.Record),
+) {
+	release, ok := s.takeReader(id)
+	if !ok {
+		writeError(w, errTooManyReaders)
+		return
+	}
+	defer release()
+	serve(w, r, id, rec)
 }
 
 // serveResult writes a finished non-streamed generation from the journal.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 )
 
@@ -54,16 +55,16 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errBadCursor)
 		return
 	}
-	if cur.Gen == rec.Generation && rec.State != resume.InProgress && cur.Offset >= rec.Events {
+	if cur.Gen == rec.Generation && rec.State != resume.InProgress && cur.Offset >= s.finalEvents(r.Context(), id, rec) {
 		w.WriteHeader(http.StatusNoContent) // nothing more will come: EventSource stops
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)
 	if !streamed(rec) { // a non-streamed answer: its Location serves the stored result
 		if rec.State == resume.InProgress {
-			s.awaitResult(w, r, id, rec)
+			s.serveResultLimited(w, r, id, rec, s.awaitResult)
 		} else {
-			s.serveResult(w, r, id, rec)
+			s.serveResultLimited(w, r, id, rec, s.serveResult)
 		}
 		return
 	}
@@ -72,6 +73,21 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.serveSSE(w, r, id, rec, cur)
+}
+
+// finalEvents is how many events a finished generation's readers can get.
+// A generation whose owner died has only the count of its last heartbeat in
+// its record: the journal knows better, and its readers get one more, the
+// owner_lost error.
+func (s *Server) finalEvents(ctx context.Context, id string, rec resume.Record) uint64 {
+	if rec.Error != resume.OwnerLost {
+		return rec.Events
+	}
+	last, err := s.cfg.Journal.Last(ctx, journal.Ref{ID: id, Gen: rec.Generation})
+	if err != nil {
+		return 1 // nothing stored: only the error
+	}
+	return last.Offset + 1
 }
 
 // readerTenant is the tenant a GET may read key in: the one its capability

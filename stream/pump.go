@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,7 +27,7 @@ const (
 
 // headers passed to the upstream; everything else stays at the proxy (the
 // credential is set by the auth mode).
-var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta", "User-Agent"}
+var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Beta", "User-Agent"}
 
 // pump runs one generation, detached from any client: it calls the upstream,
 // journals every event, and records how the generation ended.
@@ -71,7 +72,7 @@ func (p *pump) run(ctx context.Context) {
 	select {
 	case <-p.lease.Lost():
 		w.Abort()
-		p.tail.append(journal.Event{Offset: w.Appended() + 1, End: journal.EndFailed})
+		p.tail.append(journal.Event{Offset: p.tail.last() + 1, End: journal.EndFailed})
 		p.log.Warn("generation lost its lease", "gen", p.ref.Gen)
 		return
 	default:
@@ -86,7 +87,11 @@ func (p *pump) run(ctx context.Context) {
 	if err := w.End(endCtx, end); err != nil {
 		p.log.Error("journal append failed", "gen", p.ref.Gen, "err", err)
 		res = resume.Result{State: resume.Failed, Error: errJournalFailure.Code}
-		p.tail.append(journal.Event{Offset: w.Appended() + 1, End: journal.EndFailed})
+		// Readers here get the reason, though the journal could not store it
+		// (readers elsewhere see the failed record and end with owner_lost).
+		last := p.tail.last()
+		p.tail.append(journal.Event{Offset: last + 1, Type: typeError, Data: errJournalFailure.body()})
+		p.tail.append(journal.Event{Offset: last + 2, End: journal.EndFailed})
 	}
 	res.Events = countEvents(w.Appended())
 	p.s.metrics.generations.WithLabelValues(string(res.State)).Inc()
@@ -143,7 +148,9 @@ var errStalled = errors.New("stream: upstream sent no event within the idle time
 // other reader the error event.
 func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempts int) resume.Result {
 	var ce *classify.Error
-	if !errors.As(err, &ce) {
+	if errors.As(err, &ce) {
+		ce.Body = p.s.redact(ce.Body)
+	} else {
 		ce = &classify.Error{Kind: classify.ErrUnavailable, Status: errProxyShutdown.Status, Code: errProxyShutdown.Code, Err: err}
 		if ctx.Err() == nil {
 			ce.Kind, ce.Status, ce.Code = classify.ErrRetryable, http.StatusBadGateway, errUnreachable.Code
@@ -200,7 +207,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	switch {
 	case w.Err() != nil:
 		e = errJournalFailure
-	case errors.Is(err, errOverLimit):
+	case errors.Is(err, errOverLimit), errors.Is(err, bufio.ErrTooLong):
 		e = errStreamTooLarge
 	case errors.Is(err, errNotUTF8):
 		e = errInvalidEvent

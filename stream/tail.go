@@ -47,6 +47,13 @@ func (t *tail) append(ev journal.Event) {
 	t.mu.Unlock()
 }
 
+// last is the offset of the last event in the tail.
+func (t *tail) last() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return uint64(len(t.events))
+}
+
 // since returns the events after offset and a channel closed on the next
 // append. The slice is shared: callers must not modify it.
 func (t *tail) since(after uint64) ([]journal.Event, <-chan struct{}) {

@@ -118,6 +118,18 @@ func TestOwnerKilled(t *testing.T) {
 	if st.Error != "owner_lost" {
 		t.Errorf("error %q, want owner_lost", st.Error)
 	}
+	// A reader that got the error is at the end: 204, however stale the
+	// dead owner's last count in the record.
+	if resp := do(t, "GET", e.URL+"/v1/streams/k-kill", "", "Last-Event-ID", last.ID); resp.StatusCode != 204 {
+		t.Errorf("cursor after owner_lost: %d, want 204", resp.StatusCode)
+	}
+	// A reader just before the error gets the error.
+	if len(rest) >= 2 {
+		again := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-kill", "", "Last-Event-ID", all[len(all)-2].ID), -1)
+		if len(again) != 1 || again[0].Type != "error" {
+			t.Errorf("reader before the end got %d events, want the owner_lost error", len(again))
+		}
+	}
 	// The key regenerates through the surviving instance, with a reset for
 	// a reader that was in generation 1.
 	evs := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-kill", "Last-Event-ID", lastID(first)), -1)

@@ -35,7 +35,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	}
 	defer closeNATS()
 
-	j, err := journal.Open(ctx, nc, journal.Config{TTL: cfg.ttl, Replicas: cfg.replicas})
+	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute) // a new cluster may still elect its leader
+	j, err := journal.Open(openCtx, nc, journal.Config{TTL: cfg.ttl, Replicas: cfg.replicas})
+	cancelOpen()
 	if err != nil {
 		return err
 	}
@@ -88,7 +90,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.listen, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: cfg.maxHeaderBytes}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: cfg.maxHeaderBytes}
 	errc := make(chan error, 1)
 	go func() {
 		if cfg.tlsCert != "" {
