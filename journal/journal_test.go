@@ -837,3 +837,40 @@ func Example() {
 	// 3 token !
 	// end: completed
 }
+
+// TestReaderConsumersDoNotLinger: a reader that needed a consumer (more
+// than its direct gets) leaves none behind once closed; the server caps
+// consumers per stream, and lingering ones would starve later readers.
+func TestReaderConsumersDoNotLinger(t *testing.T) {
+	j, nc := newJournalConn(t)
+	ref := journal.Ref{ID: "linger", Gen: 1}
+	writeGen(t, j, ref, 200, journal.EndCompleted)
+	r, err := j.Read(waitCtx(t, waitTimeout), ref, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readN(t, r, 201)
+	r.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(waitCtx(t, waitTimeout), journal.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := st.Info(waitCtx(t, waitTimeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Consumers == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d consumers still on the stream 20 s after the reader closed", info.State.Consumers)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the server's state; bounded above
+	}
+}

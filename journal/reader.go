@@ -17,6 +17,10 @@ import (
 // and a short resume never makes one.
 const directMax = 64
 
+// consumerInactive removes a reader's consumer once nobody pulls from it.
+// A live reader pulls continually, so only stopped readers' consumers go.
+const consumerInactive = 5 * time.Second
+
 // Reader reads one generation from a position on, then follows live.
 // A Reader is used by one goroutine.
 type Reader struct {
@@ -61,7 +65,9 @@ func (r *Reader) open(seq uint64) {
 	ch := make(chan opened, 1)
 	r.opening, r.stopOpen, r.consumerAt, r.checkCons = ch, cancel, seq, seq > 1
 	go func() {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{r.subject}}
+		// A stopped reader's consumer must not linger: the server caps
+		// consumers per stream (1,000), and the default threshold is 5 min.
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{r.subject}, InactiveThreshold: consumerInactive}
 		if seq > 1 {
 			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 			cfg.OptStartSeq = seq

@@ -10,7 +10,7 @@ import (
 )
 
 // DefaultWindow is how many appends a Writer keeps in flight.
-const DefaultWindow = 1024
+const DefaultWindow = 256
 
 // Writer appends the events of one generation. The first append is
 // synchronous and fenced (the generation's subject must be empty); the rest

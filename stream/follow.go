@@ -136,6 +136,12 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			}
 			return out.flush()
 		case err != nil:
+			// The journal failed this reader: say so, rather than end the
+			// stream as if it were complete.
+			e := journal.Event{Offset: after + 1, Type: typeError, Data: errUnavailable.body()}
+			if serr := out.send(eventID(ref, e), e); serr == nil {
+				_ = out.flush()
+			}
 			return err
 		}
 		if ev.IsEnd() {

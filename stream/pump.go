@@ -72,7 +72,9 @@ func (p *pump) run(ctx context.Context) {
 	select {
 	case <-p.lease.Lost():
 		w.Abort()
-		p.tail.append(journal.Event{Offset: p.tail.last() + 1, End: journal.EndFailed})
+		last := p.tail.last()
+		p.tail.append(journal.Event{Offset: last + 1, Type: typeError, Data: errOwnerLost.body()})
+		p.tail.append(journal.Event{Offset: last + 2, End: journal.EndFailed})
 		p.log.Warn("generation lost its lease", "gen", p.ref.Gen)
 		return
 	default:

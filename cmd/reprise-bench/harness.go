@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	stdlog "log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/tests/mockllm"
+)
+
+// stackConfig holds the few settings the benchmark changes from reprise's
+// defaults, so that its load can run at all (see BENCHMARKS.md).
+type stackConfig struct {
+	// upstreamConcurrency replaces classify.DefaultMaxConcurrent (512): the
+	// mix runs 2,000 generations at once.
+	upstreamConcurrency int
+	// maxReadersPerKey replaces stream.DefaultMaxReadersPerKey (32): the
+	// memory phase attaches thousands of clients to a few streams.
+	maxReadersPerKey int
+	// natsTCP connects reprise to the embedded server over loopback TCP
+	// instead of in-process (net.Pipe), as cmd/reprise does: an experiment.
+	natsTCP bool
+	// memoryStorage journals in JetStream memory storage instead of files:
+	// an experiment.
+	memoryStorage bool
+}
+
+// stack is everything under test, in this process: the fake upstream, a
+// pass-through reverse proxy in front of it, and reprise on an embedded
+// JetStream with file storage.
+type stack struct {
+	dir string
+	log *slog.Logger
+
+	llm     *mockllm.Server
+	emits   *emitLog
+	up      *http.Server
+	UpURL   string
+	pass    *http.Server
+	PassURL string
+
+	emb    *journal.Embedded
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	srv    *stream.Server
+	reg    *prometheus.Registry
+	rep    *http.Server
+	RepURL string
+}
+
+func serve(h http.Handler) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	return hs, "http://" + ln.Addr().String(), nil
+}
+
+func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
+	dir, err := os.MkdirTemp("", "reprise-bench-")
+	if err != nil {
+		return nil, err
+	}
+	s := &stack{dir: dir, log: log, emits: newEmitLog()}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+
+	// The fake upstream in zero-delay mode (prompts may still ask for a delay).
+	s.llm = mockllm.New(mockllm.Config{TokenDelay: 0})
+	if s.up, s.UpURL, err = serve(s.emits.wrap(s.llm)); err != nil {
+		return nil, err
+	}
+	upURL, _ := url.Parse(s.UpURL)
+
+	// The pass-through: a plain reverse proxy, flushing every write, with
+	// the same upstream transport settings as reprise.
+	rp := httputil.NewSingleHostReverseProxy(upURL)
+	rp.FlushInterval = -1
+	rp.Transport = stream.DefaultClient(stream.DefaultConnectTimeout, stream.DefaultHeaderTimeout).Transport
+	rp.ErrorLog = stdlog.New(io.Discard, "", 0) // clients check what they got
+	if s.pass, s.PassURL, err = serve(rp); err != nil {
+		return nil, err
+	}
+
+	// reprise, wired as cmd/reprise does.
+	ec := journal.EmbeddedConfig{Dir: dir}
+	if cfg.natsTCP {
+		ec.Port = -1
+	}
+	if s.emb, err = journal.StartEmbedded(ec); err != nil {
+		return nil, err
+	}
+	if cfg.natsTCP {
+		s.nc, err = nats.Connect(s.emb.Server.ClientURL(), nats.Name("reprise-bench"))
+	} else {
+		s.nc, err = s.emb.Connect("reprise-bench")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	j, err := journal.Open(ctx, s.nc, journal.Config{Memory: cfg.memoryStorage}) // default: file storage, 24 h TTL, 1 replica
+	if err != nil {
+		return nil, err
+	}
+	rm, err := resume.New(resume.Config{
+		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
+		Owner: "bench-" + resume.NewKey()[3:11], // default lease
+	})
+	if err != nil {
+		return nil, err
+	}
+	client := stream.DefaultClient(stream.DefaultConnectTimeout, stream.DefaultHeaderTimeout)
+	policy, err := classify.New(classify.Config{MaxConcurrent: cfg.upstreamConcurrency}, client)
+	if err != nil {
+		return nil, err
+	}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	s.reg = prometheus.NewRegistry()
+	s.srv, err = stream.New(stream.Config{
+		Journal: j, Resume: rm, Upstream: upURL, Client: client, Policy: policy,
+		Secret: secret, Logger: log, Registerer: s.reg,
+		Auth:             stream.AuthPassthrough, // the default; the tenant comes from the bearer token
+		MaxReadersPerKey: cfg.maxReadersPerKey,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.rep, s.RepURL, err = serve(s.srv); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// readers is reprise's gauge of connected stream readers (tail + journal).
+func (s *stack) readers() int {
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		return -1
+	}
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "reprise_readers" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			n += m.GetGauge().GetValue()
+		}
+	}
+	return int(n)
+}
+
+// deleteConsumers deletes the journal stream's consumers and returns how
+// many there were. A journal.Reader that reads more than a few events makes
+// an ordered consumer, and Close does not delete it: it stays on the server
+// for nats.go's InactiveThreshold (5 min), and nats-server allows 1,000
+// consumers per stream by default; past that every such read fails (see
+// BENCHMARKS.md). The benchmark deletes them between samples, when no
+// reader is attached, so that its own reads do not exhaust the limit.
+func (s *stack) deleteConsumers(ctx context.Context) (int, error) {
+	st, err := s.js.Stream(ctx, journal.DefaultStream)
+	if err != nil {
+		return 0, err
+	}
+	var names []string
+	lister := st.ConsumerNames(ctx)
+	for name := range lister.Name() {
+		names = append(names, name)
+	}
+	if err := lister.Err(); err != nil {
+		return 0, err
+	}
+	for _, name := range names {
+		if err := st.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return 0, err
+		}
+	}
+	return len(names), nil
+}
+
+// close stops reprise (failing generations still running after a short
+// grace), the servers and JetStream, and removes the data directory.
+func (s *stack) close() {
+	if s.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_ = s.srv.Shutdown(ctx)
+		cancel()
+	}
+	for _, hs := range []*http.Server{s.rep, s.pass, s.up} {
+		if hs == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := hs.Shutdown(ctx); err != nil {
+			_ = hs.Close()
+		}
+		cancel()
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.emb != nil {
+		s.emb.Shutdown()
+	}
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// emitLog records when the fake upstream wrote each event of the streams
+// whose User-Agent starts with mixAgent: the mix measures every event's
+// arrival at the client against it. Both proxies forward User-Agent.
+type emitLog struct {
+	base time.Time
+	mu   sync.Mutex
+	m    map[string]*emitTimes
+}
+
+const mixAgent = "reprise-bench-mix/"
+
+type emitTimes struct {
+	mu sync.Mutex
+	t  []time.Duration // since base, per data event in order
+}
+
+func newEmitLog() *emitLog { return &emitLog{base: time.Now(), m: map[string]*emitTimes{}} }
+
+func (l *emitLog) since() time.Duration { return time.Since(l.base) }
+
+func (l *emitLog) get(agent string) *emitTimes {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	et := l.m[agent]
+	if et == nil {
+		et = &emitTimes{}
+		l.m[agent] = et
+	}
+	return et
+}
+
+func (l *emitLog) reset() {
+	l.mu.Lock()
+	l.m = map[string]*emitTimes{}
+	l.mu.Unlock()
+}
+
+func (et *emitTimes) times() []time.Duration {
+	et.mu.Lock()
+	defer et.mu.Unlock()
+	return et.t
+}
+
+func (l *emitLog) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ua := r.Header.Get("User-Agent"); strings.HasPrefix(ua, mixAgent) {
+			w = &timingWriter{ResponseWriter: w, l: l, et: l.get(ua)}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// timingWriter notes the time of every Write: the fake upstream writes one
+// SSE event per Write (headers are flushed without one).
+type timingWriter struct {
+	http.ResponseWriter
+	l  *emitLog
+	et *emitTimes
+}
+
+func (w *timingWriter) Write(p []byte) (int, error) {
+	w.et.mu.Lock()
+	w.et.t = append(w.et.t, w.l.since())
+	w.et.mu.Unlock()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *timingWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *timingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

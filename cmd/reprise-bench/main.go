@@ -1,0 +1,340 @@
+// Command reprise-bench measures what reprise's journal costs against a plain
+// pass-through proxy, in one process and in the same run: the fake upstream
+// (zero delay), an httputil.ReverseProxy in front of it, and reprise on an
+// embedded JetStream with file storage, all on loopback, driven by the same
+// net/http load client with targets interleaved within each run.
+//
+//	go run ./cmd/reprise-bench            # the full run (a few minutes)
+//	go run ./cmd/reprise-bench --short    # under a minute
+//
+// It prints a markdown table and, last, one summary line:
+//
+//	bench: throughput_ratio=… ttft_overhead_p50_ms=… ttft_overhead_p99_ms=… resume_p99_ms=… replay_events_per_s=… rss_per_client_kb=…
+//
+// See BENCHMARKS.md for the method, the targets and the results.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+var phases = []string{"memory", "throughput", "ttft", "resume", "replay", "mix"}
+
+type options struct {
+	short         bool
+	runs          int
+	concurrency   []int
+	tpStreams     int
+	tpTokens      int
+	ttftSamples   int
+	resumeSamples int
+	resumeEvents  int
+	resumePause   time.Duration
+	replayEvents  int
+	memClients    []int
+	memStreams    int
+	memRuns       int
+	mixStreams    int
+	mixRate       int
+	mixDuration   time.Duration
+	mixRuns       int
+	only          map[string]bool
+	profileDir    string
+	timeout       time.Duration
+	seed          uint64
+	verbose       bool
+	logLevel      string
+	natsTCP       bool
+	memStorage    bool
+
+	// memory child mode (internal)
+	memChild     bool
+	memChildURLs string
+	memChildN    int
+}
+
+func parseOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("reprise-bench", flag.ContinueOnError)
+	fs.BoolVar(&o.short, "short", false, "a quick run (under a minute): fewer runs and samples, 1k idle clients only, a ~5 s mix with fewer streams")
+	runs := fs.Int("runs", 0, "measurement runs; medians are reported (default 5, short 3)")
+	conc := fs.String("concurrency", "1,10,100", "throughput: concurrent streams per cell")
+	tpStreams := fs.Int("tp-streams", 0, "throughput: streams per cell, at least the concurrency (default 100, short 20)")
+	fs.IntVar(&o.tpTokens, "tp-tokens", 1000, "throughput: content tokens per stream (events = tokens + 4)")
+	ttft := fs.Int("ttft-samples", 0, "time to first content event: samples per target per run (default 1000, short 200)")
+	resumeN := fs.Int("resume-samples", 0, "resume: samples per case per run (default 300, short 50)")
+	fs.IntVar(&o.resumeEvents, "resume-events", 2000, "resume: events stored before the drop point is drawn")
+	fs.DurationVar(&o.resumePause, "resume-pause", 0, "resume: pause between the drop (once reprise let the reader go) and the reconnect")
+	fs.IntVar(&o.replayEvents, "replay-events", 100_000, "replay: events of the completed stream")
+	mem := fs.String("mem-clients", "", "memory: idle client counts (default 1000,10000; short 1000)")
+	fs.IntVar(&o.memStreams, "mem-streams", 4, "memory: slow live streams the idle clients attach to")
+	memRuns := fs.Int("mem-runs", 0, "memory: rounds per client count; the median is reported (default 3, short 1)")
+	mixStreams := fs.Int("mix-streams", 0, "mix: concurrent streams (default 2000, short 200)")
+	fs.IntVar(&o.mixRate, "mix-rate", 50, "mix: events per second per stream")
+	mixDur := fs.Duration("mix-duration", 0, "mix: length of each stream (default 30s, short 5s)")
+	fs.IntVar(&o.mixRuns, "mix-runs", 1, "mix: runs per target")
+	only := fs.String("only", "", "comma-separated phases to run: "+strings.Join(phases, ","))
+	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of the first run of each phase (per target where it matters) into this `DIR`")
+	fs.DurationVar(&o.timeout, "timeout", 0, "abort the whole benchmark after this long (default 20m, short 3m)")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed (drop points)")
+	fs.BoolVar(&o.verbose, "v", false, "progress on stderr (and reprise's log from warnings up)")
+	fs.StringVar(&o.logLevel, "log-level", "", "reprise's log level on stderr: debug, info, warn, error (default error; warn with -v)")
+	fs.BoolVar(&o.memStorage, "journal-memory", false, "experiment: JetStream memory storage instead of file storage")
+	fs.BoolVar(&o.natsTCP, "nats-tcp", false, "experiment: connect reprise to the embedded JetStream over loopback TCP instead of in-process, as cmd/reprise does")
+	fs.BoolVar(&o.memChild, "mem-child", false, "internal: run as the memory phase's client process")
+	fs.StringVar(&o.memChildURLs, "mem-child-urls", "", "internal")
+	fs.IntVar(&o.memChildN, "mem-child-n", 0, "internal")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	pick := func(v *int, flagV, full, short int) {
+		switch {
+		case flagV > 0:
+			*v = flagV
+		case o.short:
+			*v = short
+		default:
+			*v = full
+		}
+	}
+	pick(&o.runs, *runs, 5, 3)
+	pick(&o.tpStreams, *tpStreams, 100, 20)
+	pick(&o.ttftSamples, *ttft, 1000, 200)
+	pick(&o.resumeSamples, *resumeN, 300, 50)
+	pick(&o.mixStreams, *mixStreams, 2000, 200)
+	pick(&o.memRuns, *memRuns, 3, 1)
+	o.mixDuration = *mixDur
+	if o.mixDuration <= 0 {
+		o.mixDuration = 30 * time.Second
+		if o.short {
+			o.mixDuration = 5 * time.Second
+		}
+	}
+	if o.timeout <= 0 {
+		o.timeout = 20 * time.Minute
+		if o.short {
+			o.timeout = 3 * time.Minute
+		}
+	}
+	var err error
+	if o.concurrency, err = ints(*conc); err != nil {
+		return o, fmt.Errorf("--concurrency: %w", err)
+	}
+	if *mem == "" {
+		*mem = "1000,10000"
+		if o.short {
+			*mem = "1000"
+		}
+	}
+	if o.memClients, err = ints(*mem); err != nil {
+		return o, fmt.Errorf("--mem-clients: %w", err)
+	}
+	o.only = map[string]bool{}
+	for p := range strings.SplitSeq(*only, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		known := false
+		for _, q := range phases {
+			known = known || p == q
+		}
+		if !known {
+			return o, fmt.Errorf("--only: unknown phase %q", p)
+		}
+		o.only[p] = true
+	}
+	switch {
+	case o.resumeEvents < 10:
+		return o, errors.New("--resume-events must be at least 10")
+	case o.replayEvents < 5 || o.replayEvents > 100_004:
+		return o, errors.New("--replay-events must be in 5..100004 (the fake upstream's token limit)")
+	case o.tpTokens < 1 || o.mixRate < 1 || o.memStreams < 1 || o.mixRuns < 1:
+		return o, errors.New("--tp-tokens, --mix-rate, --mem-streams and --mix-runs must be positive")
+	}
+	return o, nil
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for p := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (o options) want(phase string) bool { return len(o.only) == 0 || o.only[phase] }
+
+func main() {
+	o, err := parseOptions(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reprise-bench:", err)
+		os.Exit(2)
+	}
+	if o.memChild {
+		if err := memChild(o); err != nil {
+			fmt.Fprintln(os.Stderr, "reprise-bench (client process):", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "reprise-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// bench is one benchmark session.
+type bench struct {
+	o      options
+	ctx    context.Context
+	st     *stack
+	c      *loadClient
+	rng    *rand.Rand
+	prog   io.Writer
+	nonce  string
+	res    results
+	prof   *profiler
+	direct target
+	pass   target
+	rep    target
+
+	readerBase int // reprise's readers before a resume run
+}
+
+func run(o options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	if o.profileDir != "" {
+		runtime.MemProfileRate = 4096 // finer heap profiles for the memory phase
+	}
+	nofile := raiseNoFile()
+	level := slog.LevelError
+	prog := io.Discard
+	if o.verbose {
+		level, prog = slog.LevelWarn, os.Stderr
+	}
+	if o.logLevel != "" {
+		if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+			return fmt.Errorf("--log-level: %w", err)
+		}
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*o.mixStreams), maxReadersPerKey: 1 << 20, natsTCP: o.natsTCP, memoryStorage: o.memStorage}, log)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
+	b := &bench{
+		o: o, ctx: ctx, st: st, c: newLoadClient(), rng: rand.New(rand.NewPCG(o.seed, 7)), prog: prog,
+		nonce:  strconv.FormatInt(time.Now().UnixNano(), 36),
+		prof:   &profiler{dir: o.profileDir},
+		direct: target{name: "direct", base: st.UpURL},
+		pass:   target{name: "pass-through", base: st.PassURL},
+		rep:    target{name: "reprise", base: st.RepURL, keyed: true},
+	}
+	b.res.started = time.Now()
+	b.res.loadStart = loadAvg()
+	b.res.nofile = nofile
+	b.res.phaseLoad = map[string]string{}
+	defer b.c.closeIdle()
+
+	steps := []struct {
+		name string
+		f    func() error
+	}{
+		// Memory first, on a fresh heap: a heap full of freed spans from
+		// earlier phases absorbs the clients' allocations without RSS.
+		{"memory", b.memory}, {"throughput", b.throughput}, {"ttft", b.ttft},
+		{"resume", b.resume}, {"replay", b.replay}, {"mix", b.mix},
+	}
+	for _, s := range steps {
+		if !o.want(s.name) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			b.res.notes = append(b.res.notes, fmt.Sprintf("%s: not run (%v)", s.name, err))
+			continue
+		}
+		before := loadAvg()
+		t0 := time.Now()
+		b.progress("== %s (load %s)", s.name, before)
+		st.llm.Ledger().Reset()
+		err := s.f()
+		b.res.phaseLoad[s.name] = fmt.Sprintf("%s → %s, %.0fs", before, loadAvg(), time.Since(t0).Seconds())
+		if err != nil {
+			b.res.notes = append(b.res.notes, fmt.Sprintf("%s: %v", s.name, err))
+			b.progress("%s: %v", s.name, err)
+		}
+	}
+	b.res.loadEnd = loadAvg()
+	b.res.elapsed = time.Since(b.res.started)
+	b.report(os.Stdout)
+	return nil
+}
+
+func (b *bench) progress(format string, a ...any) {
+	fmt.Fprintf(b.prog, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+}
+
+// profiler writes CPU profiles of selected sections when --profile-dir is set.
+type profiler struct {
+	dir string
+	f   *os.File
+}
+
+func (p *profiler) start(name string) {
+	if p.dir == "" || p.f != nil {
+		return
+	}
+	f, err := os.Create(filepath.Join(p.dir, name+".pprof"))
+	if err != nil {
+		return
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return
+	}
+	p.f = f
+}
+
+func (p *profiler) stop() {
+	if p.f == nil {
+		return
+	}
+	pprof.StopCPUProfile()
+	p.f.Close()
+	p.f = nil
+}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strings"
+	"time"
+)
+
+type results struct {
+	started   time.Time
+	elapsed   time.Duration
+	loadStart string
+	loadEnd   string
+	phaseLoad map[string]string
+	nofile    uint64
+	notes     []string
+
+	consumersDeleted int // left behind by journal readers
+
+	tp         []*tpResult
+	ttft       map[string]*pctRuns
+	resumeLive *pctRuns
+	resumeDone *pctRuns
+	replay     []float64
+	replayGen  time.Duration
+	mem        []*memResult
+	mix        map[string]*mixResult
+}
+
+type tpResult struct {
+	S         int
+	pass, rep []float64 // events/s per run
+	ratio     []float64 // reprise ÷ pass-through per run
+	passCPU   []float64 // µs of process CPU per event
+	repCPU    []float64
+	errs      int
+}
+
+// pctRuns holds each run's p50 and p99.
+type pctRuns struct {
+	p50, p99 []float64
+	samples  int
+	errs     int
+}
+
+func (p *pctRuns) add(xs []float64) {
+	if len(xs) == 0 {
+		return
+	}
+	p.samples += len(xs)
+	p.p50 = append(p.p50, percentile(xs, 50))
+	p.p99 = append(p.p99, percentile(xs, 99))
+}
+
+type memResult struct {
+	n, reached, serverReaders int
+	rssBeforeKB, rssAfterKB   int64
+	perClientKB               float64
+	heapKB, stackKB           float64
+	goroutines                float64
+	childKB                   float64
+	rounds                    []float64 // RSS per client of every round
+}
+
+type mixResult struct {
+	streams, events, errs int
+	wall, cpu             time.Duration
+	gcCycles              uint64
+	gcCPU                 time.Duration
+	delay                 *hist
+	steady                *hist // from event mixSteadyAfter+1 on
+}
+
+func (m *mixResult) merge(o *mixResult) {
+	m.streams += o.streams
+	m.events += o.events
+	m.errs += o.errs
+	m.wall += o.wall
+	m.cpu += o.cpu
+	m.gcCycles += o.gcCycles
+	m.gcCPU += o.gcCPU
+	m.delay.merge(o.delay)
+	m.steady.merge(o.steady)
+}
+
+// summary holds the numbers of the last line.
+type summary struct {
+	ratio, ttft50, ttft99, resume99, replay, rss float64
+	ratioS, rssN                                 int
+}
+
+func (b *bench) summary() summary {
+	s := summary{ratio: math.NaN(), ttft50: math.NaN(), ttft99: math.NaN(), resume99: math.NaN(), replay: math.NaN(), rss: math.NaN()}
+	for _, t := range b.res.tp { // the largest S (100 by default)
+		if t.S >= s.ratioS && len(t.ratio) > 0 {
+			s.ratio, s.ratioS = median(t.ratio), t.S
+		}
+	}
+	if over := b.ttftOverhead(b.pass); over != nil {
+		s.ttft50, s.ttft99 = over[0], over[1]
+	}
+	if b.res.resumeLive != nil {
+		s.resume99 = median(b.res.resumeLive.p99)
+	}
+	s.replay = median(b.res.replay)
+	for _, m := range b.res.mem { // the most clients reached
+		if m.reached >= s.rssN {
+			s.rss, s.rssN = m.perClientKB, m.reached
+		}
+	}
+	return s
+}
+
+// ttftOverhead is the median over runs of reprise's p50 and p99 minus base's.
+func (b *bench) ttftOverhead(base target) []float64 {
+	if b.res.ttft == nil {
+		return nil
+	}
+	r, o := b.res.ttft[b.rep.name], b.res.ttft[base.name]
+	if r == nil || o == nil || len(r.p50) == 0 || len(r.p50) != len(o.p50) {
+		return nil
+	}
+	var d50, d99 []float64
+	for i := range r.p50 {
+		d50 = append(d50, r.p50[i]-o.p50[i])
+		d99 = append(d99, r.p99[i]-o.p99[i])
+	}
+	return []float64{median(d50), median(d99)}
+}
+
+func f(v float64, digits int) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.*f", digits, v)
+}
+
+func kev(v float64) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0fk", v/1000)
+}
+
+func verdict(v, limit float64, atMost bool) string {
+	switch {
+	case math.IsNaN(v):
+		return "n/a"
+	case atMost && v <= limit, !atMost && v >= limit:
+		return "met"
+	}
+	return "**missed**"
+}
+
+func (b *bench) report(w io.Writer) {
+	o, r := b.o, b.res
+	mode := "full"
+	if o.short {
+		mode = "short"
+	}
+	fmt.Fprintf(w, "## reprise-bench (%s run)\n\n", mode)
+	fmt.Fprintf(w, "%s, %d CPUs (GOMAXPROCS %d), RLIMIT_NOFILE %d; load average %s at start, %s at end; %.0f s.\n",
+		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), r.nofile, r.loadStart, r.loadEnd, r.elapsed.Seconds())
+	storage, conn := "file storage", "in-process connection"
+	if o.memStorage {
+		storage = "MEMORY storage (experiment)"
+	}
+	if o.natsTCP {
+		conn = "loopback TCP connection (experiment)"
+	}
+	fmt.Fprintf(w, "One process: fake upstream (zero delay) ← httputil.ReverseProxy (FlushInterval -1) | reprise (embedded JetStream, %s, %s, auth passthrough); loopback; %d runs, medians of per-run values.\n\n", storage, conn, o.runs)
+
+	fmt.Fprintln(w, "| measurement | direct | pass-through | reprise | reprise vs pass-through | target | |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	s := b.summary()
+	for _, t := range r.tp {
+		target, met := "", ""
+		if t.S == s.ratioS {
+			target, met = "≥ 0.60×", verdict(median(t.ratio), 0.6, false)
+		}
+		errs := ""
+		if t.errs > 0 {
+			errs = fmt.Sprintf(" (%d failed streams)", t.errs)
+		}
+		fmt.Fprintf(w, "| throughput, S=%d concurrent × %d events (events/s)%s | | %s | %s | %s× | %s | %s |\n",
+			t.S, o.tpTokens+4, errs, kev(median(t.pass)), kev(median(t.rep)), f(median(t.ratio), 2), target, met)
+	}
+	for _, t := range r.tp {
+		fmt.Fprintf(w, "| throughput, S=%d: CPU of the whole process per event (µs) | | %s | %s | ×%s | | |\n",
+			t.S, f(median(t.passCPU), 1), f(median(t.repCPU), 1), f(median(t.repCPU)/median(t.passCPU), 1))
+	}
+	if r.ttft != nil {
+		d, p, rp := r.ttft[b.direct.name], r.ttft[b.pass.name], r.ttft[b.rep.name]
+		od := b.ttftOverhead(b.direct)
+		if od == nil {
+			od = []float64{math.NaN(), math.NaN()}
+		}
+		fmt.Fprintf(w, "| time to first content event p50 (ms; %d samples/target%s) | %s | %s | %s | +%s (+%s vs direct) | ≤ +0.5 | %s |\n",
+			rp.samples, failed(d.errs+p.errs+rp.errs), f(median(d.p50), 3), f(median(p.p50), 3), f(median(rp.p50), 3), f(s.ttft50, 3), f(od[0], 3), verdict(s.ttft50, 0.5, true))
+		fmt.Fprintf(w, "| time to first content event p99 (ms) | %s | %s | %s | +%s (+%s vs direct) | ≤ +3 | %s |\n",
+			f(median(d.p99), 3), f(median(p.p99), 3), f(median(rp.p99), 3), f(s.ttft99, 3), f(od[1], 3), verdict(s.ttft99, 3, true))
+	}
+	if r.resumeLive != nil {
+		l, c := r.resumeLive, r.resumeDone
+		fmt.Fprintf(w, "| resume, live key on the owning instance, p50 (ms; %d samples%s) | | | %s | | | |\n", l.samples, failed(l.errs), f(median(l.p50), 3))
+		fmt.Fprintf(w, "| resume, live key on the owning instance, p99 (ms) — the summary's resume_p99 | | | %s | | ≤ 2 | %s |\n", f(median(l.p99), 3), verdict(s.resume99, 2, true))
+		fmt.Fprintf(w, "| resume, completed key (JetStream), p50 (ms; %d samples%s) | | | %s | | | |\n", c.samples, failed(c.errs), f(median(c.p50), 3))
+		fmt.Fprintf(w, "| resume, completed key (JetStream), p99 (ms) | | | %s | | | |\n", f(median(c.p99), 3))
+	}
+	if len(r.replay) > 0 {
+		fmt.Fprintf(w, "| replay of a completed %d-event stream, one GET from the start (events/s) | | | %s | | ≥ 400k | %s |\n",
+			o.replayEvents, kev(s.replay), verdict(s.replay, 400_000, false))
+	}
+	for _, m := range r.mem {
+		reached := ""
+		if m.reached < m.n {
+			reached = fmt.Sprintf(" — only %d reached", m.reached)
+		}
+		fmt.Fprintf(w, "| RSS per idle SSE client, %d clients on %d slow live streams (KB; median of %d)%s | | | %s (heap %s, stacks %s, %.2f goroutines/client) | | ≤ 20 | %s |\n",
+			m.n, o.memStreams, len(m.rounds), reached, f(m.perClientKB, 1), f(m.heapKB, 1), f(m.stackKB, 1), m.goroutines, verdict(m.perClientKB, 20, true))
+	}
+	if r.mix != nil {
+		p, rp := r.mix[b.pass.name], r.mix[b.rep.name]
+		if p != nil && rp != nil {
+			title := fmt.Sprintf("mix: %d streams × %d events/s for %s", o.mixStreams, o.mixRate, o.mixDuration)
+			fmt.Fprintf(w, "| %s: per-event delay upstream→client p50 (ms) | | %s | %s | +%s | | |\n",
+				title, f(p.delay.quantile(50), 3), f(rp.delay.quantile(50), 3), f(rp.delay.quantile(50)-p.delay.quantile(50), 3))
+			fmt.Fprintf(w, "| %s: per-event delay p99 (ms) — added latency | | %s | %s | **+%s** | | |\n",
+				title, f(p.delay.quantile(99), 3), f(rp.delay.quantile(99), 3), f(rp.delay.quantile(99)-p.delay.quantile(99), 3))
+			fmt.Fprintf(w, "| %s: per-event delay p99.9 / max (ms) | | %s / %s | %s / %s | | | |\n", title,
+				f(p.delay.quantile(99.9), 1), f(ms(p.delay.max), 1), f(rp.delay.quantile(99.9), 1), f(ms(rp.delay.max), 1))
+			fmt.Fprintf(w, "| %s: per-event delay p99 from each stream's event %d on (ms) | | %s | %s | +%s | | |\n", title, mixSteadyAfter+1,
+				f(p.steady.quantile(99), 3), f(rp.steady.quantile(99), 3), f(rp.steady.quantile(99)-p.steady.quantile(99), 3))
+			fmt.Fprintf(w, "| %s: process CPU (s; cores busy on average) | | %.1f (%.2f) | %.1f (%.2f) | ×%.2f | | |\n", title,
+				p.cpu.Seconds(), p.cpu.Seconds()/p.wall.Seconds(), rp.cpu.Seconds(), rp.cpu.Seconds()/rp.wall.Seconds(), rp.cpu.Seconds()/p.cpu.Seconds())
+			fmt.Fprintf(w, "| %s: GC cycles (GC CPU s) | | %d (%.1f) | %d (%.1f) | | | |\n", title, p.gcCycles, p.gcCPU.Seconds(), rp.gcCycles, rp.gcCPU.Seconds())
+			fmt.Fprintf(w, "| %s: events received (failed streams) | | %d (%d) | %d (%d) | | | |\n", title, p.events, p.errs, rp.events, rp.errs)
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Load average (1, 5, 15 min) before → after each phase:")
+	for _, p := range phases {
+		if l, ok := r.phaseLoad[p]; ok {
+			fmt.Fprintf(w, "- %s: %s\n", p, l)
+		}
+	}
+	if len(r.mem) > 0 {
+		fmt.Fprintln(w, "\nMemory: RSS of this process (reprise's side of the connections; the clients run in a child process) after GC and FreeOSMemory, before and after attaching:")
+		for _, m := range r.mem {
+			var rs []string
+			for _, v := range m.rounds {
+				rs = append(rs, f(v, 1))
+			}
+			fmt.Fprintf(w, "- %d clients: reached %d (reprise counted %d readers); VmRSS %d → %d kB in the median round; KB per client in each round: %s; the client process used %.1f KB per client\n",
+				m.n, m.reached, m.serverReaders, m.rssBeforeKB, m.rssAfterKB, strings.Join(rs, ", "), m.childKB)
+		}
+	}
+	if r.replayGen > 0 {
+		fmt.Fprintf(w, "\nThe %d-event stream for the replay was generated live through reprise in %.2f s (%s events/s, one client).\n",
+			o.replayEvents, r.replayGen.Seconds(), kev(float64(o.replayEvents)/r.replayGen.Seconds()))
+	}
+	if r.consumersDeleted > 0 {
+		fmt.Fprintf(w, "\nJournal readers left %d ordered consumers behind on the stream (journal.Reader.Close does not delete them; they expire after 5 min, and nats-server allows 1,000 per stream); the benchmark deleted them between samples, untimed.\n", r.consumersDeleted)
+	}
+	if len(r.notes) > 0 {
+		fmt.Fprintln(w, "\nNotes:")
+		for _, n := range r.notes {
+			fmt.Fprintln(w, "- "+strings.ReplaceAll(n, "\n", " "))
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s rss_per_client_kb=%s\n",
+		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.rss, 1))
+}
+
+func failed(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d failed", n)
+}
