@@ -12,6 +12,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/rs/zerolog v1.28.0
 	github.com/tmaxmax/go-sse v0.12.0
 	go.uber.org/goleak v1.3.0
 )
@@ -44,7 +45,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rs/xid v1.4.0 // indirect
-	github.com/rs/zerolog v1.28.0 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.1 // indirect
 	github.com/sirupsen/logrus v1.10.1 // indirect
 	github.com/tidwall/gjson v1.20.0 // indirect

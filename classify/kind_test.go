@@ -276,6 +276,13 @@ func TestTransportWriteFailsAfterWroteRequest(t *testing.T) {
 		t.Fatal("round trip on a write-shut socket succeeded")
 	}
 	t.Logf("wrote=%v err=%v", tr.Wrote(), err)
+	if tr.Wrote() && !writeFailed(err) {
+		// Rarely, under load, Go's read loop reports the dead connection
+		// before the failed write does: nothing then tells this call apart
+		// from a sent request, and ambiguous is the safe answer.
+		wantKind(t, classify.Transport(err, tr), classify.ErrAmbiguous, http.StatusBadGateway, "upstream_no_response")
+		return
+	}
 	wantKind(t, classify.Transport(err, tr), classify.ErrRetryable, http.StatusBadGateway, "upstream_unreachable")
 }
 

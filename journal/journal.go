@@ -34,6 +34,7 @@ var (
 	ErrFenced        = errors.New("journal: generation already written by another writer")
 	ErrClosed        = errors.New("journal: writer closed")
 	ErrInvalidOption = errors.New("journal: invalid option")
+	ErrGap           = errors.New("journal: events missing from the generation")
 )
 
 // Config configures Open.

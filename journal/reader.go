@@ -121,6 +121,10 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 		if ev.Offset <= r.after {
 			continue
 		}
+		if ev.Offset > r.after+1 {
+			// Offsets are contiguous; a hole means an append was lost.
+			return Event{}, fmt.Errorf("%w: want offset %d, stored %d", ErrGap, r.after+1, ev.Offset)
+		}
 		r.after = ev.Offset
 		return ev, nil
 	}

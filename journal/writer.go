@@ -107,7 +107,9 @@ func (w *Writer) publish(ctx context.Context, ev Event) error {
 	if ev.Offset == 1 {
 		return w.first(ctx, ev)
 	}
-	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject), jetstream.WithStallWait(DefaultStallWait))
+	// No automatic re-send: a re-sent append would be stored after later
+	// ones, out of order. A failed append fails the generation instead.
+	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject), jetstream.WithStallWait(DefaultStallWait), jetstream.WithRetryAttempts(0))
 	if err != nil {
 		err = fmt.Errorf("journal: publish: %w", err)
 		w.fail(err)
@@ -126,7 +128,11 @@ func (w *Writer) publish(ctx context.Context, ev Event) error {
 // subject to be empty: it is the fence. Nothing else is in flight until it
 // is acknowledged, so a writer that lost the race stores nothing.
 func (w *Writer) first(ctx context.Context, ev Event) error {
-	ack, err := w.j.js.PublishMsg(ctx, ev.msg(w.subject), jetstream.WithExpectLastSequencePerSubject(0))
+	// Bounded on its own: the caller's context may be long, and a request
+	// lost with its connection is never answered.
+	ctx, cancel := context.WithTimeout(ctx, DefaultAckTimeout)
+	defer cancel()
+	ack, err := w.j.js.PublishMsg(ctx, ev.msg(w.subject), jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithRetryAttempts(0))
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {

@@ -79,89 +79,118 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 }
 
 // followJournal reads a generation from JetStream: a completed one, or one
-// running on another instance. While idle it checks the owner's lease, so a
-// reader of a generation whose owner died gets an error instead of waiting
-// forever.
+// running on another instance. A reading goroutine feeds this one, which
+// owns the connection and selects over events, the idle tick and the
+// client: a slow journal read is never cut by the tick. While idle it
+// checks the owner's lease, so a reader of a generation whose owner died
+// gets an error instead of waiting forever.
 func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal.Ref, after, hint uint64) error {
 	rd, err := s.cfg.Journal.Read(ctx, ref, after, hint)
 	if err != nil {
 		return err
 	}
-	defer rd.Close()
 	g := s.metrics.readers.WithLabelValues("journal")
 	g.Inc()
 	defer g.Dec()
-	idle := min(s.cfg.Heartbeat, s.cfg.Resume.Lease()/2)
-	pending, sent := false, 0
-	for {
-		wait := idle
-		if pending {
-			wait = time.Millisecond // flush as soon as the backlog is drained
+
+	rctx, stop := context.WithCancel(ctx)
+	events := make(chan journalRead, flushEvery)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(events)
+		for {
+			ev, err := rd.Next(rctx)
+			select {
+			case events <- journalRead{ev, err}:
+			case <-rctx.Done():
+				return
+			}
+			if err != nil || ev.IsEnd() {
+				return
+			}
 		}
-		nctx, cancel := context.WithTimeout(ctx, wait)
-		ev, err := rd.Next(nctx)
-		cancel()
-		switch {
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			if pending {
+	}()
+	defer func() { stop(); <-done; rd.Close() }()
+
+	idle := time.NewTicker(min(s.cfg.Heartbeat, s.cfg.Resume.Lease()/2))
+	defer idle.Stop()
+	sent, unflushed, lost := 0, false, false
+	for {
+		var r journalRead
+		var ok bool
+		select {
+		case r, ok = <-events:
+		default: // nothing ready: flush what was written, then wait
+			if unflushed {
 				if err := out.flush(); err != nil {
 					return err
 				}
-				pending = false
-				continue
+				unflushed = false
 			}
-			if err := out.ping(); err != nil {
-				return err
-			}
-			if !s.ownerLost(ctx, ref) {
-				continue
-			}
-			// One last look: the end marker may have been stored just now.
-			lctx, cancel := context.WithTimeout(ctx, time.Second)
-			ev, err := rd.Next(lctx)
-			cancel()
-			if err == nil {
-				if ev.IsEnd() {
-					return out.flush()
-				}
-				if err := out.send(eventID(ref, ev), ev); err != nil {
+			select {
+			case r, ok = <-events:
+			case <-idle.C:
+				if err := out.ping(); err != nil {
 					return err
 				}
-				after = ev.Offset
+				if lost { // a second tick with the owner gone and nothing stored
+					e := journal.Event{Offset: after + 1, Type: typeError, Data: errOwnerLost.body()}
+					if err := out.send(eventID(ref, e), e); err != nil {
+						return err
+					}
+					return out.flush()
+				}
+				lost = s.ownerLost(ctx, ref)
 				continue
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			e := journal.Event{Offset: after + 1, Type: typeError, Data: errOwnerLost.body()}
-			if err := out.send(eventID(ref, e), e); err != nil {
-				return err
+		}
+		if !ok {
+			return ctx.Err()
+		}
+		if r.err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			return out.flush()
-		case err != nil:
 			// The journal failed this reader: say so, rather than end the
 			// stream as if it were complete.
-			e := journal.Event{Offset: after + 1, Type: typeError, Data: errUnavailable.body()}
+			cause := errUnavailable
+			if errors.Is(r.err, journal.ErrGap) {
+				cause = errJournalFailure
+			}
+			e := journal.Event{Offset: after + 1, Type: typeError, Data: cause.body()}
 			if serr := out.send(eventID(ref, e), e); serr == nil {
 				_ = out.flush()
 			}
-			return err
+			return r.err
 		}
-		if ev.IsEnd() {
+		lost = false
+		if r.ev.IsEnd() {
 			return out.flush()
 		}
-		if err := out.send(eventID(ref, ev), ev); err != nil {
+		if err := out.send(eventID(ref, r.ev), r.ev); err != nil {
 			return err
 		}
-		after = ev.Offset
+		after = r.ev.Offset
 		sent++
-		pending = true
+		unflushed = true
 		// The first event goes out at once (resume latency); a backlog is
 		// flushed in batches, and whatever is left when the reader idles.
 		if sent == 1 || sent%flushEvery == 0 {
 			if err := out.flush(); err != nil {
 				return err
 			}
-			pending = false
+			unflushed = false
 		}
 	}
+}
+
+// journalRead is one result of the reading goroutine.
+type journalRead struct {
+	ev  journal.Event
+	err error
 }
 
 // ownerLost reports whether ref's generation can no longer end with its end
@@ -177,5 +206,8 @@ func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) bool {
 	}
 	// A finished record always follows its end marker, so a finished one
 	// without it (after the caller's last look) will never get one.
-	return rec.Generation != ref.Gen || rec.Error == resume.OwnerLost || rec.State != resume.InProgress
+	// A finished (failed) record always follows its end marker, so a failed
+	// one without it (after the caller's last look) will never get one. A
+	// completed one does have it: the read is slow, not lost.
+	return rec.Generation != ref.Gen || rec.Error == resume.OwnerLost || rec.State == resume.Failed
 }

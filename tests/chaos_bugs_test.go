@@ -1,0 +1,253 @@
+package tests
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+)
+
+// TestChaosOwnerLostResumeAfterCursor: a reprise binary is SIGKILLed a few
+// events into a generation (before its first lease heartbeat stored an
+// event count); once the lease expired, the client resumes through the
+// surviving instance with its Last-Event-ID. It must get the rest of the
+// journaled generation and event: error owner_lost, exactly what a reader
+// from the start gets after that point — not 204, which tells an
+// EventSource the stream is over (found by the chaos suite; fixed in
+// 22b25e1, stream/get.go finalEvents).
+func TestChaosOwnerLostResumeAfterCursor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills a reprise binary")
+	}
+	e := newEnv(t, withNATSPort(), withLease(time.Second))
+	a := startProcess(t, e)
+	prompt := uniquePrompt(t, "[tokens=400] [delay=10ms]")
+	first := readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-stale"), 5)
+	// The generation goes on without its client; kill its owner a few events
+	// later, still before its first heartbeat (lease/3) stored a count.
+	if err := e.LLM.Ledger().WaitEvents(waitCtx(t, 10*time.Second), prompt, 12); err != nil {
+		t.Fatal(err)
+	}
+	sigkill(t, a)
+	st := waitState(t, e, "k-stale", "failed")
+	full := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-stale", ""), -1)
+	t.Logf("record: %+v; the journal holds %d events, the client saw %d", st, len(full)-1, len(first))
+	if last := full[len(full)-1]; last.Type != "error" || !strings.Contains(last.Data, "owner_lost") {
+		t.Fatalf("a reader from the start ends with %+v, want event: error owner_lost", last)
+	}
+	resp := do(t, "GET", e.URL+"/v1/streams/k-stale", "", "Last-Event-ID", lastID(first))
+	if resp.StatusCode == http.StatusNoContent {
+		resp.Body.Close()
+		t.Fatalf("cursor %s into a generation whose owner died: 204, though the journal holds %d events and the owner_lost error after it (record events=%d)",
+			lastID(first), len(full)-1, st.Events)
+	}
+	rest := readEvents(t, resp, -1)
+	if !slices.Equal(rest, full[len(first):]) {
+		t.Fatalf("resumed after %s: %d events, want the %d a reader from the start got after it", lastID(first), len(rest), len(full)-len(first))
+	}
+	// At the owner_lost error itself the stream is over (no endless
+	// EventSource reconnects, each getting another error).
+	end := do(t, "GET", e.URL+"/v1/streams/k-stale", "", "Last-Event-ID", lastID(full))
+	end.Body.Close()
+	if end.StatusCode != http.StatusNoContent {
+		t.Errorf("cursor at the owner_lost error %s: HTTP %d, want 204", lastID(full), end.StatusCode)
+	}
+}
+
+// bugFirstAppend is the bug TestChaosBugFirstAppendHangs reproduces.
+const bugFirstAppend = "BUG: a generation's first append (journal/writer.go first: a synchronous, fenced PublishMsg) " +
+	"runs under the pump's context, whose deadline is MaxGeneration (30 min); nats.go applies its own request " +
+	"timeout only to contexts without a deadline. When the connection to NATS drops with that request in flight, " +
+	"nats.go reconnects but the reply never comes: the generation hangs (key in_progress, 0 events, clients get " +
+	"only pings, graceful shutdown times out) while its upstream generation completed and was billed. Fix: bound " +
+	"first() with context.WithTimeout(ctx, DefaultAckTimeout)"
+
+// TestChaosBugFirstAppendHangs: the link between reprise and NATS (a
+// toxiproxy link) is cut exactly when a generation's first append goes
+// out: the upstream answers 503 with retry-after-ms=400 first, and during
+// that wait the link gets a limit_data of 0 bytes toward NATS. reprise
+// reconnects to NATS directly. The client must hear how the generation
+// ended within the journal's ack timeout (10s): [DONE] or an error event.
+func TestChaosBugFirstAppendHangs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the journal's 10s ack timeout")
+	}
+	e := newEnv(t, withNATSPort())
+	l, err := newToxi().link(strings.TrimPrefix(e.natsURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.close)
+	a := startInstance(t, "A", []string{"nats://" + l.addr, e.natsURL()}, e.llmSrv.URL,
+		instanceOptions{replicas: 1, lease: 30 * time.Second, grace: 100 * time.Millisecond, lenient: true})
+	prompt := uniquePrompt(t, "[tokens=20] [status=503] [retry_after_ms=400]")
+	type result struct {
+		evs []event
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		evs, err := fetchEvents(waitCtx(t, 30*time.Second), "POST", a.URL+chatPath, chatBody(prompt, true), 0, nil, "Idempotency-Key", "k-first")
+		done <- result{evs, err}
+	}()
+	pollUntil(t, 10*time.Second, "the upstream's 503", func() bool { return e.LLM.Ledger().Get(prompt).Requests >= 1 })
+	if err := l.addCloser("cut", "limit_data", "upstream", map[string]any{"bytes": 0}); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		last := r.evs[len(r.evs)-1]
+		t.Logf("%s after the cut the client got %d events, the last %+v", time.Since(cut).Round(time.Millisecond), len(r.evs), last)
+		if last.Data != "[DONE]" && last.Type != "error" {
+			t.Fatalf("the stream ended with %+v", last)
+		}
+	case <-time.After(14 * time.Second):
+		st, _ := getStatus(t, e, "k-first")
+		t.Fatalf("regression of a fixed bug: %s (here: 14s after the cut the key is %s with %d events, the upstream %+v)", bugFirstAppend, st.State, st.Events, e.LLM.Ledger().Get(prompt))
+	}
+}
+
+// bugFalseOwnerLost is the bug TestChaosBugSlowJournalFalseOwnerLost reproduces.
+const bugFalseOwnerLost = "BUG: a reader of a completed generation gets event: error owner_lost when one journal read " +
+	"takes longer than its idle interval (min(Heartbeat, Lease/2)) plus 1s: stream/follow.go ownerLost counts a " +
+	"finished record as lost (rec.State != InProgress, added in 22b25e1) and the 1s \"last look\" gives up, though a " +
+	"completed generation's end marker is stored and the read is only slow (a loaded or failing-over JetStream). " +
+	"Fix: never treat a Completed record as lost (only OwnerLost, a newer generation, or a failure whose end marker " +
+	"could not be stored, i.e. journal_failure), and do not cancel an in-flight read on the idle tick (with a round " +
+	"trip above the idle interval every read is canceled and the reader makes no progress)"
+
+// TestChaosBugSlowJournalFalseOwnerLost: instance B's link to NATS gets
+// 1.2s of latency (toxiproxy); a key completed earlier is read through B.
+// The client must get the whole stream and [DONE], however slowly.
+func TestChaosBugSlowJournalFalseOwnerLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads through a slow link")
+	}
+	e := newEnv(t, withNATSPort())
+	prompt := uniquePrompt(t, "[tokens=0]")
+	want := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-slow"), -1)
+	l, err := newToxi().link(strings.TrimPrefix(e.natsURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.close)
+	b := startInstance(t, "B", []string{"nats://" + l.addr}, e.llmSrv.URL, instanceOptions{replicas: 1, lease: 2 * time.Second, grace: time.Second, lenient: true})
+	if err := l.add("slow", "latency", "downstream", map[string]any{"latency": 1200}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	got, err := fetchEvents(waitCtx(t, 40*time.Second), "GET", b.URL+"/v1/streams/k-slow", "", 0, nil)
+	t.Logf("read through the slow link in %s: %d events, %v", time.Since(start).Round(time.Millisecond), len(got), err)
+	if len(got) > 0 {
+		if last := got[len(got)-1]; last.Type == "error" && strings.Contains(last.Data, "owner_lost") {
+			// Its id takes the offset of a real event: a client resuming
+			// after it (as EventSource does), even on a fast instance, never
+			// gets that event.
+			rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-slow", "", "Last-Event-ID", last.ID), -1)
+			t.Fatalf("regression of a fixed bug: %s (here: %d of %d events, then %s; a client resuming after it gets %v: the real event at that offset is lost to it)",
+				bugFalseOwnerLost, len(got)-1, len(want), last.ID, ids(rest))
+		}
+	}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("a completed key read through a slow link: %d events (%v), want the %d it completed with", len(got), err, len(want))
+	}
+}
+
+// bugDoneThenOwnerLost is the bug TestChaosBugOwnerDiedAfterDone reproduces.
+const bugDoneThenOwnerLost = "BUG: an owner that dies after journaling its generation's terminal event ([DONE], or even " +
+	"the completed end marker) but before lease.Finish leaves the record in_progress; once the lease expires " +
+	"resume.Manager.Get marks it failed owner_lost although the journal holds the complete generation. Clients that " +
+	"already got [DONE] hold a result the key no longer has: the next request with the key generates again (billed " +
+	"twice) and replays then serve a different answer. Fix: before marking a generation owner_lost (stream ownerLost / " +
+	"handleStream / handleCreate via resume), look at the journal's last event (journal.Last): if it is the completed " +
+	"end marker or the terminal event, finish the record as completed with that event count instead"
+
+// TestChaosBugOwnerDiedAfterDone reproduces what a reprise instance killed
+// between its last journal append and its record update leaves behind,
+// with the real journal and resume packages: a "ghost" owner on its own
+// NATS connection begins the key, journals the upstream's whole stream
+// (and, in one case, the completed end marker), then loses its connection
+// before finishing the record. The surviving instance must treat the key
+// as the completed generation it is: replay it, not generate again.
+func TestChaosBugOwnerDiedAfterDone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a lease")
+	}
+	for _, withEnd := range []bool{true, false} {
+		name := map[bool]string{true: "end marker stored", false: "[DONE] stored, no end marker"}[withEnd]
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, withNATSPort(), withLease(time.Second))
+			prompt := uniquePrompt(t, "[tokens=6]")
+			body := chatBody(prompt, true)
+			key := "k-ghost"
+			id := resume.StreamID("anonymous", key)
+			ctx := waitCtx(t, 30*time.Second)
+
+			ghost, err := nats.Connect(e.natsURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ghost.Close()
+			j, err := journal.Open(ctx, ghost, journal.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rm, err := resume.New(resume.Config{Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "ghost", Lease: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := rm.Begin(ctx, resume.Request{ID: id, Key: key, Path: chatPath, Fingerprint: resume.Fingerprint(chatPath, []byte(body)), Stream: true})
+			if err != nil || out.Decision != resume.Start {
+				t.Fatalf("ghost Begin: %+v, %v", out.Decision, err)
+			}
+			// The upstream's stream, journaled event by event.
+			upstream := readEvents(t, do(t, "POST", e.llmSrv.URL+chatPath, body), -1)
+			var acked atomic.Int64
+			w := j.NewWriter(journal.Ref{ID: id, Gen: 1}, func(journal.Event) { acked.Add(1) })
+			for _, ev := range upstream {
+				if err := w.Append(ctx, ev.Type, []byte(ev.Data)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if withEnd {
+				if err := w.End(ctx, journal.EndCompleted); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				pollUntil(t, 10*time.Second, "the appends' acks", func() bool { return acked.Load() == int64(len(upstream)) })
+				w.Abort()
+			}
+			last, err := j.Last(ctx, journal.Ref{ID: id, Gen: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ghost.Close()                       // the owner dies here: no lease.Finish
+			time.Sleep(1500 * time.Millisecond) // the lease (1s) runs out
+			replay := readEvents(t, do(t, "GET", e.URL+"/v1/streams/"+key, ""), -1)
+			st := waitState(t, e, key, "failed")
+			resp := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key)
+			again := readEvents(t, resp, -1)
+			gens := e.LLM.Ledger().Get(prompt).Generations
+			t.Logf("journal: %d events, last offset %d (end %q); record %+v; a reader got %d events ending %s %.40q; a POST got %q replayed=%q ending %.20q; upstream generations %d",
+				len(upstream), last.Offset, last.End, st, len(replay), replay[len(replay)-1].Type, replay[len(replay)-1].Data,
+				again[0].ID, resp.Header.Get("Idempotent-Replayed"), again[len(again)-1].Data, gens)
+			if st.Error == resume.OwnerLost && gens > 1 {
+				t.Skipf("%s (here: the journal holds all %d events and [DONE]; the key became %s %s and the POST generated again)", bugDoneThenOwnerLost, len(upstream), st.State, st.Error)
+			}
+			if gens != 1 || resp.Header.Get("Idempotent-Replayed") != "true" || !slices.Equal(again[:len(upstream)], replay[:len(upstream)]) {
+				t.Fatalf("the key did not replay its complete generation")
+			}
+		})
+	}
+}

@@ -1,0 +1,127 @@
+package tests
+
+import (
+	"context"
+	"flag"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/stream"
+)
+
+// The chaos suite: reprise, JetStream, the fake upstream and toxiproxy all
+// in this process; the faults are chosen by a seed.
+//
+//	go test -race ./tests/ -run 'Chaos|Cluster'                     # default size, random seed (printed)
+//	go test ./tests/ -run 'TestChaos$' -chaos.runs=10000 -timeout 30m   # by hand (~4 min)
+//	go test ./tests/ -run 'TestChaos$' -chaos.seed=42               # replay a seed's fault plans
+//
+// A seed fixes every run's plan (tokens, delays, statuses, which toxics,
+// where, and how the client resumes); the timing of a run is the machine's.
+var (
+	chaosSeedFlag     = flag.Int64("chaos.seed", 0, "chaos suite seed (0: from the clock; printed either way)")
+	chaosRunsFlag     = flag.Int("chaos.runs", 320, "chaos suite: number of randomized runs (keys)")
+	chaosParallelFlag = flag.Int("chaos.parallel", 12, "chaos suite: runs in flight at once")
+)
+
+func chaosSeed(tb testing.TB) int64 {
+	seed := *chaosSeedFlag
+	if seed == 0 {
+		seed = time.Now().UnixNano() % 1_000_000_000
+	}
+	tb.Logf("seed %d (reproduce the fault plans with -chaos.seed=%d)", seed, seed)
+	return seed
+}
+
+// chaosPolicy is a fast call policy: backoff in milliseconds, a budget and
+// a breaker that never stand in the way, so a 429/5xx burst is retried.
+func chaosPolicy(tb testing.TB, client *http.Client) *classify.Policy {
+	p, err := classify.New(classify.Config{
+		MaxAttempts: 5, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond,
+		BudgetRatio: 1, BudgetMin: 1 << 20, BreakerFailures: 1 << 20,
+	}, client)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// upstreamBreakCodes are how a generation broken on the upstream link ends.
+var upstreamBreakCodes = []string{"upstream_interrupted", "upstream_no_response", "upstream_bad_response", "upstream_timeout"}
+
+// verifyNoLeaks waits (bounded) for goroutines to wind down, then reports
+// the ones still running.
+func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
+	deadline := time.Now().Add(15 * time.Second)
+	for goleak.Find(opts...) != nil && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // connections and timers closing; bounded above
+	}
+	goleak.VerifyNone(t, opts...)
+}
+
+// TestChaos: randomized runs against one reprise instance. Each run is a
+// key whose client link is broken 1–5 times (limit_data, limit_data +
+// slow_close, reset_peer on the request, on the answer or mid-stream,
+// timeout mid-stream, or the client hanging up; latency on some), resumed
+// by GET + Last-Event-ID, POST + Last-Event-ID or a plain retry; whose
+// upstream may first answer a 429/5xx burst; and whose upstream link may
+// break once (limit_data, limit_data + slow_close, reset_peer, timeout, a
+// stall cut by reprise's idle timeout; latency never breaks). Checked per
+// run: the reassembled content is byte-equal to what the upstream generated,
+// event ids are contiguous with no duplicate and no gap, one upstream
+// generation per key plus one per generation an injected fault broke, and
+// the completed key replays identically (GET and POST).
+func TestChaos(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { verifyNoLeaks(t, ignore) }) // registered first: runs after every other cleanup
+	seed := chaosSeed(t)
+	runs, parallel := *chaosRunsFlag, *chaosParallelFlag
+	if testing.Short() {
+		runs = min(runs, 60)
+	}
+	started := time.Now()
+
+	rt := newRouter()
+	upClient := &http.Client{Transport: rt}
+	t.Cleanup(upClient.CloseIdleConnections)
+	e := newEnv(t, withConfig(func(cfg *stream.Config) {
+		cfg.Client = upClient
+		cfg.Policy = chaosPolicy(t, upClient)
+		cfg.IdleTimeout = 2 * time.Second
+	}))
+	client := newChaosClient()
+	t.Cleanup(client.CloseIdleConnections)
+	w := &chaosWorld{
+		tb: t, toxi: newToxi(), client: client,
+		target:   func(*chaosRun) string { return e.hs.Listener.Addr().String() },
+		direct:   func() string { return e.URL },
+		ledger:   e.LLM.Ledger(),
+		router:   rt,
+		upstream: e.llmSrv.Listener.Addr().String(),
+		stats:    newChaosStats(),
+		idle:     2 * time.Second, timeout: 90 * time.Second,
+		breakCodes: upstreamBreakCodes,
+	}
+	// Bounded: ~25ms a run without -race, ~70ms with it, at 12 at a time.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+time.Duration(runs)*100*time.Millisecond)
+	defer cancel()
+	runChaos(ctx, w, seed, runs, parallel, planOptions{upstreamFaults: true, minTokens: 8, maxTokens: 60, maxDelayMS: 3})
+	s := w.stats
+	t.Logf("client link faults that dropped a connection:%s", s.mix("drop:"))
+	t.Logf("resumes by mode:%s", s.mix("resume:"))
+	t.Logf("upstream faults:%s; refused before the first event:%s", s.mix("upstream:"), s.mix("refused:"))
+	t.Logf("error events seen:%s; resets seen: %d; failed generations seen by clients: %d; regenerations followed: %d",
+		s.mix("error_event:"), s.counts["reset_seen"], s.counts["generation_failed_seen"], s.counts["regenerations_followed"])
+	t.Logf("timing: %d runs (%d at a time) in %s; upstream: %+v", s.runs, parallel, time.Since(started).Round(time.Millisecond), e.LLM.Ledger().Total())
+	t.Logf("chaos: runs=%d lost=%d duplicated=%d extra_generations=%d seed=%d", s.runs, s.lost, s.dup, s.extra, seed)
+	if s.runs < runs {
+		t.Errorf("only %d of %d runs played", s.runs, runs)
+	}
+	if s.lost+s.dup+s.extra > 0 {
+		t.Errorf("chaos found lost=%d duplicated=%d extra_generations=%d", s.lost, s.dup, s.extra)
+	}
+}
