@@ -263,7 +263,7 @@ func (b *bench) report(w io.Writer) {
 			o.replayEvents, r.replayGen.Seconds(), kev(float64(o.replayEvents)/r.replayGen.Seconds()))
 	}
 	if r.consumersDeleted > 0 {
-		fmt.Fprintf(w, "\nJournal readers left %d ordered consumers behind on the stream (journal.Reader.Close does not delete them; they expire after 5 min, and nats-server allows 1,000 per stream); the benchmark deleted them between samples, untimed.\n", r.consumersDeleted)
+		fmt.Fprintf(w, "\nJournal readers left %d ordered consumers behind on the stream (a closed reader's consumer expires 5 s after it closed, and nats-server allows 1,000 per stream; samples come faster than that); the benchmark deleted them between samples, untimed.\n", r.consumersDeleted)
 	}
 	if len(r.notes) > 0 {
 		fmt.Fprintln(w, "\nNotes:")
