@@ -186,33 +186,7 @@ func secToken(tb testing.TB, loc string) string {
 func secCollect(e *env, method, path, body string, header ...string) ([]event, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, e.URL+path, strings.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		b, _ := io.ReadAll(resp.Body)
-		return nil, fmt.Errorf("want an event stream, got %d %s: %s", resp.StatusCode, ct, b)
-	}
-	var out []event
-	for ev, err := range sse.Read(resp.Body, &sse.ReadConfig{MaxEventSize: 1 << 20}) {
-		if err != nil {
-			return out, err
-		}
-		out = append(out, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data})
-	}
-	return out, nil
+	return fetchEvents(ctx, method, e.URL+path, body, 0, nil, header...)
 }
 
 // secNormalStream runs a well-behaved stream concurrently; the returned
