@@ -970,26 +970,11 @@ func firstDiff(a, b []event) string {
 
 // contentOf reassembles chat chunk text (content() without a testing.TB).
 func contentOf(evs []event) string {
-	var b strings.Builder
-	for _, ev := range evs {
-		if ev.Type != "" || ev.Data == "[DONE]" {
-			continue
-		}
-		var c struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal([]byte(ev.Data), &c); err != nil {
-			return fmt.Sprintf("<chunk %q: %v>", ev.Data, err)
-		}
-		for _, ch := range c.Choices {
-			b.WriteString(ch.Delta.Content)
-		}
+	text, err := chatText(evs)
+	if err != nil {
+		return "<" + err.Error() + ">"
 	}
-	return b.String()
+	return text
 }
 
 // chaosStatus reads a key's JSON status (usable from any goroutine).

@@ -94,6 +94,15 @@ func readBody(tb testing.TB, resp *http.Response) string {
 // content reassembles the text of chat chunks.
 func content(tb testing.TB, evs []event) string {
 	tb.Helper()
+	text, err := chatText(evs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return text
+}
+
+// chatText reassembles the text of chat chunks, skipping named events and [DONE].
+func chatText(evs []event) (string, error) {
 	var b strings.Builder
 	for _, ev := range evs {
 		if ev.Type != "" || ev.Data == "[DONE]" {
@@ -107,13 +116,13 @@ func content(tb testing.TB, evs []event) string {
 			} `json:"choices"`
 		}
 		if err := json.Unmarshal([]byte(ev.Data), &c); err != nil {
-			tb.Fatalf("chunk %q: %v", ev.Data, err)
+			return b.String(), fmt.Errorf("chunk %q: %w", ev.Data, err)
 		}
 		for _, ch := range c.Choices {
 			b.WriteString(ch.Delta.Content)
 		}
 	}
-	return b.String()
+	return b.String(), nil
 }
 
 func lastID(evs []event) string {
