@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,21 +15,8 @@ import (
 
 	"github.com/reprise-dev/reprise/tests/mockllm"
 	"github.com/reprise-dev/reprise/web"
+	"github.com/reprise-dev/reprise/web/webtest"
 )
-
-// findChromium returns the browser to drive, or "" when none is installed.
-func findChromium() string {
-	const def = "/usr/bin/chromium"
-	if _, err := os.Stat(def); err == nil {
-		return def
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
 
 // TestBrowserDemo drives the real demo page, served by the real proxy on the
 // same origin, in headless Chromium: generate, drop and resume, replay and
@@ -42,7 +27,7 @@ func TestBrowserDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	chromium := findChromium()
+	chromium := webtest.FindChromium()
 	if chromium == "" {
 		t.Skip("no Chromium: /usr/bin/chromium is absent and none of chromium, chromium-browser, google-chrome is in PATH")
 	}
@@ -50,67 +35,17 @@ func TestBrowserDemo(t *testing.T) {
 	e := newEnv(t, withTokenDelay(15*time.Millisecond))
 	web.Mount(e.srv)
 
-	dir, err := os.MkdirTemp("", "reprise-tests-chromium-")
-	if err != nil {
-		t.Fatal(err)
+	// Start stops the browser in a t.Cleanup registered after newEnv's, so
+	// the browser stops before the proxy closes.
+	p := &demoPage{
+		Browser: webtest.Start(t, webtest.Config{
+			ExecPath:      chromium,
+			TempDirPrefix: "reprise-tests-chromium-",
+			StartTimeout:  20 * time.Second,
+			Options:       []chromedp.ExecAllocatorOption{chromedp.WindowSize(1280, 900)},
+		}),
+		base: e.URL,
 	}
-	defer func() {
-		// Chromium's child processes can write into the directory for a
-		// moment after the browser stops.
-		for range 50 {
-			if os.RemoveAll(dir) == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
-
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.UserDataDir(dir),
-		chromedp.WindowSize(1280, 900),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("no-default-browser-check", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-background-timer-throttling", true),
-		chromedp.Flag("disable-renderer-backgrounding", true),
-	)
-	defer cancelAlloc()
-	ctx, cancelCtx := chromedp.NewContext(allocCtx)
-	defer cancelCtx()
-
-	// Start the browser with a bounded wait, but without a timeout on the
-	// context of the first action (that would stop the browser when it ends).
-	started := make(chan error, 1)
-	go func() { started <- chromedp.Do(ctx) }()
-	select {
-	case err := <-started:
-		if err != nil {
-			t.Fatalf("start Chromium (%s): %v", chromium, err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Chromium did not start within 20 s")
-	}
-
-	p := &demoPage{ctx: ctx, base: e.URL}
-	go func() {
-		for m, err := range chromedp.Console(ctx) {
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			p.console = append(p.console, m.String())
-			p.mu.Unlock()
-		}
-	}()
 	// Leave the page before the proxy closes, so that its EventSource and
 	// status polls stop first (deferred calls run before t.Cleanup).
 	defer func() { _ = p.run(5*time.Second, chromedp.Navigate("about:blank")) }()
@@ -189,7 +124,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.waitText(t, "server-state", "completed", 5*time.Second)
 		t.Logf("drop and resume: dropped after %d events (last id %s); %v", count, lastID, time.Since(start).Round(time.Millisecond))
 
-		sctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+		sctx, cancel := context.WithTimeout(p.Ctx, 10*time.Second)
 		defer cancel()
 		shot, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 		if err != nil {
@@ -261,28 +196,25 @@ func TestBrowserDemo(t *testing.T) {
 	})
 
 	if t.Failed() {
-		p.dumpConsole(t)
+		p.DumpConsole(t)
 	}
 }
 
 // demoPage is the tab that shows the demo page.
 type demoPage struct {
-	ctx  context.Context
+	*webtest.Browser
 	base string
-
-	mu      sync.Mutex
-	console []string
 }
 
 func (p *demoPage) run(d time.Duration, steps ...chromedp.Action[chromedp.Void]) error {
-	ctx, cancel := context.WithTimeout(p.ctx, d)
+	ctx, cancel := context.WithTimeout(p.Ctx, d)
 	defer cancel()
 	return chromedp.Do(ctx, steps...)
 }
 
 func evaluate[T any](t *testing.T, p *demoPage, js string) T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(p.Ctx, 5*time.Second)
 	defer cancel()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
 	if err != nil {
@@ -294,34 +226,10 @@ func evaluate[T any](t *testing.T, p *demoPage, js string) T {
 // fail logs the state of the page and the browser console, and stops the test.
 func (p *demoPage) fail(t *testing.T, format string, args ...any) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(p.Ctx, 5*time.Second)
 	defer cancel()
-	state, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({
-		conn: document.getElementById('conn')?.textContent,
-		key: document.getElementById('key')?.textContent,
-		count: document.getElementById('count')?.textContent,
-		dupes: document.getElementById('dupes')?.textContent,
-		lastid: document.getElementById('lastid')?.textContent,
-		replayed: document.getElementById('replayed')?.textContent,
-		server: document.getElementById('server-state')?.textContent,
-		error: document.getElementById('error')?.textContent,
-		output: document.getElementById('output')?.textContent,
-		log: Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).reverse(),
-	})`))
-	if err == nil {
-		t.Logf("page state: %s", state)
-	}
-	p.dumpConsole(t)
+	p.Dump(t, ctx, "conn", "key", "count", "dupes", "lastid", "replayed", "server-state", "error", "output")
 	t.Fatalf(format, args...)
-}
-
-func (p *demoPage) dumpConsole(t *testing.T) {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range p.console {
-		t.Logf("console: %s", m)
-	}
 }
 
 // open loads the demo page from the proxy.
@@ -375,7 +283,7 @@ func (p *demoPage) expectText(t *testing.T, id, want string) {
 // waitJS polls predicate in the page until it is true, for at most d.
 func (p *demoPage) waitJS(t *testing.T, predicate string, d time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, d+2*time.Second)
+	ctx, cancel := context.WithTimeout(p.Ctx, d+2*time.Second)
 	defer cancel()
 	_, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate,
 		chromedp.WithPollingInterval(15*time.Millisecond), chromedp.WithPollingTimeout(d)))

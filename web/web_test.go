@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/reprise-dev/reprise/web"
+	"github.com/reprise-dev/reprise/web/webtest"
 )
 
 func TestHandlerServesEmbeddedFiles(t *testing.T) {
@@ -496,89 +497,35 @@ func formatEvent(n int, ev fakeEvent) string {
 // The browser test.
 // ---------------------------------------------------------------------------
 
-const chromiumPath = "/usr/bin/chromium"
-
 type browser struct {
+	*webtest.Browser
 	t    *testing.T
-	ctx  context.Context
 	base string
-
-	mu      sync.Mutex
-	console []string
 }
 
 func TestPageInBrowser(t *testing.T) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Skipf("no Chromium at %s: %v", chromiumPath, err)
+	if _, err := os.Stat(webtest.DebianChromium); err != nil {
+		t.Skipf("no Chromium at %s: %v", webtest.DebianChromium, err)
 	}
 
 	fake := newFakeProxy(60 * time.Millisecond)
 	srv := httptest.NewServer(fake.handler())
-	defer func() {
+	// Registered before Start's cleanups, so it runs after them: the
+	// browser stops before the server closes.
+	t.Cleanup(func() {
 		srv.Close()
 		fake.wg.Wait()
-	}()
+	})
 
-	dir, err := os.MkdirTemp("", "reprise-web-chromium-")
-	if err != nil {
-		t.Fatal(err)
+	b := &browser{
+		Browser: webtest.Start(t, webtest.Config{
+			ExecPath:      webtest.DebianChromium,
+			TempDirPrefix: "reprise-web-chromium-",
+			StartTimeout:  30 * time.Second,
+		}),
+		t:    t,
+		base: srv.URL,
 	}
-	defer func() {
-		// Chromium's child processes can write into the directory for a
-		// moment after the browser stops.
-		for range 50 {
-			if os.RemoveAll(dir) == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
-
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumPath),
-		chromedp.UserDataDir(dir),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("no-default-browser-check", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-background-timer-throttling", true),
-		chromedp.Flag("disable-renderer-backgrounding", true),
-	)
-	defer cancelAlloc()
-	ctx, cancelCtx := chromedp.NewContext(allocCtx)
-	defer cancelCtx()
-
-	// Start the browser with a bounded wait, but without a timeout on the
-	// context of the first Run (that would stop the browser when it ends).
-	started := make(chan error, 1)
-	go func() { started <- chromedp.Do(ctx) }()
-	select {
-	case err := <-started:
-		if err != nil {
-			t.Fatalf("start Chromium: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Chromium did not start within 30 s")
-	}
-
-	b := &browser{t: t, ctx: ctx, base: srv.URL}
-	go func() {
-		for m, err := range chromedp.Console(ctx) {
-			if err != nil {
-				return
-			}
-			b.mu.Lock()
-			b.console = append(b.console, m.String())
-			b.mu.Unlock()
-		}
-	}()
 
 	t.Run("parser", func(t *testing.T) {
 		b.open(t)
@@ -756,7 +703,7 @@ func TestPageInBrowser(t *testing.T) {
 	})
 
 	if t.Failed() {
-		b.dumpConsole(t)
+		b.DumpConsole(t)
 	}
 	// Leave the page so that its streams and polls stop before the server
 	// closes.
@@ -765,7 +712,7 @@ func TestPageInBrowser(t *testing.T) {
 
 func evaluate[T any](t *testing.T, b *browser, js string) T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(b.Ctx, 5*time.Second)
 	defer cancel()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
 	if err != nil {
@@ -776,35 +723,15 @@ func evaluate[T any](t *testing.T, b *browser, js string) T {
 
 func (b *browser) run(t *testing.T, d time.Duration, steps ...chromedp.Action[chromedp.Void]) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, d)
+	ctx, cancel := context.WithTimeout(b.Ctx, d)
 	defer cancel()
 	return chromedp.Do(ctx, steps...)
 }
 
 func (b *browser) fail(t *testing.T, format string, args ...any) {
 	t.Helper()
-	state, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`JSON.stringify({
-		conn: document.getElementById('conn')?.textContent,
-		count: document.getElementById('count')?.textContent,
-		lastid: document.getElementById('lastid')?.textContent,
-		error: document.getElementById('error')?.textContent,
-		output: document.getElementById('output')?.textContent,
-		log: Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).reverse(),
-	})`))
-	if err == nil {
-		t.Logf("page state: %s", state)
-	}
-	b.dumpConsole(t)
+	b.Dump(t, b.Ctx, "conn", "count", "lastid", "error", "output")
 	t.Fatalf(format, args...)
-}
-
-func (b *browser) dumpConsole(t *testing.T) {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, m := range b.console {
-		t.Logf("console: %s", m)
-	}
 }
 
 func (b *browser) open(t *testing.T) {
@@ -846,7 +773,7 @@ func (b *browser) expectText(t *testing.T, id, want string) {
 
 func (b *browser) waitJS(t *testing.T, predicate string, d time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, d)
+	ctx, cancel := context.WithTimeout(b.Ctx, d)
 	defer cancel()
 	_, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate,
 		chromedp.WithPollingInterval(15*time.Millisecond), chromedp.WithPollingTimeout(0)))
