@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/reprise-dev/reprise/journal"
 )
@@ -102,4 +105,139 @@ func TestWriterFencedClustered(t *testing.T) {
 	if err := w.Append(ctx, "", []byte("second")); !errors.Is(err, journal.ErrFenced) {
 		t.Errorf("second writer: %v, want ErrFenced; its sink saw %+v", err, c.events())
 	}
+}
+
+// TestWriterSurvivesNodeLoss: a generation being written at R3 when a NATS
+// node dies — the journal stream's leader, the node the writer is connected
+// to, or both — is stored whole: the writer rides out the reconnect and the
+// election, the end marker is acknowledged, and a reader gets every event
+// once, in order, with nothing stored twice.
+func TestWriterSurvivesNodeLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 3-node clusters")
+	}
+	for _, victim := range []string{"stream leader", "writer's node, a follower", "writer's node, the leader"} {
+		t.Run(victim, func(t *testing.T) {
+			nodes := startCluster(t, 3)
+			leader := func(nc *nats.Conn) string {
+				var name string
+				poll(t, 30*time.Second, "a stream leader", func() bool {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer cancel()
+					js, _ := jetstream.New(nc)
+					st, err := js.Stream(ctx, journal.DefaultStream)
+					if err != nil {
+						return false
+					}
+					info, err := st.Info(ctx)
+					if err != nil || info.Cluster == nil {
+						return false
+					}
+					name = info.Cluster.Leader
+					return name != ""
+				})
+				return name
+			}
+			index := func(name string) int {
+				for i, e := range nodes {
+					if e.Server.Name() == name {
+						return i
+					}
+				}
+				t.Fatalf("no node %q", name)
+				return -1
+			}
+			probe := connectURLs(t, nodes, 0)
+			openClustered(t, probe)
+			lead := index(leader(probe))
+			probe.Close()
+			kill, on := lead, (lead+1)%3
+			switch victim {
+			case "writer's node, a follower":
+				kill = on
+			case "writer's node, the leader":
+				on = lead
+			}
+			nc := connectURLs(t, nodes, on)
+			j := openClustered(t, nc)
+
+			const n, killAt = 300, 60
+			ref := journal.Ref{ID: "survive", Gen: 1}
+			var c collector
+			w := j.NewWriter(ref, c.sink)
+			defer w.Abort()
+			ctx := waitCtx(t, 90*time.Second)
+			start := time.Now()
+			var slowest time.Duration
+			for i := 1; i <= n; i++ {
+				if i == killAt {
+					nodes[kill].Shutdown()
+				}
+				t0 := time.Now()
+				if err := w.Append(ctx, eventType(i), []byte(eventData(i))); err != nil {
+					t.Fatalf("Append %d after killing %s: %v", i, nodes[kill].Server.Name(), err)
+				}
+				slowest = max(slowest, time.Since(t0))
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := w.End(ctx, journal.EndCompleted); err != nil {
+				t.Fatalf("End: %v", err)
+			}
+			t.Logf("killed %s (leader %s, writer on %s): %d events stored in %s, slowest Append %s, new leader %s",
+				nodes[kill].Server.Name(), nodes[lead].Server.Name(), nodes[on].Server.Name(), n, time.Since(start).Round(time.Millisecond),
+				slowest.Round(time.Millisecond), leader(nc))
+			evs := c.events()
+			if len(evs) != n+1 {
+				t.Fatalf("the sink saw %d events, want %d", len(evs), n+1)
+			}
+			r, err := j.Read(ctx, ref, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			got := readN(t, r, n+1)
+			for i, ev := range got[:n] {
+				checkEvent(t, ev, i+1)
+				if ev.Seq != evs[i].Seq {
+					t.Fatalf("event %d: stored at %d, the sink saw %d", i+1, ev.Seq, evs[i].Seq)
+				}
+			}
+			if end := got[n]; !end.IsEnd() || end.End != journal.EndCompleted {
+				t.Fatalf("last = %+v, want the end marker", end)
+			}
+			if msgs, want := storedCount(t, nc, ref), distinctSeqs(evs); msgs != want {
+				t.Fatalf("%d messages stored, the writer's sink saw %d: a message was stored twice", msgs, want)
+			}
+		})
+	}
+}
+
+// connectURLs connects over TCP to every node, node first, reconnecting fast.
+func connectURLs(tb testing.TB, nodes []*journal.Embedded, first int) *nats.Conn {
+	tb.Helper()
+	urls := make([]string, 0, len(nodes))
+	for i := range nodes {
+		urls = append(urls, nodes[(first+i)%len(nodes)].Server.ClientURL())
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.Name(tb.Name()), nats.DontRandomize(),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// openClustered opens the journal at R3, waiting out the meta leader's election.
+func openClustered(tb testing.TB, nc *nats.Conn) *journal.Journal {
+	tb.Helper()
+	var j *journal.Journal
+	poll(tb, 30*time.Second, "Open with 3 replicas", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		j, err = journal.Open(ctx, nc, journal.Config{Replicas: 3})
+		return err == nil
+	})
+	return j
 }

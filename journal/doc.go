@@ -3,14 +3,20 @@
 //
 // It owns two JetStream assets: a stream holding one subject per
 // (stream id, generation) and a KV bucket holding opaque record values. Both
-// expire after the configured TTL. Appends are pipelined (asynchronous
-// publish, in-order acknowledgements) and fenced: the first event of a
-// generation is published with an expected-last-subject-sequence of zero, so
-// two writers can never both start the same generation subject. Only the
-// owner of a generation's lease writes it, and only that subject, so
-// generations never interleave. (No message-id deduplication: the client
-// library re-sends an asynchronous publish only when it was not stored, and
-// a dedupe window would hold every event id in server memory.)
+// expire after the configured TTL.
+//
+// A generation is written as a chain of messages, each carrying the events
+// that arrived while the one before was being stored (a frame), each
+// published expecting the one before as its subject's last message. The
+// first expects the subject to be empty: two writers can never both start a
+// generation (the fence). The chain makes the stored order the append order
+// with no holes whatever a failover loses or delays: a message can only
+// follow its predecessor, so a stale copy is refused, and a message whose
+// acknowledgement was lost is recognised by the writer's id on the subject's
+// last message. A writer therefore tries again through reconnects and leader
+// elections (Config.AppendTimeout) instead of failing its generation, and
+// one round trip stores as many events as are waiting. Seal ends a
+// generation whose writer is gone, fencing that writer too.
 //
 // journal knows nothing about HTTP, tenants, keys or decisions: callers hand
 // it an opaque stream id (a hash chosen by package resume) and a generation.

@@ -1,6 +1,8 @@
 package journal
 
 import (
+	"encoding/binary"
+	"math"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -12,10 +14,17 @@ const (
 	EndFailed    = "failed"
 )
 
+// Message headers. A message is a frame: consecutive events of one
+// generation (Reprise-N of them, packed in the body), the end marker last
+// when Reprise-End is set. A message without Reprise-N is one event whose
+// type is in Reprise-Type and whose body is its data (the format before
+// frames; still read).
 const (
 	hdrOffset = "Reprise-Off"
+	hdrCount  = "Reprise-N"
 	hdrType   = "Reprise-Type"
 	hdrEnd    = "Reprise-End"
+	hdrWriter = "Reprise-Writer"
 )
 
 // Event is one journaled upstream event, or a generation's end marker.
@@ -23,7 +32,8 @@ type Event struct {
 	// Offset is the 1-based position of the event within its generation.
 	// The end marker takes the offset after the last event.
 	Offset uint64
-	// Seq is the JetStream stream sequence; 0 until the append is acknowledged.
+	// Seq is the JetStream stream sequence of the message that holds the
+	// event (several events can share one); 0 until it is acknowledged.
 	Seq uint64
 	// Type is the SSE event type ("" for an unnamed event).
 	Type string
@@ -36,23 +46,97 @@ type Event struct {
 // IsEnd reports whether e is a generation's end marker.
 func (e Event) IsEnd() bool { return e.End != "" }
 
-func (e Event) msg(subject string) *nats.Msg {
+// size is what e adds to a frame's body, at most.
+func (e Event) size() int { return len(e.Type) + len(e.Data) + 2*binary.MaxVarintLen64 }
+
+// encode packs consecutive events, the end marker possibly last, into one
+// message written by writer.
+func encode(subject, writer string, evs []Event) *nats.Msg {
 	m := nats.NewMsg(subject)
-	m.Data = e.Data
-	m.Header.Set(hdrOffset, strconv.FormatUint(e.Offset, 10))
-	if e.Type != "" {
-		m.Header.Set(hdrType, e.Type)
+	n, size := 0, 0
+	for _, ev := range evs {
+		if ev.IsEnd() {
+			m.Header.Set(hdrEnd, ev.End)
+			break
+		}
+		n++
+		size += ev.size()
 	}
-	if e.End != "" {
-		m.Header.Set(hdrEnd, e.End)
+	body := make([]byte, 0, size)
+	for _, ev := range evs[:n] {
+		body = binary.AppendUvarint(body, uint64(len(ev.Type)))
+		body = append(body, ev.Type...)
+		body = binary.AppendUvarint(body, uint64(len(ev.Data)))
+		body = append(body, ev.Data...)
 	}
+	m.Data = body
+	m.Header.Set(hdrOffset, strconv.FormatUint(evs[0].Offset, 10))
+	m.Header.Set(hdrCount, strconv.Itoa(n))
+	m.Header.Set(hdrWriter, writer)
 	return m
 }
 
-func eventFrom(h nats.Header, data []byte, seq uint64) (Event, bool) {
+// frame is one decoded message.
+type frame struct {
+	events []Event // at least one; the end marker, if any, last
+	writer string  // "" in the format before frames
+}
+
+// last is the offset of the frame's last event (or end marker).
+func (f frame) last() uint64 { return f.events[len(f.events)-1].Offset }
+
+// decode reads a stored message; ok is false for anything that is not a
+// well-formed frame (or single event). Data slices alias data.
+func decode(h nats.Header, data []byte, seq uint64) (f frame, ok bool) {
 	off, err := strconv.ParseUint(h.Get(hdrOffset), 10, 64)
 	if err != nil || off == 0 {
-		return Event{}, false
+		return frame{}, false
 	}
-	return Event{Offset: off, Seq: seq, Type: h.Get(hdrType), Data: data, End: h.Get(hdrEnd)}, true
+	end := h.Get(hdrEnd)
+	count := h.Get(hdrCount)
+	if count == "" {
+		return frame{events: []Event{{Offset: off, Seq: seq, Type: h.Get(hdrType), Data: data, End: end}}}, true
+	}
+	n, err := strconv.ParseUint(count, 10, 64)
+	// Every packed event takes at least two bytes; offsets must not wrap.
+	if err != nil || n > uint64(len(data))/2 {
+		return frame{}, false
+	}
+	elems := n
+	if end != "" {
+		elems++
+	}
+	if elems == 0 || off-1 > math.MaxUint64-elems {
+		return frame{}, false
+	}
+	evs := make([]Event, 0, n+1)
+	for i := range n {
+		typ, rest, ok := field(data)
+		if !ok {
+			return frame{}, false
+		}
+		val, rest, ok := field(rest)
+		if !ok {
+			return frame{}, false
+		}
+		evs = append(evs, Event{Offset: off + i, Seq: seq, Type: string(typ), Data: val})
+		data = rest
+	}
+	if len(data) != 0 {
+		return frame{}, false
+	}
+	if end != "" {
+		evs = append(evs, Event{Offset: off + n, Seq: seq, End: end})
+	}
+	return frame{events: evs, writer: h.Get(hdrWriter)}, true
+}
+
+// field reads one length-prefixed field.
+func field(b []byte) (val, rest []byte, ok bool) {
+	l, k := binary.Uvarint(b)
+	if k <= 0 || l > uint64(len(b)-k) {
+		return nil, nil, false
+	}
+	b = b[k:]
+	return b[:l:l], b[l:], true
 }

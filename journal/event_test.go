@@ -8,39 +8,90 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// FuzzEventFrom: eventFrom never panics, accepts exactly the positive
-// decimal offsets, and reads back every event msg writes.
-func FuzzEventFrom(f *testing.F) {
-	f.Add("1", "message", "", []byte("data"), uint64(7))
-	f.Add("3", "", "completed", []byte{}, uint64(1))
-	f.Add("0", "", "", []byte(nil), uint64(0))
-	f.Add("", "t", "", []byte("x"), uint64(2))
-	f.Add("-1", "t", "failed", []byte("x"), uint64(2))
-	f.Add("18446744073709551616", "", "", []byte("x"), uint64(2))
-	f.Fuzz(func(t *testing.T, off, typ, end string, data []byte, seq uint64) {
+// FuzzDecode: decode never panics; what it accepts is a run of events at
+// contiguous offsets from Reprise-Off, the end marker only last, every
+// event with the message's sequence; and encode then decode gives back
+// the same events.
+func FuzzDecode(f *testing.F) {
+	f.Add("1", "2", "", []byte("\x01t\x01a\x00\x00"), uint64(7))
+	f.Add("3", "0", "completed", []byte{}, uint64(1))
+	f.Add("5", "", "completed", []byte{}, uint64(42)) // the format before frames
+	f.Add("1", "", "", []byte("data"), uint64(2))
+	f.Add("0", "1", "", []byte("\x00\x00"), uint64(0))
+	f.Add("-1", "1", "failed", []byte("\x00\x00"), uint64(2))
+	f.Add("18446744073709551615", "1", "failed", []byte("\x00\x00"), uint64(2))
+	f.Add("2", "1", "", []byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), uint64(2))
+	f.Add("2", "99999999999", "", []byte("\x00\x00"), uint64(2))
+	f.Fuzz(func(t *testing.T, off, count, end string, data []byte, seq uint64) {
 		h := nats.Header{}
 		h.Set(hdrOffset, off)
-		h.Set(hdrType, typ)
-		h.Set(hdrEnd, end)
-		ev, ok := eventFrom(h, data, seq)
-		n, err := strconv.ParseUint(off, 10, 64)
-		if want := err == nil && n > 0; ok != want {
-			t.Fatalf("eventFrom with offset %q: ok %t, want %t", off, ok, want)
+		if count != "" {
+			h.Set(hdrCount, count)
 		}
+		if end != "" {
+			h.Set(hdrEnd, end)
+		}
+		fr, ok := decode(h, data, seq)
 		if !ok {
 			return
 		}
-		if ev.Offset != n || ev.Seq != seq || ev.Type != typ || ev.End != end || !bytes.Equal(ev.Data, data) {
-			t.Fatalf("eventFrom = %+v", ev)
+		first, err := strconv.ParseUint(off, 10, 64)
+		if err != nil || first == 0 || len(fr.events) == 0 {
+			t.Fatalf("decode accepted offset %q with %d events", off, len(fr.events))
 		}
-
-		in := Event{Offset: n, Type: typ, Data: data, End: end}
-		m := in.msg("reprise.ev.x.1")
-		out, ok := eventFrom(m.Header, m.Data, seq)
-		if !ok || out.Offset != n || out.Seq != seq || out.Type != typ || out.End != end || !bytes.Equal(out.Data, data) || out.IsEnd() != (end != "") {
-			t.Fatalf("msg/eventFrom round trip: %+v -> %+v (ok %t)", in, out, ok)
+		for i, ev := range fr.events {
+			if ev.Offset != first+uint64(i) || ev.Seq != seq || ev.IsEnd() != (end != "" && i == len(fr.events)-1) {
+				t.Fatalf("event %d = %+v (offset %q, end %q)", i, ev, off, end)
+			}
+			if ev.IsEnd() && (ev.End != end || ev.Type != "" || len(ev.Data) != 0 && count != "") {
+				t.Fatalf("end marker = %+v", ev)
+			}
+		}
+		m := encode("reprise.ev.x.1", "w", fr.events)
+		back, ok := decode(m.Header, m.Data, seq)
+		if !ok || back.writer != "w" || len(back.events) != len(fr.events) {
+			t.Fatalf("encode/decode: %+v -> %+v (ok %t)", fr.events, back.events, ok)
+		}
+		for i, ev := range back.events {
+			want := fr.events[i]
+			if want.IsEnd() {
+				want.Data = nil // the format before frames kept a body on the end marker
+			}
+			if ev.Offset != want.Offset || ev.Seq != want.Seq || ev.Type != want.Type || ev.End != want.End || !bytes.Equal(ev.Data, want.Data) {
+				t.Fatalf("encode/decode event %d: %+v, want %+v", i, ev, want)
+			}
 		}
 	})
+}
+
+// TestDecodeRejects: broken frames are not events.
+func TestDecodeRejects(t *testing.T) {
+	tests := []struct {
+		name, off, count, end string
+		data                  string
+	}{
+		{"no offset", "", "1", "", "\x00\x00"},
+		{"zero offset", "0", "1", "", "\x00\x00"},
+		{"bad count", "1", "x", "", "\x00\x00"},
+		{"empty frame", "1", "0", "", ""},
+		{"count above the body", "1", "2", "", "\x00\x00"},
+		{"short field", "1", "1", "", "\x05ab\x00"},
+		{"trailing bytes", "1", "1", "", "\x00\x00\x00"},
+		{"offset wraps", "18446744073709551615", "1", "completed", "\x00\x00"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := nats.Header{}
+			h.Set(hdrOffset, tc.off)
+			h.Set(hdrCount, tc.count)
+			if tc.end != "" {
+				h.Set(hdrEnd, tc.end)
+			}
+			if f, ok := decode(h, []byte(tc.data), 1); ok {
+				t.Fatalf("decode accepted it: %+v", f.events)
+			}
+		})
+	}
 }
 
 func TestRefSubject(t *testing.T) {

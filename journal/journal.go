@@ -24,7 +24,11 @@ const (
 	DefaultStallWait = 10 * time.Second
 	// DefaultAckTimeout bounds the wait for one append's acknowledgement.
 	DefaultAckTimeout = 10 * time.Second
-	subjectPrefix     = "reprise.ev."
+	// DefaultAppendTimeout is how long a Writer keeps trying to store a
+	// message (through reconnects and leader elections) before the
+	// generation fails.
+	DefaultAppendTimeout = 30 * time.Second
+	subjectPrefix        = "reprise.ev."
 )
 
 // Sentinel errors. Match them with errors.Is.
@@ -49,6 +53,9 @@ type Config struct {
 	Replicas int
 	// Memory selects memory storage instead of file storage. Default false.
 	Memory bool
+	// AppendTimeout is how long a Writer keeps trying to store a message
+	// before the generation fails. Default DefaultAppendTimeout.
+	AppendTimeout time.Duration
 }
 
 func (c *Config) fill() error {
@@ -64,8 +71,14 @@ func (c *Config) fill() error {
 	if c.Replicas == 0 {
 		c.Replicas = DefaultReplicas
 	}
+	if c.AppendTimeout == 0 {
+		c.AppendTimeout = DefaultAppendTimeout
+	}
 	if c.TTL < time.Second {
 		return fmt.Errorf("%w: ttl %s below 1s", ErrInvalidOption, c.TTL)
+	}
+	if c.AppendTimeout < 0 {
+		return fmt.Errorf("%w: negative append timeout", ErrInvalidOption)
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		return fmt.Errorf("%w: replicas %d not in 1..5", ErrInvalidOption, c.Replicas)
@@ -136,7 +149,7 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jet
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.TTL,
-		Duplicates:  time.Second, // no message ids are sent; keep the window minimal
+		Duplicates:  time.Second, // no message ids are sent (writers chain by sequence); keep the window minimal
 		AllowDirect: true,
 		Discard:     jetstream.DiscardOld,
 	})
@@ -174,21 +187,50 @@ func (j *Journal) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Last returns the last stored event of a generation, or ErrNotFound.
+// Last returns the last stored event of a generation (its end marker once
+// it ended), or ErrNotFound.
 func (j *Journal) Last(ctx context.Context, ref Ref) (Event, error) {
-	m, err := j.stream.GetLastMsgForSubject(ctx, ref.subject())
+	f, err := j.lastFrame(ctx, ref)
+	if err != nil {
+		return Event{}, err
+	}
+	return f.events[len(f.events)-1], nil
+}
+
+// First returns the first stored event of a generation, or ErrNotFound.
+func (j *Journal) First(ctx context.Context, ref Ref) (Event, error) {
+	m, err := j.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(ref.subject()))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Event{}, ErrNotFound
 	}
 	if err != nil {
-		return Event{}, fmt.Errorf("journal: last event: %w", err)
+		return Event{}, fmt.Errorf("journal: first event: %w", err)
 	}
-	ev, ok := eventFrom(m.Header, m.Data, m.Sequence)
+	f, ok := decode(m.Header, m.Data, m.Sequence)
 	if !ok {
 		return Event{}, ErrNotFound
 	}
-	return ev, nil
+	return f.events[0], nil
 }
+
+// lastFrame returns the last message stored on ref's subject.
+func (j *Journal) lastFrame(ctx context.Context, ref Ref) (frame, error) {
+	m, err := j.stream.GetLastMsgForSubject(ctx, ref.subject())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return frame{}, ErrNotFound
+	}
+	if err != nil {
+		return frame{}, fmt.Errorf("journal: last event: %w", err)
+	}
+	f, ok := decode(m.Header, m.Data, m.Sequence)
+	if !ok {
+		return frame{}, ErrNotFound
+	}
+	return f, nil
+}
+
+// AppendTimeout is how long a Writer keeps trying to store a message.
+func (j *Journal) AppendTimeout() time.Duration { return j.cfg.AppendTimeout }
 
 // TTL is the retention of events and records.
 func (j *Journal) TTL() time.Duration { return j.cfg.TTL }

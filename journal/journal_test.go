@@ -182,15 +182,59 @@ func TestWriterSinkInOrder(t *testing.T) {
 	var last uint64
 	for i, ev := range evs[:n] {
 		checkEvent(t, ev, i+1)
-		if ev.Seq <= last {
-			t.Fatalf("event %d: Seq %d not above previous %d", i+1, ev.Seq, last)
+		if ev.Seq < last || ev.Seq == 0 {
+			t.Fatalf("event %d: Seq %d below previous %d", i+1, ev.Seq, last)
 		}
 		last = ev.Seq
 	}
 	end := evs[n]
-	if !end.IsEnd() || end.End != journal.EndCompleted || end.Offset != n+1 || end.Seq <= last {
-		t.Fatalf("end marker = %+v, want End %q at Offset %d with Seq above %d", end, journal.EndCompleted, n+1, last)
+	if !end.IsEnd() || end.End != journal.EndCompleted || end.Offset != n+1 || end.Seq < last {
+		t.Fatalf("end marker = %+v, want End %q at Offset %d with Seq from %d", end, journal.EndCompleted, n+1, last)
 	}
+}
+
+// TestWriterPacksEvents: events appended while a message is in flight go
+// together in the next one, so a fast generation takes far fewer messages
+// than events — and readers still get every event, from any position.
+func TestWriterPacksEvents(t *testing.T) {
+	const n = 2000
+	j, nc := newJournalConn(t)
+	ref := journal.Ref{ID: "pack", Gen: 1}
+	evs := writeGen(t, j, ref, n, journal.EndCompleted)
+	msgs := storedCount(t, nc, ref)
+	if want := distinctSeqs(evs); msgs != want {
+		t.Fatalf("%d messages stored, the sink saw %d sequences", msgs, want)
+	}
+	if msgs >= n/2 {
+		t.Fatalf("%d messages for %d events: appends were not packed", msgs, n)
+	}
+	t.Logf("%d events in %d messages", n, msgs)
+	for _, after := range []uint64{0, 1, 999, n - 1, n} {
+		r, err := j.Read(waitCtx(t, waitTimeout), ref, after, evs[max(after, 1)-1].Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := readN(t, r, n-int(after)+1)
+		r.Close()
+		for i, ev := range got[:n-int(after)] {
+			checkEvent(t, ev, int(after)+i+1)
+			if ev.Seq != evs[int(after)+i].Seq {
+				t.Fatalf("after %d: event %d has Seq %d, the writer's sink saw %d", after, ev.Offset, ev.Seq, evs[int(after)+i].Seq)
+			}
+		}
+		if end := got[len(got)-1]; !end.IsEnd() || end.Offset != n+1 {
+			t.Fatalf("after %d: last = %+v, want the end marker", after, end)
+		}
+	}
+}
+
+// distinctSeqs is how many messages hold evs.
+func distinctSeqs(evs []journal.Event) uint64 {
+	seen := map[uint64]bool{}
+	for _, ev := range evs {
+		seen[ev.Seq] = true
+	}
+	return uint64(len(seen))
 }
 
 func TestWriterAppended(t *testing.T) {
@@ -527,7 +571,7 @@ func TestWriterFencedStoresNothing(t *testing.T) {
 	for i, tc := range fenceCases {
 		t.Run(tc.name, func(t *testing.T) {
 			res := runFence(t, j, "strict"+strconv.Itoa(i), tc)
-			if got, want := storedCount(t, nc, res.ref), uint64(len(res.first)); got != want {
+			if got, want := storedCount(t, nc, res.ref), distinctSeqs(res.first); got != want {
 				t.Errorf("%d messages stored for the generation, want the first writer's %d", got, want)
 			}
 			r, err := j.Read(waitCtx(t, waitTimeout), res.ref, 0, 0)
@@ -873,4 +917,68 @@ func TestReaderConsumersDoNotLinger(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // polling the server's state; bounded above
 	}
+}
+
+// TestSeal: a generation whose writer is gone is ended after its last
+// event, once; a writer still alive is fenced from then on.
+func TestSeal(t *testing.T) {
+	j := newJournal(t)
+	ctx := waitCtx(t, waitTimeout)
+	if _, err := j.Seal(ctx, journal.Ref{ID: "seal-none", Gen: 1}, journal.EndFailed); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("Seal of an empty generation: %v, want ErrNotFound", err)
+	}
+	ended := writeGen(t, j, journal.Ref{ID: "seal-ended", Gen: 1}, 3, journal.EndFailed)
+	if end, err := j.Seal(ctx, journal.Ref{ID: "seal-ended", Gen: 1}, journal.EndCompleted); err != nil || !sameEvent(end, ended[3]) {
+		t.Fatalf("Seal of an ended generation = %+v, %v; want its own end marker %+v", end, err, ended[3])
+	}
+
+	ref := journal.Ref{ID: "seal", Gen: 1}
+	var c collector
+	w := j.NewWriter(ref, c.sink)
+	defer w.Abort()
+	for i := 1; i <= 5; i++ {
+		if err := w.Append(ctx, eventType(i), []byte(eventData(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(t, waitTimeout, "5 events stored", func() bool { return w.Stored() == 5 })
+	end, err := j.Seal(ctx, ref, journal.EndCompleted)
+	if err != nil || end.Offset != 6 || end.End != journal.EndCompleted || end.Seq == 0 {
+		t.Fatalf("Seal = %+v, %v; want the completed end marker at 6", end, err)
+	}
+	if again, err := j.Seal(ctx, ref, journal.EndFailed); err != nil || !sameEvent(again, end) {
+		t.Fatalf("Seal again = %+v, %v; want %+v", again, err, end)
+	}
+	if err := w.Append(ctx, "", []byte("late")); err != nil {
+		t.Fatal(err) // queued; the fence shows when it is sent
+	}
+	if err := w.End(ctx, journal.EndCompleted); !errors.Is(err, journal.ErrFenced) {
+		t.Fatalf("the writer after Seal: End = %v, want ErrFenced", err)
+	}
+	r, err := j.Read(ctx, ref, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := readN(t, r, 6)
+	for i, ev := range got[:5] {
+		checkEvent(t, ev, i+1)
+	}
+	if !sameEvent(got[5], end) {
+		t.Fatalf("read %+v after the events, want the sealed end %+v", got[5], end)
+	}
+	if last, err := j.Last(ctx, ref); err != nil || !sameEvent(last, end) {
+		t.Fatalf("Last = %+v, %v; want %+v", last, err, end)
+	}
+	if first, err := j.First(ctx, ref); err != nil || first.Offset != 1 || string(first.Data) != eventData(1) {
+		t.Fatalf("First = %+v, %v", first, err)
+	}
+	if _, err := j.First(ctx, journal.Ref{ID: "seal-none", Gen: 1}); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("First of an empty generation: %v, want ErrNotFound", err)
+	}
+}
+
+// sameEvent compares two events field by field.
+func sameEvent(a, b journal.Event) bool {
+	return a.Offset == b.Offset && a.Seq == b.Seq && a.Type == b.Type && string(a.Data) == string(b.Data) && a.End == b.End
 }

@@ -17,6 +17,14 @@ import (
 // and a short resume never makes one.
 const directMax = 64
 
+// readRetry bounds how long a Reader keeps recreating its consumer through
+// a NATS failover (the node it reads from gone, a stream leader election)
+// before Next returns the error.
+const readRetry = 30 * time.Second
+
+// openTimeout bounds one attempt to create a reader's consumer.
+const openTimeout = 5 * time.Second
+
 // consumerInactive removes a reader's consumer once nobody pulls from it.
 // A live reader pulls continually, so only stopped readers' consumers go.
 const consumerInactive = 5 * time.Second
@@ -27,11 +35,14 @@ type Reader struct {
 	j       *Journal
 	ref     Ref
 	subject string
-	after   uint64 // offset of the last event returned
-	hint    uint64 // the caller's hint, until it is verified
-	next    uint64 // next stream sequence for a direct get
-	direct  int    // direct gets left
-	check   bool   // the first event read must be after+1, or the hint was wrong
+	after   uint64    // offset of the last event returned
+	hint    uint64    // the caller's hint, until it is verified
+	next    uint64    // next stream sequence for a direct get
+	direct  int       // direct gets left
+	check   bool      // the first event read must be at most after+1, or the hint was wrong
+	buf     []Event   // the rest of the last message read
+	seq     uint64    // sequence of the last message read
+	failing time.Time // when the consumer's current run of failures began
 
 	opening    chan opened
 	stopOpen   context.CancelFunc
@@ -46,13 +57,13 @@ type opened struct {
 }
 
 // Read starts reading ref's events after offset after. hint, when non-zero,
-// is the stream sequence of the event at offset after: reading then starts
-// right behind it instead of at the generation's first event. A wrong hint
-// costs time, never correctness.
+// is the stream sequence of the message holding the event at offset after
+// (its Event.Seq): reading then starts there instead of at the
+// generation's first event. A wrong hint costs time, never correctness.
 func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64) (*Reader, error) {
 	r := &Reader{j: j, ref: ref, subject: ref.subject(), after: after, next: 1, direct: directMax}
 	if hint > 0 && after > 0 {
-		r.next, r.check, r.hint = hint+1, true, hint
+		r.next, r.check, r.hint = hint, true, hint
 	}
 	r.consumerAt = r.next
 	return r, nil
@@ -61,7 +72,9 @@ func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64) (*Reader,
 // open creates the ordered consumer in the background, starting at seq.
 func (r *Reader) open(seq uint64) {
 	r.closeConsumer()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A create request lost in a failover (the meta leader gone with it)
+	// is never answered: bounded, it is made again (retryLater).
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	ch := make(chan opened, 1)
 	r.opening, r.stopOpen, r.consumerAt, r.checkCons = ch, cancel, seq, seq > 1
 	go func() {
@@ -101,13 +114,16 @@ func (r *Reader) closeConsumer() {
 // usable).
 func (r *Reader) Next(ctx context.Context) (Event, error) {
 	for {
-		ev, ok, err := r.read(ctx)
-		if err != nil {
-			return Event{}, err
-		}
-		if !ok {
+		if len(r.buf) == 0 {
+			evs, err := r.read(ctx)
+			if err != nil {
+				return Event{}, err
+			}
+			r.buf = evs
 			continue
 		}
+		ev := r.buf[0]
+		r.buf = r.buf[1:]
 		if ev.Offset > r.after+1 && (r.check || (r.checkCons && r.it != nil)) {
 			// The hint pointed past the events we need: read the generation
 			// from its start (offsets below the position are skipped).
@@ -133,24 +149,54 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 // fromStart drops a wrong hint: the generation is read from its first event.
 func (r *Reader) fromStart() {
 	r.closeConsumer()
-	r.check, r.hint, r.next, r.direct, r.consumerAt = false, 0, 1, directMax, 1
+	r.buf = nil
+	r.check, r.hint, r.next, r.direct, r.consumerAt, r.seq = false, 0, 1, directMax, 1, 0
+}
+
+// retryLater decides about a consumer failure: within readRetry the
+// consumer is dropped, and made again after a pause, behind the last
+// message read.
+func (r *Reader) retryLater(ctx context.Context, err error) bool {
+	if errors.Is(err, ErrClosed) {
+		return false
+	}
+	now := time.Now()
+	if r.failing.IsZero() {
+		r.failing = now
+	}
+	if now.Sub(r.failing) > readRetry {
+		return false
+	}
+	r.closeConsumer()
+	if r.seq > 0 {
+		r.consumerAt, r.checkCons = r.seq+1, true
+	}
+	wait := min(50*time.Millisecond<<min(now.Sub(r.failing)/time.Second, 4), time.Second)
+	select {
+	case <-time.After(wait):
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // hintWrong reports whether nothing follows the hint because the hint does
-// not name this generation's event at offset after (a hint past the end
-// would otherwise wait forever for events that were stored before it).
+// not name the message holding this generation's event at offset after (a
+// hint past the end would otherwise wait forever for events that were
+// stored before it).
 func (r *Reader) hintWrong(ctx context.Context) bool {
 	m, err := r.j.stream.GetMsg(ctx, r.hint, jetstream.WithGetMsgSubject(r.subject))
 	if err != nil {
 		return ctx.Err() == nil
 	}
-	ev, ok := eventFrom(m.Header, m.Data, m.Sequence)
-	return !ok || m.Sequence != r.hint || ev.Offset != r.after
+	f, ok := decode(m.Header, m.Data, m.Sequence)
+	return !ok || m.Sequence != r.hint || f.events[0].Offset > r.after || f.last() < r.after
 }
 
 // read fetches one stored message, by direct get while that phase lasts,
-// then from the consumer. ok is false for a message that is not an event.
-func (r *Reader) read(ctx context.Context) (Event, bool, error) {
+// then from the consumer, and returns its events (none for a message that
+// is not an event frame).
+func (r *Reader) read(ctx context.Context) ([]Event, error) {
 	if r.it == nil && r.direct > 0 {
 		m, err := r.j.stream.GetMsg(ctx, r.next, jetstream.WithGetMsgSubject(r.subject))
 		switch {
@@ -159,17 +205,17 @@ func (r *Reader) read(ctx context.Context) (Event, bool, error) {
 			if r.direct == directMax/2 {
 				r.open(r.consumerAt)
 			}
-			r.next = m.Sequence + 1
-			ev, ok := eventFrom(m.Header, m.Data, m.Sequence)
-			return ev, ok, nil
+			r.next, r.seq = m.Sequence+1, m.Sequence
+			f, _ := decode(m.Header, m.Data, m.Sequence)
+			return f.events, nil
 		case ctx.Err() != nil:
-			return Event{}, false, ctx.Err()
+			return nil, ctx.Err()
 		case r.check && r.hintWrong(ctx):
 			r.fromStart()
-			return Event{}, false, nil
+			return nil, nil
 		default: // caught up with the live end, or direct get unavailable
 			r.direct = 0
-			return Event{}, false, nil
+			return nil, nil
 		}
 	}
 	if r.it == nil {
@@ -180,29 +226,44 @@ func (r *Reader) read(ctx context.Context) (Event, bool, error) {
 		case o := <-r.opening:
 			r.opening = nil
 			if o.err != nil {
-				return Event{}, false, o.err
+				if r.retryLater(ctx, o.err) {
+					return nil, nil
+				}
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, o.err
 			}
 			r.it = o.it
 		case <-ctx.Done():
-			return Event{}, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 	m, err := r.it.Next(jetstream.NextContext(ctx))
 	if err != nil {
 		if ctx.Err() != nil {
-			return Event{}, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-			return Event{}, false, ErrClosed
+			return nil, ErrClosed
 		}
-		return Event{}, false, fmt.Errorf("journal: read: %w", err)
+		err = fmt.Errorf("journal: read: %w", err)
+		if r.retryLater(ctx, err) {
+			return nil, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
 	}
+	r.failing = time.Time{}
 	meta, err := m.Metadata()
 	if err != nil {
-		return Event{}, false, nil
+		return nil, nil
 	}
-	ev, ok := eventFrom(m.Headers(), m.Data(), meta.Sequence.Stream)
-	return ev, ok, nil
+	r.seq = meta.Sequence.Stream
+	f, _ := decode(m.Headers(), m.Data(), meta.Sequence.Stream)
+	return f.events, nil
 }
 
 // Close stops the reader.

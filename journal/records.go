@@ -4,13 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// recordRetry bounds how long a record operation waits out a NATS failover
+// (a node the connection moves off, a bucket leader election).
+const recordRetry = 10 * time.Second
+
 // Get returns a record's value and revision, or ErrNotFound.
 func (j *Journal) Get(ctx context.Context, id string) ([]byte, uint64, error) {
-	e, err := j.kv.Get(ctx, id)
+	var e jetstream.KeyValueEntry
+	err := retry(ctx, readRetryable, func(ctx context.Context) (err error) {
+		e, err = j.kv.Get(ctx, id)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, 0, ErrNotFound
 	}
@@ -22,7 +32,11 @@ func (j *Journal) Get(ctx context.Context, id string) ([]byte, uint64, error) {
 
 // Create stores a new record; ErrConflict if it exists.
 func (j *Journal) Create(ctx context.Context, id string, value []byte) (uint64, error) {
-	rev, err := j.kv.Create(ctx, id, value)
+	var rev uint64
+	err := retry(ctx, writeRetryable, func(ctx context.Context) (err error) {
+		rev, err = j.kv.Create(ctx, id, value)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, ErrConflict
 	}
@@ -34,7 +48,11 @@ func (j *Journal) Create(ctx context.Context, id string, value []byte) (uint64, 
 
 // Update replaces a record if its revision is still rev; ErrConflict if not.
 func (j *Journal) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
-	nrev, err := j.kv.Update(ctx, id, value, rev)
+	var nrev uint64
+	err := retry(ctx, writeRetryable, func(ctx context.Context) (err error) {
+		nrev, err = j.kv.Update(ctx, id, value, rev)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, ErrConflict
 	}
@@ -42,4 +60,34 @@ func (j *Journal) Update(ctx context.Context, id string, value []byte, rev uint6
 		return 0, fmt.Errorf("journal: update record: %w", err)
 	}
 	return nrev, nil
+}
+
+// readRetryable: a read can be asked again after any failure to answer.
+func readRetryable(err error) bool {
+	return writeRetryable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
+// writeRetryable: a write only when nobody received it (no responders); a
+// write that went unanswered may have been applied.
+func writeRetryable(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// retry runs op, each try bounded, again while retryable says so, for up
+// to recordRetry or until ctx ends.
+func retry(ctx context.Context, retryable func(error) bool, op func(context.Context) error) error {
+	deadline := time.Now().Add(recordRetry)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
+		err := op(tctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !retryable(err) || !time.Now().Add(wait).Before(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }

@@ -2,85 +2,133 @@ package journal
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// DefaultWindow is how many appends a Writer keeps in flight.
-const DefaultWindow = 256
+// Writer limits.
+const (
+	// DefaultWindow is how many appended events a Writer holds until
+	// JetStream acknowledges them; Append waits for room beyond it.
+	DefaultWindow = 4096
+	// windowBytes bounds the held events' bytes the same way.
+	windowBytes = 8 << 20
+	// maxFrame bounds a message's body (a larger single event goes alone).
+	maxFrame = 256 << 10
+	// tryTimeout bounds one publish attempt; a message sent to a stream
+	// leader that died is never answered.
+	tryTimeout = 3 * time.Second
+)
 
-// Writer appends the events of one generation. The first append is
-// synchronous and fenced (the generation's subject must be empty); the rest
-// are pipelined: Append returns once the publish is sent, and sink is called
-// for every event, in order, once JetStream has acknowledged it (with Seq
+// Writer appends the events of one generation as a chain of messages on
+// the generation's subject. Each message carries every event appended
+// while the previous one was in flight, and is published expecting the
+// previous message as the subject's last: JetStream then stores a
+// generation in order and without holes, whatever is lost or delayed on
+// the way — a message can only follow the one before it. A publish that
+// fails (a NATS node or the stream leader gone, a reconnect, an election)
+// is tried again until the journal's AppendTimeout; an attempt whose
+// acknowledgement was lost is recognised by the writer's id on the
+// subject's last message.
+//
+// The first message is the fence: it expects the subject to be empty, so of
+// two writers of one generation the second stores nothing (ErrFenced).
+//
+// sink is called for every event, in order, once it is stored (with Seq
 // set). A Writer is used by one goroutine; sink must not block.
 type Writer struct {
 	j       *Journal
 	ref     Ref
 	subject string
+	id      string
 	sink    func(Event)
-	next    uint64
 
-	inflight chan inflight
-	done     chan struct{}
+	ctx    context.Context // ends with Abort
+	cancel context.CancelFunc
+	wake   chan struct{} // the queue grew, or ended
+	room   chan struct{} // the queue shrank
+	done   chan struct{} // the flusher returned
 
-	mu  sync.Mutex
-	err error
-}
+	next    uint64 // offsets given out (the appending goroutine's)
+	lastSeq uint64 // sequence of the last stored message (the flusher's)
 
-type inflight struct {
-	ev  Event
-	fut jetstream.PubAckFuture
+	mu     sync.Mutex
+	queue  []Event // appended, not yet stored
+	qbytes int
+	ended  bool
+	stored uint64 // offset of the last stored event
+	err    error
 }
 
 // NewWriter starts a writer for ref. Call End or Abort to stop it.
 func (j *Journal) NewWriter(ref Ref, sink func(Event)) *Writer {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	ctx, cancel := context.WithCancel(context.Background())
 	w := &Writer{
-		j:        j,
-		ref:      ref,
-		subject:  ref.subject(),
-		sink:     sink,
-		inflight: make(chan inflight, DefaultWindow),
-		done:     make(chan struct{}),
+		j:       j,
+		ref:     ref,
+		subject: ref.subject(),
+		id:      hex.EncodeToString(id[:]),
+		sink:    sink,
+		ctx:     ctx,
+		cancel:  cancel,
+		wake:    make(chan struct{}, 1),
+		room:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
 	}
-	go w.acks()
+	go w.flush()
 	return w
 }
 
-// Appended is the number of events appended so far (acknowledged or not).
+// Appended is the number of events appended so far (stored or not), the
+// end marker included.
 func (w *Writer) Appended() uint64 { return w.next }
 
-// Append journals one event. It fails with the writer's first error, e.g.
-// ErrFenced when another writer already started this generation.
-func (w *Writer) Append(ctx context.Context, typ string, data []byte) error {
-	return w.publish(ctx, Event{Type: typ, Data: data})
+// Stored is the offset of the last event JetStream acknowledged.
+func (w *Writer) Stored() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stored
 }
 
-// End appends the end marker and waits until every append is acknowledged.
-// It returns the first error of any append.
+// Append journals one event; the writer keeps data until it is stored.
+// It fails with the writer's first error, e.g. ErrFenced when another
+// writer already started this generation. It waits while DefaultWindow
+// events are unacknowledged.
+func (w *Writer) Append(ctx context.Context, typ string, data []byte) error {
+	return w.add(ctx, Event{Type: typ, Data: data})
+}
+
+// End appends the end marker and waits until every event is stored. It
+// returns the writer's first error.
 func (w *Writer) End(ctx context.Context, state string) error {
-	if err := w.publish(ctx, Event{End: state}); err != nil {
+	if err := w.add(ctx, Event{End: state}); err != nil {
 		w.Abort()
 		return err
 	}
-	close(w.inflight)
 	select {
 	case <-w.done:
 	case <-ctx.Done():
+		w.Abort()
 		return fmt.Errorf("journal: waiting for acks: %w", ctx.Err())
 	}
 	return w.Err()
 }
 
-// Abort stops the writer without an end marker; unacknowledged events may
-// or may not be stored. It is safe to call after End.
+// Abort stops the writer without an end marker; events not yet
+// acknowledged may or may not be stored. It is safe to call after End.
 func (w *Writer) Abort() {
 	w.fail(ErrClosed)
-	defer func() { _ = recover() }() // inflight may already be closed by End
-	close(w.inflight)
+	w.cancel()
 }
 
 // Err returns the writer's first error.
@@ -96,9 +144,18 @@ func (w *Writer) fail(err error) {
 		w.err = err
 	}
 	w.mu.Unlock()
+	w.cancel()
+	signal(w.room)
 }
 
-func (w *Writer) publish(ctx context.Context, ev Event) error {
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Writer) add(ctx context.Context, ev Event) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
@@ -107,59 +164,188 @@ func (w *Writer) publish(ctx context.Context, ev Event) error {
 	if ev.Offset == 1 {
 		return w.first(ctx, ev)
 	}
-	// No automatic re-send: a re-sent append would be stored after later
-	// ones, out of order. A failed append fails the generation instead.
-	fut, err := w.j.js.PublishMsgAsync(ev.msg(w.subject), jetstream.WithStallWait(DefaultStallWait), jetstream.WithRetryAttempts(0))
-	if err != nil {
-		err = fmt.Errorf("journal: publish: %w", err)
-		w.fail(err)
-		return err
-	}
-	select {
-	case w.inflight <- inflight{ev: ev, fut: fut}:
-		return nil
-	case <-ctx.Done():
-		w.fail(ctx.Err())
-		return ctx.Err()
+	for {
+		w.mu.Lock()
+		if w.err != nil {
+			w.mu.Unlock()
+			return w.err
+		}
+		if len(w.queue) == 0 || len(w.queue) < DefaultWindow && w.qbytes < windowBytes {
+			w.queue = append(w.queue, ev)
+			w.qbytes += ev.size()
+			w.ended = ev.IsEnd()
+			w.mu.Unlock()
+			signal(w.wake)
+			return nil
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.room:
+		case <-ctx.Done():
+			w.fail(ctx.Err())
+			return ctx.Err()
+		}
 	}
 }
 
-// first publishes a generation's first event synchronously, expecting its
-// subject to be empty: it is the fence. Nothing else is in flight until it
-// is acknowledged, so a writer that lost the race stores nothing.
+// first stores a generation's first event on its own, expecting the
+// subject to be empty: the fence. Nothing else is sent before it is
+// stored, so a writer that loses the race stores nothing.
 func (w *Writer) first(ctx context.Context, ev Event) error {
-	// Bounded on its own: the caller's context may be long, and a request
-	// lost with its connection is never answered.
-	ctx, cancel := context.WithTimeout(ctx, DefaultAckTimeout)
-	defer cancel()
-	ack, err := w.j.js.PublishMsg(ctx, ev.msg(w.subject), jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithRetryAttempts(0))
+	seq, err := w.send(ctx, []Event{ev}, 0)
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			err = ErrFenced
-		} else {
-			err = fmt.Errorf("journal: append 1: %w", err)
-		}
 		w.fail(err)
 		return err
 	}
-	ev.Seq = ack.Sequence
+	w.lastSeq = seq // read by the flusher after the next wake
+	ev.Seq = seq
+	w.mu.Lock()
+	w.stored, w.ended = 1, ev.IsEnd()
+	w.mu.Unlock()
 	w.sink(ev)
+	signal(w.wake)
 	return nil
 }
 
-func (w *Writer) acks() {
+// flush sends the queue, a message at a time, until the end marker is
+// stored or the writer fails.
+func (w *Writer) flush() {
 	defer close(w.done)
-	for in := range w.inflight {
-		if w.Err() != nil {
-			continue // drain; the generation is already lost
+	for {
+		w.mu.Lock()
+		batch := w.take()
+		ended, stored := w.ended, w.stored
+		w.mu.Unlock()
+		if len(batch) == 0 {
+			if ended && stored > 0 {
+				return
+			}
+			select {
+			case <-w.wake:
+				continue
+			case <-w.ctx.Done():
+				return
+			}
+		}
+		seq, err := w.send(w.ctx, batch, w.lastSeq)
+		if err != nil {
+			w.fail(err)
+			return
+		}
+		w.lastSeq = seq
+		for i := range batch {
+			batch[i].Seq = seq
+			w.sink(batch[i])
+		}
+		w.mu.Lock()
+		w.queue = w.queue[len(batch):]
+		for _, ev := range batch {
+			w.qbytes -= ev.size()
+		}
+		w.stored = batch[len(batch)-1].Offset
+		w.mu.Unlock()
+		signal(w.room)
+	}
+}
+
+// take copies the queue's head that fits one message.
+func (w *Writer) take() []Event {
+	n, size := 0, 0
+	for n < len(w.queue) {
+		s := w.queue[n].size()
+		if n > 0 && size+s > maxFrame {
+			break
+		}
+		size += s
+		n++
+	}
+	return slices.Clone(w.queue[:n])
+}
+
+// send publishes evs as one message that must follow the message stored
+// at sequence expect (0: the subject must be empty), trying again until
+// the journal's AppendTimeout. It returns the stored message's sequence.
+func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, error) {
+	msg := encode(w.subject, w.id, evs)
+	first, last := evs[0].Offset, evs[len(evs)-1].Offset
+	deadline := time.Now().Add(w.j.cfg.AppendTimeout)
+	perTry := min(tryTimeout, w.j.cfg.AppendTimeout/4)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		try := time.Now().Add(perTry)
+		if try.After(deadline) {
+			try = deadline
+		}
+		tctx, cancel := context.WithDeadline(ctx, try)
+		ack, err := w.j.js.PublishMsg(tctx, msg, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithRetryAttempts(0))
+		cancel()
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if isWrongLast(err) {
+			// Stored by an earlier attempt whose acknowledgement was lost,
+			// or written by another writer; a replica behind the leader
+			// may not show it yet: then ask again.
+			lctx, cancel := context.WithTimeout(ctx, tryTimeout)
+			f, lerr := w.j.lastFrame(lctx, w.ref)
+			cancel()
+			switch {
+			case lerr == nil && f.writer == w.id && f.last() == last:
+				return f.events[0].Seq, nil
+			case lerr == nil && f.writer != w.id:
+				return 0, ErrFenced
+			}
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, ctx.Err())
+		}
+		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrConnectionClosed) || !time.Now().Add(wait).Before(deadline) {
+			return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, err)
 		}
 		select {
-		case ack := <-in.fut.Ok():
-			in.ev.Seq = ack.Sequence
-			w.sink(in.ev)
-		case err := <-in.fut.Err():
-			w.fail(fmt.Errorf("journal: append %d: %w", in.ev.Offset, err))
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, ctx.Err())
 		}
 	}
 }
+
+func isWrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// sealWriter is the writer id of end markers appended by Seal.
+const sealWriter = "seal"
+
+// Seal ends a generation whose writer is gone: it appends the end marker
+// with state right after the last stored event, unless the generation has
+// its end marker already (then that one is returned). ErrNotFound when
+// nothing is stored. The end marker expects the last stored message, so of
+// two sealers one stores it, and a writer still alive is fenced from then on.
+func (j *Journal) Seal(ctx context.Context, ref Ref, state string) (Event, error) {
+	for range maxSealTries {
+		f, err := j.lastFrame(ctx, ref)
+		if err != nil {
+			return Event{}, err
+		}
+		last := f.events[len(f.events)-1]
+		if last.IsEnd() {
+			return last, nil
+		}
+		end := Event{Offset: last.Offset + 1, End: state}
+		ack, err := j.js.PublishMsg(ctx, encode(ref.subject(), sealWriter, []Event{end}),
+			jetstream.WithExpectLastSequencePerSubject(last.Seq), jetstream.WithRetryAttempts(0))
+		if err == nil {
+			end.Seq = ack.Sequence
+			return end, nil
+		}
+		if !isWrongLast(err) {
+			return Event{}, fmt.Errorf("journal: seal: %w", err)
+		}
+		// Something was stored meanwhile (or a replica behind the leader
+		// answered): look again.
+	}
+	return Event{}, fmt.Errorf("journal: seal: %w", ErrConflict)
+}
+
+const maxSealTries = 8

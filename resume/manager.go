@@ -44,6 +44,13 @@ type Config struct {
 	Lease time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Salvage, when set, is asked about a generation whose owner's lease
+	// ran out before the generation is declared lost: an owner that died
+	// after storing the whole generation but before recording it leaves a
+	// result, not a failure. It returns the result to record and true, or
+	// false for a generation that did not complete. An error leaves the
+	// record as it is (Get and Begin return it).
+	Salvage func(ctx context.Context, id string, rec Record) (Result, bool, error)
 }
 
 // Manager makes the start/attach/replay decisions.
@@ -148,6 +155,20 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		case rec.State == InProgress && !rec.Expired(now):
 			return Outcome{Decision: Attach, Record: rec}, nil
 		}
+		if rec.Expired(now) {
+			done, err := m.expire(ctx, req.ID, rec, now)
+			if err != nil {
+				return Outcome{}, err
+			}
+			if done.State == Completed { // the dead owner's generation is the result
+				if _, err := m.cfg.Store.Update(ctx, req.ID, done.encode(), rev); errors.Is(err, m.cfg.Conflict) {
+					continue
+				} else if err != nil {
+					return Outcome{}, err
+				}
+				return Outcome{Decision: Replay, Record: done}, nil
+			}
+		}
 		// Failed, or in progress under a dead owner: a new generation.
 		rec.Generation++
 		rec.State = InProgress
@@ -169,7 +190,8 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 }
 
 // Get returns a key's record. An in-progress record whose lease ran out is
-// marked failed (Error OwnerLost) before it is returned.
+// marked failed (Error OwnerLost) before it is returned — or completed,
+// when Config.Salvage finds the generation whole.
 func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 	for range maxCAS {
 		val, rev, err := m.cfg.Store.Get(ctx, id)
@@ -187,7 +209,9 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 		if !rec.Expired(now) {
 			return rec, nil
 		}
-		rec.State, rec.Error, rec.UpdatedAt = Failed, OwnerLost, now
+		if rec, err = m.expire(ctx, id, rec, now); err != nil {
+			return Record{}, err
+		}
 		if _, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev); err != nil && !errors.Is(err, m.cfg.Conflict) {
 			return Record{}, err
 		} else if err == nil {
@@ -195,4 +219,23 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 		}
 	}
 	return Record{}, ErrContended
+}
+
+// expire is what becomes of an expired generation: completed if Salvage
+// finds it whole, else failed with OwnerLost.
+func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Time) (Record, error) {
+	rec.UpdatedAt = now
+	if m.cfg.Salvage != nil {
+		res, ok, err := m.cfg.Salvage(ctx, id, rec)
+		if err != nil {
+			return rec, fmt.Errorf("resume: salvage: %w", err)
+		}
+		if ok {
+			rec.State, rec.Events, rec.Status, rec.ContentType, rec.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
+			rec.Owner, rec.LeaseUntil = "", time.Time{}
+			return rec, nil
+		}
+	}
+	rec.State, rec.Error = Failed, OwnerLost
+	return rec, nil
 }

@@ -720,3 +720,92 @@ func ExampleManager_Begin() {
 	// attach 1
 	// replay 1 3
 }
+
+// TestSalvage: an expired generation is asked about before it is declared
+// lost. Salvaged, Get records it completed and Begin replays it; not
+// salvaged, it is owner_lost as before; a failing salvage changes nothing.
+func TestSalvage(t *testing.T) {
+	store := newStore(t)
+	errJournal := errors.New("journal down")
+	type answer struct {
+		res resume.Result
+		ok  bool
+		err error
+	}
+	for _, tc := range []struct {
+		name  string
+		ans   answer
+		state resume.State
+		code  string
+	}{
+		{"whole", answer{res: resume.Result{State: resume.Completed, Events: 7, Status: 200, ContentType: "text/event-stream"}, ok: true}, resume.Completed, ""},
+		{"incomplete", answer{}, resume.Failed, resume.OwnerLost},
+		{"journal unreachable", answer{err: errJournal}, resume.InProgress, ""},
+	} {
+		for _, via := range []string{"Get", "Begin"} {
+			t.Run(tc.name+" via "+via, func(t *testing.T) {
+				clk := newClock()
+				var asked []resume.Record
+				m, err := resume.New(resume.Config{
+					Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "owner-a", Now: clk.Now,
+					Salvage: func(_ context.Context, _ string, rec resume.Record) (resume.Result, bool, error) {
+						asked = append(asked, rec)
+						return tc.ans.res, tc.ans.ok, tc.ans.err
+					},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := request("salvage-"+tc.name+"-"+via, "body")
+				mustStart(t, m, req)
+				if _, err := m.Get(waitCtx(t), req.ID); err != nil || len(asked) != 0 {
+					t.Fatalf("Get with a live lease: %v; Salvage asked %d times, want 0", err, len(asked))
+				}
+				clk.Advance(m.Lease() + time.Millisecond)
+				var out resume.Outcome
+				if via == "Get" {
+					out.Record, err = m.Get(waitCtx(t), req.ID)
+				} else {
+					out, err = begin(t, m, req)
+				}
+				if len(asked) != 1 || asked[0].Generation != 1 || asked[0].State != resume.InProgress {
+					t.Fatalf("Salvage asked about %+v, want generation 1 in progress once", asked)
+				}
+				if tc.ans.err != nil {
+					if !errors.Is(err, errJournal) {
+						t.Fatalf("%s: %v, want the salvage error", via, err)
+					}
+					if s := stored(t, store, req.ID); s.State != resume.InProgress || s.Generation != 1 {
+						t.Fatalf("stored after a failed salvage = %+v, want unchanged", s)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := stored(t, store, req.ID)
+				switch {
+				case via == "Begin" && tc.ans.ok:
+					if out.Decision != resume.Replay || out.Record.State != resume.Completed || out.Record.Events != 7 {
+						t.Fatalf("Begin = %s %+v, want replay of the salvaged generation", out.Decision, out.Record)
+					}
+				case via == "Begin":
+					if out.Decision != resume.Start || out.Record.Generation != 2 {
+						t.Fatalf("Begin = %s gen %d, want start of generation 2", out.Decision, out.Record.Generation)
+					}
+					return
+				default:
+					if out.Record.State != tc.state || out.Record.Error != tc.code {
+						t.Fatalf("Get = %+v, want %s %q", out.Record, tc.state, tc.code)
+					}
+				}
+				if s.State != tc.state || s.Error != tc.code || s.Generation != 1 {
+					t.Fatalf("stored = %+v, want %s %q generation 1", s, tc.state, tc.code)
+				}
+				if tc.ans.ok && (s.Events != 7 || s.Status != 200 || s.ContentType != "text/event-stream" || s.Owner != "" || !s.LeaseUntil.IsZero()) {
+					t.Fatalf("stored salvaged record = %+v", s)
+				}
+			})
+		}
+	}
+}

@@ -155,13 +155,16 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 				return ctx.Err()
 			}
 			// The journal failed this reader: say so, rather than end the
-			// stream as if it were complete.
-			cause := errUnavailable
+			// stream as if it were complete. A gap ends the generation for
+			// good; an outage does not, so its error carries no id: the
+			// client's cursor stays on the last event it got, and a resume
+			// continues from there.
+			e := journal.Event{Offset: after + 1, Type: typeError, Data: errUnavailable.body()}
+			id := ""
 			if errors.Is(r.err, journal.ErrGap) {
-				cause = errJournalFailure
+				e.Data, id = errJournalFailure.body(), eventID(ref, e)
 			}
-			e := journal.Event{Offset: after + 1, Type: typeError, Data: cause.body()}
-			if serr := out.send(eventID(ref, e), e); serr == nil {
+			if serr := out.send(id, e); serr == nil {
 				_ = out.flush()
 			}
 			return r.err

@@ -80,7 +80,9 @@ func (p *pump) run(ctx context.Context) {
 	default:
 	}
 
-	endCtx, endCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// The end marker may meet a NATS failover: the writer keeps trying for
+	// the journal's AppendTimeout.
+	endCtx, endCancel := context.WithTimeout(context.WithoutCancel(ctx), p.s.cfg.Journal.AppendTimeout()+10*time.Second)
 	defer endCancel()
 	end := journal.EndCompleted
 	if res.State != resume.Completed {
@@ -96,6 +98,9 @@ func (p *pump) run(ctx context.Context) {
 		p.tail.append(journal.Event{Offset: last + 2, End: journal.EndFailed})
 	}
 	res.Events = countEvents(w.Appended())
+	if res.Error == errJournalFailure.Code {
+		res.Events = min(res.Events, w.Stored()) // only what a reader can get
+	}
 	p.s.metrics.generations.WithLabelValues(string(res.State)).Inc()
 	if err := p.lease.Finish(endCtx, res); err != nil {
 		p.log.Error("finishing generation", "gen", p.ref.Gen, "err", err)
@@ -199,7 +204,10 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	defer idle.Stop()
 	lim := upstreamLimits{maxEvent: p.s.cfg.MaxEventSize, maxEvents: p.s.cfg.MaxStreamEvents, maxBytes: p.s.cfg.MaxStreamBytes}
 	n, err := readUpstream(body, lim, func(typ string, data []byte) error {
-		idle.Reset(p.s.cfg.IdleTimeout)
+		// The upstream is idle only while it is read: time spent journaling
+		// (a first append through a NATS failover) is not its silence.
+		idle.Stop()
+		defer idle.Reset(p.s.cfg.IdleTimeout)
 		return w.Append(ctx, typ, data)
 	})
 	if err == nil {

@@ -35,7 +35,10 @@ func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration)
 func (w *sseWriter) deadline() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) }
 
 func (w *sseWriter) send(id string, ev journal.Event) error {
-	m := &sse.Message{ID: sse.ID(id)}
+	m := &sse.Message{}
+	if id != "" { // an event without a position leaves the client's cursor
+		m.ID = sse.ID(id)
+	}
 	if ev.Type != "" {
 		t, err := sse.NewType(ev.Type)
 		if err == nil {
@@ -77,7 +80,7 @@ type wsWriter struct {
 }
 
 type wsFrame struct {
-	ID    string `json:"id"`
+	ID    string `json:"id,omitempty"` // absent on an error without a position
 	Event string `json:"event"`
 	Data  string `json:"data"`
 }

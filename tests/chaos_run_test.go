@@ -226,12 +226,7 @@ type chaosWorld struct {
 	// id (which names the offset of a real event), and replays of
 	// completed keys are retried. Elsewhere it is a failure.
 	falseOwnerLost bool
-	// doneThenOwnerLost tolerates and counts the known bug
-	// TestChaosBugOwnerDiedAfterDone reproduces: the client holds [DONE] of a
-	// generation whose owner was killed before recording it, and the key
-	// says failed owner_lost. Elsewhere it is a failure.
-	doneThenOwnerLost bool
-	runs              sync.Map // key → *chaosRun, for scenarios acting on runs in flight
+	runs           sync.Map // key → *chaosRun, for scenarios acting on runs in flight
 }
 
 func newChaosClient() *http.Client {
@@ -264,8 +259,6 @@ type chaosRun struct {
 	attempts         int
 	trace            []string
 	synthetic        resume.Position // the last tolerated synthetic owner_lost
-	// doneThenOwnerLost: the run met that known bug (see chaosWorld).
-	doneThenOwnerLost bool
 
 	mu   sync.Mutex // errs is also written by the upstream fault phase
 	errs []string
@@ -889,20 +882,6 @@ func (r *chaosRun) check(ctx context.Context) {
 	// Readers get [DONE] from the tail as soon as JetStream acknowledged it;
 	// the key's record is finished right after.
 	st, err := r.awaitEnd(ctx, r.gen)
-	if err == nil && w.doneThenOwnerLost && st.State == "failed" && st.Error == resume.OwnerLost && st.Generation == int(r.gen) {
-		// The owner died after journaling [DONE]: the key will generate
-		// again on its next request, so it is not replayed here. What the
-		// client assembled must still be the upstream's generation.
-		w.stats.count("bug:done_then_owner_lost", 1)
-		r.doneThenOwnerLost = true
-		w.tb.Logf("run %d (%s): known bug (TestChaosBugOwnerDiedAfterDone): the client has [DONE] of generation %d, the key is failed owner_lost",
-			r.idx, r.key, r.gen)
-		if gens := w.ledger.Generations(r.prompt); len(gens) < int(r.gen) || contentOf(evs) != gens[r.gen-1].Content || !gens[r.gen-1].Completed {
-			r.lost++
-			r.errorf("content: the client reassembled %q, not the upstream's generation %d", contentOf(evs), r.gen)
-		}
-		return
-	}
 	if err != nil || st.State != "completed" || st.Generation != int(r.gen) || st.Events != int(r.done) {
 		r.errorf("key status %+v (%v), want completed generation %d with %d events", st, err, r.gen, r.done)
 		return

@@ -120,6 +120,7 @@ func (e *env) startProxy() {
 	rm, err := resume.New(resume.Config{
 		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
 		Owner: "test-" + resume.NewKey()[3:11], Lease: e.opt.lease,
+		Salvage: stream.Salvage(j),
 	})
 	if err != nil {
 		e.tb.Fatal(err)

@@ -133,7 +133,8 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	}
 	rm, err := resume.New(resume.Config{
 		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
-		Owner: "bench-" + resume.NewKey()[3:11], // default lease
+		Owner:   "bench-" + resume.NewKey()[3:11], // default lease
+		Salvage: stream.Salvage(j),
 	})
 	if err != nil {
 		return nil, err

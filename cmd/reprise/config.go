@@ -11,22 +11,24 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/stream"
 )
 
 // config is the command line. Every flag is also a REPRISE_* variable and
 // a config-file entry; a flag beats the variable, which beats the file.
 type config struct {
-	listen   string
-	upstream string
-	data     string
-	nats     string
-	ttl      time.Duration
-	lease    time.Duration
-	grace    time.Duration
-	replicas int
-	secret   string
-	logLevel slog.Level
+	listen         string
+	upstream       string
+	data           string
+	nats           string
+	ttl            time.Duration
+	lease          time.Duration
+	journalTimeout time.Duration
+	grace          time.Duration
+	replicas       int
+	secret         string
+	logLevel       slog.Level
 
 	// Toward the upstream (package classify).
 	upstreamIdempotency bool
@@ -62,6 +64,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
 	fs.DurationVar(&c.ttl, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept")
 	fs.DurationVar(&c.lease, "lease", 10*time.Second, "owner lease of a running generation; a dead owner's generation fails after it")
+	fs.DurationVar(&c.journalTimeout, "journal-timeout", journal.DefaultAppendTimeout, "how long a generation keeps trying to journal its events through NATS reconnects and leader elections before it fails")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "on SIGTERM, how long running generations may finish journaling")
 	fs.IntVar(&c.replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
 	fs.StringVar(&c.secret, "secret", "", "server secret for tenant ids (default: generated once under --data)")
@@ -165,6 +168,8 @@ func (c *config) validate(level string) error {
 	switch {
 	case c.ttl < time.Minute:
 		return fmt.Errorf("--ttl %s: must be at least 1m", c.ttl)
+	case c.journalTimeout < time.Second:
+		return fmt.Errorf("--journal-timeout %s: must be at least 1s", c.journalTimeout)
 	case c.lease < 100*time.Millisecond:
 		return fmt.Errorf("--lease %s: must be at least 100ms", c.lease)
 	case c.connectTimeout <= 0 || c.headerTimeout <= 0 || c.idleTimeout <= 0 || c.maxGeneration <= 0:

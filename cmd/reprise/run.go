@@ -36,7 +36,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	defer closeNATS()
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute) // a new cluster may still elect its leader
-	j, err := journal.Open(openCtx, nc, journal.Config{TTL: cfg.ttl, Replicas: cfg.replicas})
+	j, err := journal.Open(openCtx, nc, journal.Config{TTL: cfg.ttl, Replicas: cfg.replicas, AppendTimeout: cfg.journalTimeout})
 	cancelOpen()
 	if err != nil {
 		return err
@@ -49,6 +49,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	rm, err := resume.New(resume.Config{
 		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
 		Owner: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), resume.NewKey()[3:11]), Lease: cfg.lease,
+		Salvage: stream.Salvage(j),
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,119 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func newTestJournal(t *testing.T) *Journal {
+	t.Helper()
+	e, err := StartEmbedded(EmbeddedConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	nc, err := e.Connect(t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	j, err := Open(ctx, nc, Config{Memory: true, AppendTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// TestSendRecognisesItsStoredMessage: a message sent again after its
+// acknowledgement was lost is found stored (the writer's id on the
+// subject's last message) and not stored twice; the chain goes on.
+func TestSendRecognisesItsStoredMessage(t *testing.T) {
+	j := newTestJournal(t)
+	ctx := context.Background()
+	ref := Ref{ID: "lostack", Gen: 1}
+	w := j.NewWriter(ref, func(Event) {})
+	defer w.Abort()
+	first := []Event{{Offset: 1, Data: []byte("a")}}
+	seq1, err := w.send(ctx, first, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := w.send(ctx, first, 0)
+	if err != nil || again != seq1 {
+		t.Fatalf("the first message sent again: seq %d, %v; want %d, nil", again, err, seq1)
+	}
+	next := []Event{{Offset: 2, Data: []byte("b")}, {Offset: 3, Data: []byte("c")}}
+	seq2, err := w.send(ctx, next, seq1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err = w.send(ctx, next, seq1)
+	if err != nil || again != seq2 {
+		t.Fatalf("a later message sent again: seq %d, %v; want %d, nil", again, err, seq2)
+	}
+	info, err := j.stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("%d messages stored, want 2", info.State.Msgs)
+	}
+}
+
+// TestSendStaleMessageIsRejected: a message delayed on the way (sent
+// before an election, arriving after the chain moved on) is never stored
+// behind later ones: it expects a last sequence that is no longer the
+// last. The writer learns it was stored differently only if it is its own
+// latest; otherwise the attempt fails within AppendTimeout.
+func TestSendStaleMessageIsRejected(t *testing.T) {
+	j := newTestJournal(t)
+	ctx := context.Background()
+	ref := Ref{ID: "stale", Gen: 1}
+	w := j.NewWriter(ref, func(Event) {})
+	defer w.Abort()
+	seq1, err := w.send(ctx, []Event{{Offset: 1, Data: []byte("a")}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.send(ctx, []Event{{Offset: 2, Data: []byte("b")}}, seq1); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = w.send(ctx, []Event{{Offset: 2, Data: []byte("stale b")}, {Offset: 3, Data: []byte("c")}}, seq1)
+	if !isWrongLast(err) {
+		t.Fatalf("stale message: %v, want a wrong-last-sequence failure", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("the stale message failed after %s, beyond AppendTimeout", took)
+	}
+	last, err := j.Last(ctx, ref)
+	if err != nil || string(last.Data) != "b" || last.Offset != 2 {
+		t.Fatalf("last stored = %+v, %v; want offset 2 %q", last, err, "b")
+	}
+}
+
+// TestSendFencedByAnotherWriter: a writer whose generation holds another
+// writer's messages is fenced at once, first message or later.
+func TestSendFencedByAnotherWriter(t *testing.T) {
+	j := newTestJournal(t)
+	ctx := context.Background()
+	ref := Ref{ID: "other", Gen: 1}
+	a := j.NewWriter(ref, func(Event) {})
+	defer a.Abort()
+	b := j.NewWriter(ref, func(Event) {})
+	defer b.Abort()
+	seq, err := a.send(ctx, []Event{{Offset: 1, Data: []byte("a")}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.send(ctx, []Event{{Offset: 1, Data: []byte("b")}}, 0); !errors.Is(err, ErrFenced) {
+		t.Fatalf("second writer's first message: %v, want ErrFenced", err)
+	}
+	if _, err := b.send(ctx, []Event{{Offset: 2, Data: []byte("b")}}, seq+5); !errors.Is(err, ErrFenced) {
+		t.Fatalf("second writer's later message: %v, want ErrFenced", err)
+	}
+}
