@@ -121,23 +121,19 @@ const maxCAS = 16
 // Begin decides atomically what req may do. ErrMismatch when the key was used
 // with another request.
 func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
+	// Most keys are new: create the record first (one round trip), and
+	// read it only when it exists.
+	if out, ok, err := m.create(ctx, req); ok {
+		return out, err
+	}
 	for range maxCAS {
 		val, rev, err := m.cfg.Store.Get(ctx, req.ID)
 		now := m.cfg.Now()
 		if errors.Is(err, m.cfg.NotFound) {
-			rec := Record{
-				Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, Generation: 1,
-				Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream,
-				CreatedAt: now, UpdatedAt: now,
+			if out, ok, err := m.create(ctx, req); ok {
+				return out, err
 			}
-			nrev, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
-			if errors.Is(err, m.cfg.Conflict) {
-				continue
-			}
-			if err != nil {
-				return Outcome{}, err
-			}
-			return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, nil
+			continue
 		}
 		if err != nil {
 			return Outcome{}, err
@@ -187,6 +183,24 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, nil
 	}
 	return Outcome{}, ErrContended
+}
+
+// create starts generation 1 of a new key. ok is false when the key exists.
+func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error) {
+	now := m.cfg.Now()
+	rec := Record{
+		Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, Generation: 1,
+		Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream,
+		CreatedAt: now, UpdatedAt: now,
+	}
+	nrev, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
+	switch {
+	case errors.Is(err, m.cfg.Conflict):
+		return Outcome{}, false, nil
+	case err != nil:
+		return Outcome{}, true, err
+	}
+	return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, true, nil
 }
 
 // Get returns a key's record. An in-progress record whose lease ran out is

@@ -115,7 +115,8 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 
 	idle := time.NewTicker(min(s.cfg.Heartbeat, s.cfg.Resume.Lease()/2))
 	defer idle.Stop()
-	sent, unflushed, lost := 0, false, false
+	sent, unflushed := 0, false
+	var lost *apiError // why the generation can no longer end, once seen
 	for {
 		var r journalRead
 		var ok bool
@@ -134,8 +135,8 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 				if err := out.ping(); err != nil {
 					return err
 				}
-				if lost { // a second tick with the owner gone and nothing stored
-					e := journal.Event{Offset: after + 1, Type: typeError, Data: errOwnerLost.body()}
+				if lost != nil { // a second tick with the owner gone and nothing stored
+					e := journal.Event{Offset: after + 1, Type: typeError, Data: lost.body()}
 					if err := out.send(eventID(ref, e), e); err != nil {
 						return err
 					}
@@ -169,7 +170,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			}
 			return r.err
 		}
-		lost = false
+		lost = nil
 		if r.ev.IsEnd() {
 			return out.flush()
 		}
@@ -196,21 +197,25 @@ type journalRead struct {
 	err error
 }
 
-// ownerLost reports whether ref's generation can no longer end with its end
-// marker: its owner's lease ran out, the key moved on to another generation
-// or expired, or the record says it finished.
-func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) bool {
+// ownerLost reports why ref's generation can no longer end with its end
+// marker, or nil: its owner's lease ran out, the key moved on to another
+// generation or expired, or the record says it failed. Readers get the
+// same error as the owner's own readers: journal_failure when the owner
+// could not store the generation, owner_lost otherwise.
+func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) *apiError {
 	rec, err := s.cfg.Resume.Get(ctx, ref.ID)
 	switch {
 	case errors.Is(err, resume.ErrNotFound):
-		return true
+		return errOwnerLost
 	case err != nil:
-		return false // the journal may be back soon; keep waiting
+		return nil // the journal may be back soon; keep waiting
+	case rec.Generation == ref.Gen && rec.State == resume.Failed && rec.Error == errJournalFailure.Code:
+		return errJournalFailure
+	case rec.Generation != ref.Gen || rec.Error == resume.OwnerLost || rec.State == resume.Failed:
+		// A failed record always follows its end marker, so a failed one
+		// without it (after the caller's last look) will never get one. A
+		// completed one does have it: the read is slow, not lost.
+		return errOwnerLost
 	}
-	// A finished record always follows its end marker, so a finished one
-	// without it (after the caller's last look) will never get one.
-	// A finished (failed) record always follows its end marker, so a failed
-	// one without it (after the caller's last look) will never get one. A
-	// completed one does have it: the read is slow, not lost.
-	return rec.Generation != ref.Gen || rec.Error == resume.OwnerLost || rec.State == resume.Failed
+	return nil
 }

@@ -51,6 +51,8 @@ type envOptions struct {
 	upstream http.Handler
 	// configure adjusts the proxy's config before it starts (policies, timeouts).
 	configure func(*stream.Config)
+	// journal adjusts the journal's config.
+	journal func(*journal.Config)
 }
 
 type envOption func(*envOptions)
@@ -65,6 +67,9 @@ func withUpstream(h http.Handler) envOption    { return func(o *envOptions) { o.
 // withConfig adjusts the proxy's stream.Config (e.g. set Policy, timeouts)
 // before each start.
 func withConfig(f func(*stream.Config)) envOption { return func(o *envOptions) { o.configure = f } }
+
+// withJournal adjusts the proxy's journal.Config.
+func withJournal(f func(*journal.Config)) envOption { return func(o *envOptions) { o.journal = f } }
 
 func testLogger() *slog.Logger {
 	level := slog.LevelError
@@ -113,7 +118,11 @@ func (e *env) startProxy() {
 	e.tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	j, err := journal.Open(ctx, e.nc, journal.Config{})
+	var jcfg journal.Config
+	if e.opt.journal != nil {
+		e.opt.journal(&jcfg)
+	}
+	j, err := journal.Open(ctx, e.nc, jcfg)
 	if err != nil {
 		e.tb.Fatal(err)
 	}

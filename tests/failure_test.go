@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
 )
 
@@ -289,4 +293,76 @@ func TestTenantLimitSparesAttach(t *testing.T) {
 	if evs[0].Type == "error" || evs[len(evs)-1].Data != "[DONE]" {
 		t.Fatalf("the refused key did not generate later: %+v", evs[0])
 	}
+}
+
+// TestJournalFailure: JetStream refuses a running generation's messages
+// (here: the stream's maximum message size drops below them) for longer
+// than the journal timeout. The generation fails with journal_failure —
+// for its client on the owner and for a reader on another instance alike,
+// at the same position — the record counts only the stored events, and
+// the key generates afresh once the journal takes messages again.
+func TestJournalFailure(t *testing.T) {
+	e := newEnv(t, withNATSPort(), withJournal(func(c *journal.Config) { c.AppendTimeout = time.Second }))
+	b := startInstance(t, "B", []string{e.natsURL()}, e.llmSrv.URL, instanceOptions{replicas: 1})
+	prompt := uniquePrompt(t, "[tokens=40] [delay=30ms]")
+	ctx := waitCtx(t, 30*time.Second)
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setMaxMsgSize := func(n int32) {
+		st, err := js.Stream(ctx, journal.DefaultStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.MaxMsgSize = n
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		evs []event
+		err error
+	}
+	owner, reader := make(chan result, 1), make(chan result, 1)
+	started := make(chan struct{})
+	go func() {
+		evs, err := fetchEvents(ctx, "POST", e.URL+chatPath, chatBody(prompt, true), 3, func() { close(started) }, "Idempotency-Key", "k-jf")
+		owner <- result{evs, err}
+	}()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the stream did not start")
+	}
+	go func() {
+		evs, err := fetchEvents(ctx, "GET", b.URL+"/v1/streams/k-jf", "", 0, nil)
+		reader <- result{evs, err}
+	}()
+	setMaxMsgSize(16) // no event fits from now on
+	got := map[string]result{"owner": <-owner, "reader on B": <-reader}
+	setMaxMsgSize(0)
+	var lastIDs []string
+	for who, r := range got {
+		if r.err != nil {
+			t.Fatalf("%s: %v", who, r.err)
+		}
+		last := r.evs[len(r.evs)-1]
+		if last.Type != "error" || !strings.Contains(last.Data, `"journal_failure"`) {
+			t.Fatalf("%s: the stream ended with %+v, want event: error journal_failure", who, last)
+		}
+		checkUnique(t, r.evs[:len(r.evs)-1])
+		lastIDs = append(lastIDs, last.ID)
+	}
+	if lastIDs[0] != lastIDs[1] {
+		t.Errorf("the error event's id differs: %v", lastIDs)
+	}
+	st := waitState(t, e, "k-jf", "failed")
+	if pos, err := resume.ParsePosition(lastIDs[0]); err != nil || st.Error != "journal_failure" || uint64(st.Events)+1 != pos.Offset {
+		t.Errorf("record %+v, error event at %s: want journal_failure with the events before it (%v)", st, lastIDs[0], err)
+	}
+	t.Logf("the generation failed after %d stored events; record %+v", st.Events, st)
+	again := readAll(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-jf"))
+	checkStream(t, e.LLM, prompt, again, 2)
 }
