@@ -2,6 +2,8 @@ package resume
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -173,12 +175,15 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.Events, rec.Status, rec.ContentType, rec.Error = 0, 0, "", ""
 		rec.Stream = req.Stream
 		rec.UpdatedAt = now
+		rec.Attempt = newAttempt()
 		nrev, err := m.cfg.Store.Update(ctx, req.ID, rec.encode(), rev)
 		if errors.Is(err, m.cfg.Conflict) {
 			continue
 		}
 		if err != nil {
-			return Outcome{}, err
+			if nrev, err = m.settle(ctx, req.ID, rec.Attempt, err); err != nil {
+				return Outcome{}, err
+			}
 		}
 		return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, nil
 	}
@@ -191,9 +196,12 @@ func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error
 	rec := Record{
 		Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, Generation: 1,
 		Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream,
-		CreatedAt: now, UpdatedAt: now,
+		CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(),
 	}
 	nrev, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
+	if err != nil && !errors.Is(err, m.cfg.Conflict) {
+		nrev, err = m.settle(ctx, req.ID, rec.Attempt, err)
+	}
 	switch {
 	case errors.Is(err, m.cfg.Conflict):
 		return Outcome{}, false, nil
@@ -201,6 +209,34 @@ func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error
 		return Outcome{}, true, err
 	}
 	return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, true, nil
+}
+
+// settle resolves a write that failed other than by conflict (e.g. its
+// answer was lost in a NATS failover): it may have been applied. The
+// record says so by carrying attempt; then its revision is returned. A
+// record written by anyone else is a conflict; otherwise werr stands.
+func (m *Manager) settle(ctx context.Context, id, attempt string, werr error) (uint64, error) {
+	val, rev, err := m.cfg.Store.Get(ctx, id)
+	if err != nil {
+		if errors.Is(err, m.cfg.NotFound) {
+			return 0, werr
+		}
+		return 0, errors.Join(werr, err)
+	}
+	rec, err := decode(val)
+	switch {
+	case err != nil:
+		return 0, werr
+	case rec.Attempt == attempt:
+		return rev, nil
+	}
+	return 0, m.cfg.Conflict
+}
+
+func newAttempt() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Get returns a key's record. An in-progress record whose lease ran out is

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -807,5 +808,72 @@ func TestSalvage(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// lossyStore applies writes but, while lose is set, reports them failed,
+// as when a write's answer is lost in a NATS failover.
+type lossyStore struct {
+	*journal.Journal
+	lose atomic.Bool
+}
+
+var errAnswerLost = errors.New("answer lost")
+
+func (s *lossyStore) Create(ctx context.Context, id string, value []byte) (uint64, error) {
+	rev, err := s.Journal.Create(ctx, id, value)
+	if err == nil && s.lose.Load() {
+		return 0, errAnswerLost
+	}
+	return rev, err
+}
+
+func (s *lossyStore) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
+	nrev, err := s.Journal.Update(ctx, id, value, rev)
+	if err == nil && s.lose.Load() {
+		return 0, errAnswerLost
+	}
+	return nrev, err
+}
+
+// TestBeginSettlesLostAnswers: a record write that was applied though its
+// answer was lost is recognised by its attempt id: Begin starts (with the
+// right revision, so the lease keeps renewing) instead of failing or
+// attaching to a generation nobody runs.
+func TestBeginSettlesLostAnswers(t *testing.T) {
+	store := &lossyStore{Journal: newStore(t)}
+	clk := newClock()
+	m, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "owner-a", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request("settle", "body")
+	store.lose.Store(true)
+	l := mustStart(t, m, req) // the create's answer was lost
+	store.lose.Store(false)
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed, Error: "x"}); err != nil {
+		t.Fatalf("Finish with the settled revision: %v", err)
+	}
+	store.lose.Store(true)
+	out, err := begin(t, m, req) // the regeneration's update answer was lost
+	store.lose.Store(false)
+	if err != nil || out.Decision != resume.Start || out.Record.Generation != 2 {
+		t.Fatalf("Begin after a failed generation = %s gen %d, %v; want start of generation 2", out.Decision, out.Record.Generation, err)
+	}
+	if err := out.Lease.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 3}); err != nil {
+		t.Fatalf("Finish generation 2: %v", err)
+	}
+	if s := stored(t, store.Journal, req.ID); s.State != resume.Completed || s.Generation != 2 {
+		t.Fatalf("stored = %+v", s)
+	}
+	// Another writer's record is not mistaken for ours.
+	other := newManager(t, store.Journal, "owner-b", 0, clk.Now)
+	req2 := request("settle-other", "body")
+	mustStart(t, other, req2)
+	store.lose.Store(true)
+	out, err = begin(t, m, req2)
+	store.lose.Store(false)
+	if err != nil || out.Decision != resume.Attach {
+		t.Fatalf("Begin on another owner's key = %s, %v; want attach", out.Decision, err)
 	}
 }

@@ -17,11 +17,14 @@ const (
 
 // Record is what reprise keeps per (tenant, key).
 type Record struct {
-	Key         string    `json:"key"`
-	State       State     `json:"state"`
-	Fingerprint string    `json:"fingerprint"`
-	Generation  uint64    `json:"generation"`
-	Owner       string    `json:"owner,omitempty"`
+	Key         string `json:"key"`
+	State       State  `json:"state"`
+	Fingerprint string `json:"fingerprint"`
+	Generation  uint64 `json:"generation"`
+	Owner       string `json:"owner,omitempty"`
+	// Attempt is a random id of the Begin that wrote the generation: a
+	// write whose answer was lost is recognised by it.
+	Attempt     string    `json:"attempt,omitempty"`
 	LeaseUntil  time.Time `json:"lease_until"`
 	Path        string    `json:"path"`
 	Stream      bool      `json:"stream"`

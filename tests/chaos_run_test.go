@@ -219,14 +219,7 @@ type chaosWorld struct {
 	breakCodes []string
 	// keyPrefix distinguishes the keys of scenarios sharing a journal.
 	keyPrefix string
-	// falseOwnerLost tolerates and counts the known bug
-	// TestChaosBugSlowJournalFalseOwnerLost reproduces: a synthetic
-	// owner_lost error (sequence 0) for a generation that completes. The
-	// client then resumes from its last real event instead of the error's
-	// id (which names the offset of a real event), and replays of
-	// completed keys are retried. Elsewhere it is a failure.
-	falseOwnerLost bool
-	runs           sync.Map // key → *chaosRun, for scenarios acting on runs in flight
+	runs      sync.Map // key → *chaosRun, for scenarios acting on runs in flight
 }
 
 func newChaosClient() *http.Client {
@@ -258,7 +251,6 @@ type chaosRun struct {
 	lost, dup, extra int
 	attempts         int
 	trace            []string
-	synthetic        resume.Position // the last tolerated synthetic owner_lost
 
 	mu   sync.Mutex // errs is also written by the upstream fault phase
 	errs []string
@@ -638,13 +630,6 @@ func (r *chaosRun) take(c *conn, ev event) error {
 	if err != nil || pos.Gen == 0 {
 		return fmt.Errorf("event with id %q: not a position (%+v)", ev.ID, ev)
 	}
-	if ev.Type == "error" && pos.Seq == 0 && r.w.falseOwnerLost && strings.Contains(ev.Data, `"owner_lost"`) {
-		r.synthetic = pos
-		r.codes = append(r.codes, "owner_lost(synthetic)")
-		r.w.stats.count("error_event:owner_lost(synthetic)", 1)
-		c.failed, r.failed = true, true
-		return nil
-	}
 	r.cursor = ev.ID
 	if pos.Gen < r.gen {
 		return fmt.Errorf("event %s of generation %d after the client saw generation %d", ev.ID, pos.Gen, r.gen)
@@ -864,11 +849,6 @@ func (r *chaosRun) check(ctx context.Context) {
 			r.errorf("offset %d delivered after [DONE] at %d", off, r.done)
 		}
 	}
-	if r.synthetic.Gen == r.gen {
-		w.stats.count("bug:false_owner_lost(client)", 1)
-		w.tb.Logf("run %d (%s): known bug (TestChaosBugSlowJournalFalseOwnerLost): owner_lost at %s in a generation that completed",
-			r.idx, r.key, r.synthetic)
-	}
 	if want := uint64(r.plan.Tokens + 4); r.done != want {
 		r.errorf("[DONE] at offset %d, want %d (role, %d tokens, stop, usage, [DONE])", r.done, want, r.plan.Tokens)
 	}
@@ -914,13 +894,6 @@ func (r *chaosRun) check(ctx context.Context) {
 	// Replays (past the toxics) are byte-identical and cost no generation.
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
 		rep, replayed, err := chaosReplay(ctx, w.direct(), method, r.key, r.body, r.runID)
-		for try := 0; w.falseOwnerLost && try < 3 && err == nil && len(rep) > 0 && len(rep) < len(evs) &&
-			rep[len(rep)-1].Type == "error" && strings.Contains(rep[len(rep)-1].Data, `"owner_lost"`); try++ {
-			w.stats.count("bug:false_owner_lost(replay)", 1)
-			w.tb.Logf("run %d (%s): known bug (TestChaosBugSlowJournalFalseOwnerLost): %s replay of the completed key ended with owner_lost at %s; replaying again",
-				r.idx, r.key, method, rep[len(rep)-1].ID)
-			rep, replayed, err = chaosReplay(ctx, w.direct(), method, r.key, r.body, r.runID)
-		}
 		if err != nil {
 			r.errorf("%s replay: %v", method, err)
 			continue
