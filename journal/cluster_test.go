@@ -190,21 +190,7 @@ func TestWriterSurvivesNodeLoss(t *testing.T) {
 			if len(evs) != n+1 {
 				t.Fatalf("the sink saw %d events, want %d", len(evs), n+1)
 			}
-			r, err := j.Read(ctx, ref, 0, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			got := readN(t, r, n+1)
-			for i, ev := range got[:n] {
-				checkEvent(t, ev, i+1)
-				if ev.Seq != evs[i].Seq {
-					t.Fatalf("event %d: stored at %d, the sink saw %d", i+1, ev.Seq, evs[i].Seq)
-				}
-			}
-			if end := got[n]; !end.IsEnd() || end.End != journal.EndCompleted {
-				t.Fatalf("last = %+v, want the end marker", end)
-			}
+			checkStored(t, j, ref, evs)
 			if msgs, want := storedCount(t, nc, ref), distinctSeqs(evs); msgs != want {
 				t.Fatalf("%d messages stored, the writer's sink saw %d: a message was stored twice", msgs, want)
 			}

@@ -199,28 +199,26 @@ func (j *Journal) Last(ctx context.Context, ref Ref) (Event, error) {
 
 // First returns the first stored event of a generation, or ErrNotFound.
 func (j *Journal) First(ctx context.Context, ref Ref) (Event, error) {
-	m, err := j.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(ref.subject()))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return Event{}, ErrNotFound
-	}
+	f, err := storedFrame(j.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(ref.subject())))
 	if err != nil {
-		return Event{}, fmt.Errorf("journal: first event: %w", err)
-	}
-	f, ok := decode(m.Header, m.Data, m.Sequence)
-	if !ok {
-		return Event{}, ErrNotFound
+		return Event{}, err
 	}
 	return f.events[0], nil
 }
 
 // lastFrame returns the last message stored on ref's subject.
 func (j *Journal) lastFrame(ctx context.Context, ref Ref) (frame, error) {
-	m, err := j.stream.GetLastMsgForSubject(ctx, ref.subject())
+	return storedFrame(j.stream.GetLastMsgForSubject(ctx, ref.subject()))
+}
+
+// storedFrame decodes a message got from the stream; ErrNotFound when there
+// is none (or it is not an event frame).
+func storedFrame(m *jetstream.RawStreamMsg, err error) (frame, error) {
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return frame{}, ErrNotFound
 	}
 	if err != nil {
-		return frame{}, fmt.Errorf("journal: last event: %w", err)
+		return frame{}, fmt.Errorf("journal: get message: %w", err)
 	}
 	f, ok := decode(m.Header, m.Data, m.Sequence)
 	if !ok {

@@ -297,20 +297,29 @@ func TestReaderFromStart(t *testing.T) {
 	writeGen(t, j, journal.Ref{ID: "r", Gen: 2}, 3, journal.EndCompleted)
 	writeGen(t, j, journal.Ref{ID: "other", Gen: 1}, 3, journal.EndCompleted)
 
-	r, err := j.Read(waitCtx(t, waitTimeout), ref, 0, 0)
+	checkStored(t, j, ref, written)
+}
+
+// checkStored reads ref from its start and fails unless it holds the n
+// events writeGen writes, each at the Seq the writer's sink saw (sink: the
+// n events and the end marker), then the completed end marker.
+func checkStored(tb testing.TB, j *journal.Journal, ref journal.Ref, sink []journal.Event) {
+	tb.Helper()
+	n := len(sink) - 1
+	r, err := j.Read(waitCtx(tb, waitTimeout), ref, 0, 0)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer r.Close()
-	got := readN(t, r, n+1)
+	got := readN(tb, r, n+1)
 	for i, ev := range got[:n] {
-		checkEvent(t, ev, i+1)
-		if ev.Seq != written[i].Seq {
-			t.Fatalf("event %d: Seq %d, writer saw %d", i+1, ev.Seq, written[i].Seq)
+		checkEvent(tb, ev, i+1)
+		if ev.Seq != sink[i].Seq {
+			tb.Fatalf("event %d: stored at Seq %d, the writer's sink saw %d", i+1, ev.Seq, sink[i].Seq)
 		}
 	}
-	if end := got[n]; !end.IsEnd() || end.Offset != n+1 || end.End != journal.EndCompleted {
-		t.Fatalf("last = %+v, want the end marker at %d", end, n+1)
+	if end := got[n]; !end.IsEnd() || end.Offset != uint64(n+1) || end.End != journal.EndCompleted {
+		tb.Fatalf("last = %+v, want the completed end marker at %d", end, n+1)
 	}
 }
 
