@@ -86,7 +86,7 @@ func newBenchSSE(b *testing.B) (*sseWriter, *discardWriter) {
 	return sw, dw
 }
 
-func benchJournal(b *testing.B) *journal.Journal {
+func benchJournal(b testing.TB) *journal.Journal {
 	b.Helper()
 	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: b.TempDir()})
 	if err != nil {
@@ -107,7 +107,7 @@ func benchJournal(b *testing.B) *journal.Journal {
 	return j
 }
 
-func benchCtx(b *testing.B) context.Context {
+func benchCtx(b testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	b.Cleanup(cancel)
 	return ctx

@@ -33,7 +33,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := resume.StreamID(tenant, key)
-	rec, err := s.cfg.Resume.Get(r.Context(), id)
+	rec, err := s.record(r.Context(), id)
 	switch {
 	case errors.Is(err, resume.ErrNotFound):
 		writeError(w, errKeyNotFound)
@@ -73,6 +73,16 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.serveSSE(w, r, id, rec, cur)
+}
+
+// record is a key's record: the owner's own copy while this instance runs
+// the key's generation (a resume here takes no journal round trip), else
+// the stored one.
+func (s *Server) record(ctx context.Context, id string) (resume.Record, error) {
+	if rec, ok := s.live.owned(id); ok {
+		return rec, nil
+	}
+	return s.cfg.Resume.Get(ctx, id)
 }
 
 // finalEvents is how many events a finished generation's readers can get.

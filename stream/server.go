@@ -294,7 +294,7 @@ func (s *Server) startPump(p *pump) bool {
 	if s.closing {
 		return false
 	}
-	s.live.add(p.ref, p.tail)
+	s.live.add(p.ref, p.tail, p.lease)
 	s.pumps.Add(1)
 	s.metrics.running.Inc()
 	go p.run(s.pumpCtx)

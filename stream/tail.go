@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
 )
 
 // tail is the in-memory copy of a live generation on the instance that runs
@@ -70,18 +71,21 @@ func (t *tail) answer(r *upstreamResponse) {
 	close(t.head)
 }
 
-// registry maps live generations on this instance to their tails.
+// registry maps live generations on this instance to their tails, and
+// each stream id to the lease of its generation running here.
 type registry struct {
-	mu    sync.Mutex
-	tails map[journal.Ref]*tail
+	mu     sync.Mutex
+	tails  map[journal.Ref]*tail
+	leases map[string]*resume.Lease
 }
 
-func (r *registry) add(ref journal.Ref, t *tail) {
+func (r *registry) add(ref journal.Ref, t *tail, l *resume.Lease) {
 	r.mu.Lock()
 	if r.tails == nil {
-		r.tails = map[journal.Ref]*tail{}
+		r.tails, r.leases = map[journal.Ref]*tail{}, map[string]*resume.Lease{}
 	}
 	r.tails[ref] = t
+	r.leases[ref.ID] = l
 	r.mu.Unlock()
 }
 
@@ -91,8 +95,28 @@ func (r *registry) get(ref journal.Ref) *tail {
 	return r.tails[ref]
 }
 
+// owned returns the record of id as this instance, its owner, last wrote
+// it, while the generation runs here and its lease holds.
+func (r *registry) owned(id string) (resume.Record, bool) {
+	r.mu.Lock()
+	l := r.leases[id]
+	r.mu.Unlock()
+	if l == nil {
+		return resume.Record{}, false
+	}
+	select {
+	case <-l.Lost():
+		return resume.Record{}, false
+	default:
+	}
+	return l.Record(), true
+}
+
 func (r *registry) remove(ref journal.Ref) {
 	r.mu.Lock()
 	delete(r.tails, ref)
+	if l := r.leases[ref.ID]; l != nil && l.Record().Generation == ref.Gen { // not a newer one's
+		delete(r.leases, ref.ID)
+	}
 	r.mu.Unlock()
 }
