@@ -80,7 +80,7 @@ type wsWriter struct {
 }
 
 type wsFrame struct {
-	ID    string `json:"id,omitempty"` // absent on an error without a position
+	ID    string `json:"id"` // "" on an error without a position (keep your cursor)
 	Event string `json:"event"`
 	Data  string `json:"data"`
 }

@@ -1,0 +1,37 @@
+package stream
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+)
+
+// TestSSEWriterEventWithoutID: an event sent without a position (a reader's
+// transient journal error) has no id line, so the client's Last-Event-ID
+// stays on the last real event; others carry theirs.
+func TestSSEWriterEventWithoutID(t *testing.T) {
+	rec := httptest.NewRecorder()
+	w, err := newSSEWriter(rec, httptest.NewRequest("GET", "/v1/streams/k", nil), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.send("1-3-3", journal.Event{Offset: 3, Data: []byte("real")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.send("", journal.Event{Offset: 4, Type: typeError, Data: errUnavailable.body()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+	body := rec.Body.String()
+	if strings.Count(body, "id:") != 1 || !strings.Contains(body, "id: 1-3-3\n") {
+		t.Fatalf("want exactly one id line, for the real event:\n%s", body)
+	}
+	if i := strings.Index(body, "event: error"); i < 0 || !strings.Contains(body[i:], "journal_unavailable") {
+		t.Fatalf("the error event is missing:\n%s", body)
+	}
+}
