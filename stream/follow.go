@@ -50,6 +50,7 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 	defer g.Dec()
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
+	first := true
 	for {
 		evs, changed := t.since(after)
 		for _, ev := range evs {
@@ -60,6 +61,12 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 				return err
 			}
 			after = ev.Offset
+			if first { // a resume's first missed event goes out at once, before the backlog
+				if err := out.flush(); err != nil {
+					return err
+				}
+				first = false
+			}
 		}
 		if len(evs) > 0 {
 			if err := out.flush(); err != nil {
