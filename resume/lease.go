@@ -125,14 +125,49 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 		return fmt.Errorf("%w: finish state %q", ErrInvalidOption, res.State)
 	}
 	l.halt()
-	err := l.update(ctx, func(r *Record) {
+	l.mu.Lock()
+	again := l.done
+	l.mu.Unlock()
+	if again {
+		return ErrFenced
+	}
+	change := func(r *Record) {
 		r.State, r.Events, r.Status, r.ContentType, r.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
 		r.Owner, r.LeaseUntil = "", time.Time{}
-	})
+	}
+	// A store that does not answer (a NATS failover) is asked again until
+	// ctx ends: a generation whose result is not recorded is lost once the
+	// lease runs out. An update whose answer was lost shows as a finished
+	// record on the next try: it is ours if it carries our attempt.
+	err := l.update(ctx, change)
+	for wait := 100 * time.Millisecond; err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrContended); wait = min(2*wait, 2*time.Second) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+			err = l.update(ctx, change)
+			continue
+		}
+		break
+	}
+	if errors.Is(err, ErrFenced) && l.finishedAs(ctx, res.State) {
+		err = nil
+	}
 	l.mu.Lock()
 	l.done = true
 	l.mu.Unlock()
 	return err
+}
+
+// finishedAs reports whether the stored record is this lease's generation
+// finished with state: a Finish whose answer was lost.
+func (l *Lease) finishedAs(ctx context.Context, state State) bool {
+	val, _, err := l.m.cfg.Store.Get(ctx, l.id)
+	if err != nil {
+		return false
+	}
+	cur, err := decode(val)
+	rec := l.Record()
+	return err == nil && rec.Attempt != "" && cur.Attempt == rec.Attempt && cur.Generation == rec.Generation && cur.State == state
 }
 
 func (l *Lease) halt() {

@@ -816,6 +816,7 @@ func TestSalvage(t *testing.T) {
 type lossyStore struct {
 	*journal.Journal
 	lose atomic.Bool
+	down atomic.Int32 // updates that fail without being applied
 }
 
 var errAnswerLost = errors.New("answer lost")
@@ -829,6 +830,9 @@ func (s *lossyStore) Create(ctx context.Context, id string, value []byte) (uint6
 }
 
 func (s *lossyStore) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
+	if s.down.Add(-1) >= 0 {
+		return 0, errAnswerLost
+	}
 	nrev, err := s.Journal.Update(ctx, id, value, rev)
 	if err == nil && s.lose.Load() {
 		return 0, errAnswerLost
@@ -875,5 +879,49 @@ func TestBeginSettlesLostAnswers(t *testing.T) {
 	store.lose.Store(false)
 	if err != nil || out.Decision != resume.Attach {
 		t.Fatalf("Begin on another owner's key = %s, %v; want attach", out.Decision, err)
+	}
+}
+
+// TestFinishThroughFailover: Finish asks a store that does not answer
+// again until its context ends, and recognises its own update whose
+// answer was lost; a second Finish is still fenced.
+func TestFinishThroughFailover(t *testing.T) {
+	store := &lossyStore{Journal: newStore(t)}
+	m, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "owner-a", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request("finish-down", "body")
+	l := mustStart(t, m, req)
+	store.down.Store(3) // three tries fail, unapplied
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 4}); err != nil {
+		t.Fatalf("Finish through 3 failed updates: %v", err)
+	}
+	if s := stored(t, store.Journal, req.ID); s.State != resume.Completed || s.Events != 4 {
+		t.Fatalf("stored = %+v, want completed with 4 events", s)
+	}
+
+	req = request("finish-lost", "body")
+	l = mustStart(t, m, req)
+	store.lose.Store(true) // applied, answer lost: the retry meets a finished record
+	err = l.Finish(waitCtx(t), resume.Result{State: resume.Failed, Error: "upstream_interrupted"})
+	store.lose.Store(false)
+	if err != nil {
+		t.Fatalf("Finish whose answer was lost: %v", err)
+	}
+	if s := stored(t, store.Journal, req.ID); s.State != resume.Failed || s.Error != "upstream_interrupted" {
+		t.Fatalf("stored = %+v", s)
+	}
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed}); !errors.Is(err, resume.ErrFenced) {
+		t.Fatalf("second Finish: %v, want ErrFenced", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	l = mustStart(t, m, request("finish-never", "body"))
+	store.down.Store(1 << 20)
+	defer store.down.Store(0)
+	if err := l.Finish(ctx, resume.Result{State: resume.Completed}); !errors.Is(err, errAnswerLost) {
+		t.Fatalf("Finish against a store that never answers: %v, want the store's error once ctx ends", err)
 	}
 }
