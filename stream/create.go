@@ -57,9 +57,14 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		key = s.keyless(r, tenant, fp)
 	}
 	id := resume.StreamID(tenant, key)
-	out, err := s.cfg.Resume.Begin(r.Context(), resume.Request{
+	// The decision is not the client's to cut short: a record created for a
+	// client that left meanwhile would otherwise name a generation nobody
+	// runs (owner_lost once its lease ran out).
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
+	out, err := s.cfg.Resume.Begin(bctx, resume.Request{
 		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, Stream: stream,
 	})
+	cancel()
 	// Only a new generation takes one of the tenant's places; attaching
 	// and replaying cost the upstream nothing.
 	if err == nil && out.Decision == resume.Start && !s.takeGeneration(tenant) {
@@ -164,6 +169,9 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) ([]byte, boo
 // streamed reports whether a key's answer is an event stream: what the
 // upstream answered once it completed (an upstream may ignore "stream"),
 // what was asked while it runs.
+// decisionTimeout bounds Begin, which outlives the client's request.
+const decisionTimeout = 30 * time.Second
+
 func streamed(rec resume.Record) bool {
 	if rec.State == resume.Completed {
 		mt, _, _ := mime.ParseMediaType(rec.ContentType)
