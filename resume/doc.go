@@ -6,7 +6,11 @@
 // decisions are atomic across reprise instances: a record is created with a
 // create-if-absent and changed only by compare-and-set on its revision. The
 // instance that starts a generation holds a lease and heartbeats it; a
-// generation whose lease ran out is failed, and the key may generate afresh.
+// generation whose lease ran out is failed, and the key may generate afresh
+// — unless Config.Salvage finds it whole (the owner died after storing it),
+// then it is completed. Every write that starts a generation carries a
+// random attempt id, so a write whose answer was lost in a failover is
+// recognised as applied rather than failed or taken for someone else's.
 //
 // resume does no HTTP and does not read or write events; it stores records
 // through the small Store interface (package journal implements it).
