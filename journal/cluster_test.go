@@ -186,6 +186,11 @@ func TestWriterSurvivesNodeLoss(t *testing.T) {
 			t.Logf("killed %s (leader %s, writer on %s): %d events stored in %s, slowest Append %s, new leader %s",
 				nodes[kill].Server.Name(), nodes[lead].Server.Name(), nodes[on].Server.Name(), n, time.Since(start).Round(time.Millisecond),
 				slowest.Round(time.Millisecond), leader(nc))
+			st := j.Stats()
+			t.Logf("journal stats: %+v", st)
+			if victim != "writer's node, a follower" && st.AppendRetries == 0 {
+				t.Errorf("the stream leader died mid-generation, yet no append was tried again: %+v", st)
+			}
 			evs := c.events()
 			if len(evs) != n+1 {
 				t.Fatalf("the sink saw %d events, want %d", len(evs), n+1)

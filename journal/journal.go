@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -92,6 +93,20 @@ type Journal struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	kv     jetstream.KeyValue
+
+	appendRetries, readRetries, recordRetries atomic.Uint64
+}
+
+// Stats counts the failures the journal rode out by trying again.
+type Stats struct {
+	AppendRetries uint64 // messages published again (no answer, an election, a lost acknowledgement)
+	ReadRetries   uint64 // reader consumers made again
+	RecordRetries uint64 // record operations asked again
+}
+
+// Stats returns the counts since Open.
+func (j *Journal) Stats() Stats {
+	return Stats{AppendRetries: j.appendRetries.Load(), ReadRetries: j.readRetries.Load(), RecordRetries: j.recordRetries.Load()}
 }
 
 // Ref names one generation of one stream id.

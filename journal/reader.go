@@ -167,6 +167,7 @@ func (r *Reader) retryLater(ctx context.Context, err error) bool {
 	if now.Sub(r.failing) > readRetry {
 		return false
 	}
+	r.j.readRetries.Add(1)
 	r.closeConsumer()
 	if r.seq > 0 {
 		r.consumerAt, r.checkCons = r.seq+1, true

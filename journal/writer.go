@@ -301,6 +301,7 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, 
 		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrConnectionClosed) || !time.Now().Add(wait).Before(deadline) {
 			return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, err)
 		}
+		w.j.appendRetries.Add(1)
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():

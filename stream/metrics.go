@@ -1,6 +1,10 @@
 package stream
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reprise-dev/reprise/journal"
+)
 
 // metrics are the proxy's Prometheus series.
 type metrics struct {
@@ -11,9 +15,10 @@ type metrics struct {
 	readers     *prometheus.GaugeVec   // connected readers by source: tail, journal
 	attempts    prometheus.Counter     // upstream requests made
 	breakerOpen prometheus.GaugeFunc   // 1 while the breaker refuses calls
+	retries     []prometheus.Collector // journal operations tried again, by op
 }
 
-func newMetrics(reg prometheus.Registerer, breakerOpen func() bool) *metrics {
+func newMetrics(reg prometheus.Registerer, breakerOpen func() bool, stats func() journal.Stats) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reprise_requests_total", Help: "Requests with a key, by what they were allowed to do.",
@@ -42,6 +47,18 @@ func newMetrics(reg prometheus.Registerer, breakerOpen func() bool) *metrics {
 			return 0
 		}),
 	}
+	for op, n := range map[string]func(journal.Stats) uint64{
+		"append": func(s journal.Stats) uint64 { return s.AppendRetries },
+		"read":   func(s journal.Stats) uint64 { return s.ReadRetries },
+		"record": func(s journal.Stats) uint64 { return s.RecordRetries },
+	} {
+		m.retries = append(m.retries, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "reprise_journal_retries_total",
+			Help:        "JetStream operations tried again after no answer (NATS failovers, leader elections), by operation.",
+			ConstLabels: prometheus.Labels{"op": op},
+		}, func() float64 { return float64(n(stats())) }))
+	}
 	reg.MustRegister(m.decisions, m.generations, m.events, m.running, m.readers, m.attempts, m.breakerOpen)
+	reg.MustRegister(m.retries...)
 	return m
 }

@@ -223,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Policy.BreakerOpen), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Policy.BreakerOpen, cfg.Journal.Stats), mux: http.NewServeMux(),
 		proxyKeys: map[string]bool{}, gens: map[string]int{}, readers: map[string]int{}}
 	for _, k := range cfg.ProxyKeys {
 		s.proxyKeys[s.tenantOf(k)] = true

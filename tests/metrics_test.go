@@ -48,6 +48,9 @@ func TestMetrics(t *testing.T) {
 		{"reprise_generations_running", "", 0},
 		{"reprise_upstream_requests_total", "", 1},
 		{"reprise_upstream_breaker_open", "", 0},
+		{"reprise_journal_retries_total", "append", 0}, // a calm journal; failovers: journal.TestWriterSurvivesNodeLoss
+		{"reprise_journal_retries_total", "read", 0},
+		{"reprise_journal_retries_total", "record", 0},
 	} {
 		if got := metric(t, e, c.name, c.label); got != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.label, got, c.want)
