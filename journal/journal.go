@@ -93,6 +93,9 @@ type Journal struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	kv     jetstream.KeyValue
+	// maxFrame bounds a message's packed events: the server's max_payload
+	// holds the headers too.
+	maxFrame int
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
 }
@@ -141,7 +144,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		st, kv, err = create(ctx, js, cfg, storage)
 		if err == nil {
-			return &Journal{cfg: cfg, js: js, stream: st, kv: kv}, nil
+			return &Journal{cfg: cfg, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}, nil
 		}
 		if errors.Is(err, ErrInvalidOption) {
 			return nil, err
@@ -183,6 +186,11 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jet
 		return nil, nil, fmt.Errorf("journal: bucket %s: %w", cfg.Bucket, err)
 	}
 	return st, kv, nil
+}
+
+// frameLimit is maxFrame for a server whose max_payload is payload.
+func frameLimit(payload int64) int {
+	return int(max(min(maxFrame, payload-4096), 1024))
 }
 
 // Ready reports whether JetStream can take writes: the account answers

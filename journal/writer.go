@@ -21,7 +21,8 @@ const (
 	DefaultWindow = 4096
 	// windowBytes bounds the held events' bytes the same way.
 	windowBytes = 8 << 20
-	// maxFrame bounds a message's body (a larger single event goes alone).
+	// maxFrame bounds a message's body (a larger single event goes alone),
+	// and less when the server's max_payload is small.
 	maxFrame = 256 << 10
 	// tryTimeout bounds one publish attempt; a message sent to a stream
 	// leader that died is never answered.
@@ -253,7 +254,7 @@ func (w *Writer) take() []Event {
 	n, size := 0, 0
 	for n < len(w.queue) {
 		s := w.queue[n].size()
-		if n > 0 && size+s > maxFrame {
+		if n > 0 && size+s > w.j.maxFrame {
 			break
 		}
 		size += s

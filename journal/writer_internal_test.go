@@ -2,7 +2,9 @@ package journal
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -115,5 +117,31 @@ func TestSendFencedByAnotherWriter(t *testing.T) {
 	}
 	if _, err := b.send(ctx, []Event{{Offset: 2, Data: []byte("b")}}, seq+5); !errors.Is(err, ErrFenced) {
 		t.Fatalf("second writer's later message: %v, want ErrFenced", err)
+	}
+}
+
+// TestTakeBoundsFrames: a message packs events up to the frame limit
+// (from the server's max_payload), and an event larger than it goes alone.
+func TestTakeBoundsFrames(t *testing.T) {
+	if got := frameLimit(1 << 20); got != maxFrame {
+		t.Fatalf("frameLimit(1 MiB) = %d, want %d", got, maxFrame)
+	}
+	if got := frameLimit(64 << 10); got != 60<<10 {
+		t.Fatalf("frameLimit(64 KiB) = %d, want 60 KiB", got)
+	}
+	if got := frameLimit(100); got != 1024 {
+		t.Fatalf("frameLimit(100) = %d, want the 1 KiB floor", got)
+	}
+	w := &Writer{j: &Journal{maxFrame: 1000}}
+	ev := func(n int) Event { return Event{Data: make([]byte, n)} }
+	w.queue = []Event{ev(400), ev(400), ev(400), ev(5000), ev(10)}
+	var sizes []int
+	for len(w.queue) > 0 {
+		b := w.take()
+		sizes = append(sizes, len(b))
+		w.queue = w.queue[len(b):]
+	}
+	if want := []int{2, 1, 1, 1}; !slices.Equal(sizes, want) {
+		t.Fatalf("frames of %v events, want %v (each event counts %d bytes of framing)", sizes, want, 2*binary.MaxVarintLen64)
 	}
 }
