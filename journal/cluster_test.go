@@ -116,6 +116,15 @@ func TestWriterSurvivesNodeLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 3-node clusters")
 	}
+	// A publish in flight when a node dies may still be answered after the
+	// reconnect (nats.go re-sends what it buffered), so a single case may
+	// need no retry; over the three, some append must have been tried again.
+	var retried uint64
+	defer func() {
+		if !t.Failed() && retried == 0 {
+			t.Errorf("three node kills mid-generation, and no append was tried again (journal.Stats)")
+		}
+	}()
 	for _, victim := range []string{"stream leader", "writer's node, a follower", "writer's node, the leader"} {
 		t.Run(victim, func(t *testing.T) {
 			nodes := startCluster(t, 3)
@@ -188,9 +197,7 @@ func TestWriterSurvivesNodeLoss(t *testing.T) {
 				slowest.Round(time.Millisecond), leader(nc))
 			st := j.Stats()
 			t.Logf("journal stats: %+v", st)
-			if victim != "writer's node, a follower" && st.AppendRetries == 0 {
-				t.Errorf("the stream leader died mid-generation, yet no append was tried again: %+v", st)
-			}
+			retried += st.AppendRetries
 			evs := c.events()
 			if len(evs) != n+1 {
 				t.Fatalf("the sink saw %d events, want %d", len(evs), n+1)
