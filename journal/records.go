@@ -17,7 +17,7 @@ const recordRetry = 10 * time.Second
 // Get returns a record's value and revision, or ErrNotFound.
 func (j *Journal) Get(ctx context.Context, id string) ([]byte, uint64, error) {
 	var e jetstream.KeyValueEntry
-	err := j.retry(ctx, readRetryable, func(ctx context.Context) (err error) {
+	err := retry(ctx, j.recordTries(), readRetryable, func(ctx context.Context) (err error) {
 		e, err = j.kv.Get(ctx, id)
 		return err
 	})
@@ -33,7 +33,7 @@ func (j *Journal) Get(ctx context.Context, id string) ([]byte, uint64, error) {
 // Create stores a new record; ErrConflict if it exists.
 func (j *Journal) Create(ctx context.Context, id string, value []byte) (uint64, error) {
 	var rev uint64
-	err := j.retry(ctx, writeRetryable, func(ctx context.Context) (err error) {
+	err := retry(ctx, j.recordTries(), writeRetryable, func(ctx context.Context) (err error) {
 		rev, err = j.kv.Create(ctx, id, value)
 		return err
 	})
@@ -49,7 +49,7 @@ func (j *Journal) Create(ctx context.Context, id string, value []byte) (uint64, 
 // Update replaces a record if its revision is still rev; ErrConflict if not.
 func (j *Journal) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
 	var nrev uint64
-	err := j.retry(ctx, writeRetryable, func(ctx context.Context) (err error) {
+	err := retry(ctx, j.recordTries(), writeRetryable, func(ctx context.Context) (err error) {
 		nrev, err = j.kv.Update(ctx, id, value, rev)
 		return err
 	})
@@ -62,6 +62,10 @@ func (j *Journal) Update(ctx context.Context, id string, value []byte, rev uint6
 	return nrev, nil
 }
 
+func (j *Journal) recordTries() tries {
+	return tries{budget: recordRetry, each: tryTimeout, count: &j.recordRetries}
+}
+
 // readRetryable: a read can be asked again after any failure to answer.
 func readRetryable(err error) bool {
 	return writeRetryable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
@@ -71,24 +75,4 @@ func readRetryable(err error) bool {
 // write that went unanswered may have been applied.
 func writeRetryable(err error) bool {
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
-}
-
-// retry runs op, each try bounded, again while retryable says so, for up
-// to recordRetry or until ctx ends.
-func (j *Journal) retry(ctx context.Context, retryable func(error) bool, op func(context.Context) error) error {
-	deadline := time.Now().Add(recordRetry)
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
-		err := op(tctx)
-		cancel()
-		if err == nil || ctx.Err() != nil || !retryable(err) || !time.Now().Add(wait).Before(deadline) {
-			return err
-		}
-		j.recordRetries.Add(1)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return err
-		}
-	}
 }

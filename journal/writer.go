@@ -269,46 +269,47 @@ func (w *Writer) take() []Event {
 func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, error) {
 	msg := encode(w.subject, w.id, evs)
 	first, last := evs[0].Offset, evs[len(evs)-1].Offset
-	deadline := time.Now().Add(w.j.cfg.AppendTimeout)
-	perTry := min(tryTimeout, w.j.cfg.AppendTimeout/4)
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		try := time.Now().Add(perTry)
-		if try.After(deadline) {
-			try = deadline
-		}
-		tctx, cancel := context.WithDeadline(ctx, try)
+	t := tries{budget: w.j.cfg.AppendTimeout, each: min(tryTimeout, w.j.cfg.AppendTimeout/4), count: &w.j.appendRetries}
+	var seq uint64
+	err := retry(ctx, t, appendRetryable, func(tctx context.Context) error {
 		ack, err := w.j.js.PublishMsg(tctx, msg, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithRetryAttempts(0))
-		cancel()
 		if err == nil {
-			return ack.Sequence, nil
+			seq = ack.Sequence
+			return nil
 		}
-		if isWrongLast(err) {
-			// Stored by an earlier attempt whose acknowledgement was lost,
-			// or written by another writer; a replica behind the leader
-			// may not show it yet: then ask again.
-			lctx, cancel := context.WithTimeout(ctx, tryTimeout)
-			f, lerr := w.j.lastFrame(lctx, w.ref)
-			cancel()
-			switch {
-			case lerr == nil && f.writer == w.id && f.last() == last:
-				return f.events[0].Seq, nil
-			case lerr == nil && f.writer != w.id:
-				return 0, ErrFenced
-			}
+		if !isWrongLast(err) {
+			return err
 		}
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, ctx.Err())
+		// Stored by an earlier attempt whose acknowledgement was lost, or
+		// written by another writer; a replica behind the leader may not
+		// show it yet: then ask again.
+		lctx, cancel := context.WithTimeout(ctx, tryTimeout)
+		f, lerr := w.j.lastFrame(lctx, w.ref)
+		cancel()
+		switch {
+		case lerr == nil && f.writer == w.id && f.last() == last:
+			seq = f.events[0].Seq
+			return nil
+		case lerr == nil && f.writer != w.id:
+			return ErrFenced
 		}
-		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrConnectionClosed) || !time.Now().Add(wait).Before(deadline) {
-			return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, err)
-		}
-		w.j.appendRetries.Add(1)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, ctx.Err())
-		}
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrFenced):
+		return 0, ErrFenced
+	case ctx.Err() != nil:
+		return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, ctx.Err())
+	case err != nil:
+		return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, err)
 	}
+	return seq, nil
+}
+
+// appendRetryable: a message is sent again after anything but a fence, a
+// message too large for the server, or a closed connection.
+func appendRetryable(err error) bool {
+	return !errors.Is(err, ErrFenced) && !errors.Is(err, nats.ErrMaxPayload) && !errors.Is(err, nats.ErrConnectionClosed)
 }
 
 func isWrongLast(err error) bool {

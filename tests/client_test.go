@@ -42,9 +42,19 @@ func do(tb testing.TB, method, url, body string, header ...string) *http.Respons
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	tb.Cleanup(cancel)
+	resp, err := send(ctx, method, url, body, header...)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	return resp
+}
+
+// send sends a request (a JSON body when there is one); header pairs are
+// name, value, ... It returns errors, so it may run in any goroutine.
+func send(ctx context.Context, method, url, body string, header ...string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -52,11 +62,7 @@ func do(tb testing.TB, method, url, body string, header ...string) *http.Respons
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		tb.Fatalf("%s %s: %v", method, url, err)
-	}
-	return resp
+	return http.DefaultClient.Do(req)
 }
 
 // readEvents reads up to max events (all when max < 0) and closes the body:

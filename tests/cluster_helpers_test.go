@@ -304,17 +304,7 @@ func sigkill(tb testing.TB, p *process) {
 // calling at (when set) right after the n-th event. Unlike do/readEvents
 // it returns errors, so it may run in any goroutine.
 func fetchEvents(ctx context.Context, method, url, body string, n int, at func(), header ...string) ([]event, error) {
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := send(ctx, method, url, body, header...)
 	if err != nil {
 		return nil, err
 	}

@@ -1200,17 +1200,7 @@ func TestSecurityKnownGaps(t *testing.T) {
 func secRawGet(e *env, method, path, body string, header ...string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, e.URL+path, strings.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := send(ctx, method, e.URL+path, body, header...)
 	if err != nil {
 		return 0, err
 	}
