@@ -28,6 +28,8 @@ func TestParseConfig(t *testing.T) {
 		{"flag beats env", []string{"--listen", ":2"}, map[string]string{"REPRISE_LISTEN": ":1"}, func(c config) bool { return c.listen == ":2" }, false},
 		{"ttl too short", []string{"--ttl", "1s"}, nil, nil, true},
 		{"lease too short", []string{"--lease", "1ms"}, nil, nil, true},
+		{"journal timeout too short", []string{"--journal-timeout", "10ms"}, nil, nil, true},
+		{"journal timeout from env", nil, map[string]string{"REPRISE_JOURNAL_TIMEOUT": "45s"}, func(c config) bool { return c.journalTimeout == 45*time.Second }, false},
 		{"bad log level", []string{"--log-level", "loud"}, nil, nil, true},
 		{"stray argument", []string{"extra"}, nil, nil, true},
 		{"unknown flag", []string{"--nope"}, nil, nil, true},
