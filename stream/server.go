@@ -35,7 +35,7 @@ const (
 	DefaultMaxGeneration        = 30 * time.Minute
 	DefaultMaxStreamEvents      = 200_000
 	DefaultMaxStreamBytes       = 256 << 20
-	DefaultMaxTenantGenerations = 64
+	DefaultMaxTenantGenerations = 256
 	DefaultMaxReadersPerKey     = 32
 	DefaultMaxWSMessage         = 4 << 10
 	DefaultCapabilityTTL        = 24 * time.Hour
@@ -125,7 +125,7 @@ type Config struct {
 	MaxStreamEvents int
 	MaxStreamBytes  int64
 	// MaxTenantGenerations caps a tenant's concurrent generations on this
-	// instance (429 too_many_generations). Default DefaultMaxTenantGenerations (64).
+	// instance (429 too_many_generations). Default DefaultMaxTenantGenerations (256).
 	MaxTenantGenerations int
 	// MaxReadersPerKey caps concurrent readers of one key on this instance
 	// (429 too_many_readers). Default DefaultMaxReadersPerKey (32).
