@@ -35,7 +35,7 @@ const (
 	DefaultMaxGeneration        = 30 * time.Minute
 	DefaultMaxStreamEvents      = 200_000
 	DefaultMaxStreamBytes       = 256 << 20
-	DefaultMaxTenantGenerations = 256
+	DefaultMaxTenantGenerations = classify.DefaultMaxConcurrent
 	DefaultMaxReadersPerKey     = 32
 	DefaultMaxWSMessage         = 4 << 10
 	DefaultCapabilityTTL        = 24 * time.Hour
@@ -125,7 +125,8 @@ type Config struct {
 	MaxStreamEvents int
 	MaxStreamBytes  int64
 	// MaxTenantGenerations caps a tenant's concurrent generations on this
-	// instance (429 too_many_generations). Default DefaultMaxTenantGenerations (256).
+	// instance (429 too_many_generations). Default DefaultMaxTenantGenerations
+	// (512, the upstream concurrency limit: one tenant may fill the instance).
 	MaxTenantGenerations int
 	// MaxReadersPerKey caps concurrent readers of one key on this instance
 	// (429 too_many_readers). Default DefaultMaxReadersPerKey (32).

@@ -5,7 +5,8 @@
 //	mockllm --listen :9090 --delay 33ms --tokens 64 --readable
 //
 // Besides the fake endpoints it serves GET /ledger: the ledger's totals and
-// per-prompt entries as JSON.
+// per-prompt entries as JSON; GET /ledger?prompt=P gives one prompt's
+// generations with their content.
 package main
 
 import (

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -101,7 +102,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.IntVar(&c.limits.MaxEventSize, "max-event-size", stream.DefaultMaxEventSize, "one upstream SSE event at most, bytes (larger: the generation fails)")
 	fs.IntVar(&c.limits.MaxStreamEvents, "max-stream-events", stream.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
 	fs.Int64Var(&c.limits.MaxStreamBytes, "max-stream-bytes", stream.DefaultMaxStreamBytes, "event bytes per generation at most (stream_too_large)")
-	fs.IntVar(&c.limits.MaxTenantGenerations, "max-tenant-generations", stream.DefaultMaxTenantGenerations, "concurrent generations per tenant on this instance (429 above)")
+	fs.IntVar(&c.limits.MaxTenantGenerations, "max-tenant-generations", 0, "concurrent generations per tenant on this instance (429 above); 0: the same as --upstream-concurrency")
 	fs.IntVar(&c.limits.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
 	fs.Int64Var(&c.limits.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
 	fs.DurationVar(&c.limits.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "a client that does not take an event within this is disconnected")
@@ -179,7 +180,7 @@ func (c *config) validate(level string) error {
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return errors.New("--tls-cert and --tls-key go together")
 	case c.limits.MaxBody <= 0 || c.limits.MaxEventSize <= 0 || c.limits.MaxStreamEvents <= 0 || c.limits.MaxStreamBytes <= 0 ||
-		c.limits.MaxTenantGenerations <= 0 || c.limits.MaxReadersPerKey <= 0 || c.limits.MaxWSMessage <= 0 || c.limits.WriteTimeout <= 0 || c.maxHeaderBytes <= 0:
+		c.limits.MaxTenantGenerations < 0 || c.limits.MaxReadersPerKey <= 0 || c.limits.MaxWSMessage <= 0 || c.limits.WriteTimeout <= 0 || c.maxHeaderBytes <= 0:
 		return errors.New("limits must be positive")
 	}
 	switch stream.AuthMode(c.auth) {
@@ -190,6 +191,9 @@ func (c *config) validate(level string) error {
 		}
 	default:
 		return fmt.Errorf("--auth %q: want passthrough, static or none", c.auth)
+	}
+	if c.limits.MaxTenantGenerations == 0 { // a tenant may fill the instance
+		c.limits.MaxTenantGenerations = cmp.Or(c.policy.MaxConcurrent, classify.DefaultMaxConcurrent)
 	}
 	c.policy.RetryAmbiguous = c.upstreamIdempotency
 	probe := c.policy

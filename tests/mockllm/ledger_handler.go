@@ -11,9 +11,18 @@ type LedgerReport struct {
 	Prompts map[string]Entry `json:"prompts"`
 }
 
+// PromptReport is the JSON document served by LedgerHandler for ?prompt=P:
+// the prompt's entry and its generations (with their content) in start order.
+type PromptReport struct {
+	Prompt      string       `json:"prompt"`
+	Entry       Entry        `json:"entry"`
+	Generations []Generation `json:"generations"`
+}
+
 // LedgerHandler serves GET requests with the ledger's Total and per-prompt
-// entries as JSON, for checks from outside the process. It is not mounted by
-// ServeHTTP; cmd/mockllm mounts it at /ledger.
+// entries as JSON (LedgerReport), or with ?prompt=P one prompt's entry and
+// generations (PromptReport), for checks from outside the process. It is not
+// mounted by ServeHTTP; cmd/mockllm mounts it at /ledger.
 func (s *Server) LedgerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -21,7 +30,17 @@ func (s *Server) LedgerHandler() http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
 			return
 		}
-		report := s.ledger.Report()
+		var report any
+		if q := r.URL.Query(); q.Has("prompt") {
+			prompt := q.Get("prompt")
+			gens := s.ledger.Generations(prompt)
+			if gens == nil {
+				gens = []Generation{}
+			}
+			report = PromptReport{Prompt: prompt, Entry: s.ledger.Get(prompt), Generations: gens}
+		} else {
+			report = s.ledger.Report()
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		enc := json.NewEncoder(w)

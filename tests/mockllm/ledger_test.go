@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 
@@ -100,5 +103,28 @@ func TestLedgerHandler(t *testing.T) {
 	}
 	if rec := newRecorder(t, fake.LedgerHandler(), http.MethodPost); rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /ledger status = %d", rec.Code)
+	}
+
+	// ?prompt= gives one prompt's generations with their content.
+	for _, tc := range []struct {
+		prompt string
+		want   mockllm.Entry
+		gens   int
+	}{{prompt, want, 1}, {"never asked", mockllm.Entry{}, 0}} {
+		rec := httptest.NewRecorder()
+		fake.LedgerHandler().ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/ledger?prompt="+url.QueryEscape(tc.prompt), nil))
+		var pr mockllm.PromptReport
+		if err := json.Unmarshal(rec.Body.Bytes(), &pr); err != nil {
+			t.Fatal(err)
+		}
+		if pr.Prompt != tc.prompt || pr.Entry != tc.want || len(pr.Generations) != tc.gens || pr.Generations == nil {
+			t.Errorf("?prompt=%q: %+v", tc.prompt, pr)
+		}
+		if tc.gens == 1 {
+			g := pr.Generations[0]
+			if !g.Completed || g.Content != strings.Join(mockllm.Content(tc.prompt, 3, false), "") {
+				t.Errorf("?prompt=%q generation = %+v", tc.prompt, g)
+			}
+		}
 	}
 }

@@ -1,0 +1,497 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sse "github.com/tmaxmax/go-sse"
+)
+
+type config struct {
+	target, ledger, token string
+	runs, concurrency     int
+	maxDrops              int
+	minTokens, maxTokens  int
+	maxDelay, runTimeout  time.Duration
+	seed                  uint64
+	verbose               bool
+}
+
+func (c config) validate() error {
+	for name, raw := range map[string]string{"--target": c.target, "--ledger": c.ledger} {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s %q: want an http(s) URL", name, raw)
+		}
+	}
+	switch {
+	case c.runs < 1, c.concurrency < 1, c.maxDrops < 1:
+		return errors.New("--runs, --concurrency and --drops must be at least 1")
+	case c.minTokens < 1 || c.maxTokens < c.minTokens:
+		return errors.New("want 1 <= --min-tokens <= --max-tokens")
+	case c.maxDelay < time.Millisecond || c.runTimeout <= 0:
+		return errors.New("--max-delay must be at least 1ms and --run-timeout positive")
+	}
+	return nil
+}
+
+// summary counts what the runs found. Runs with lost, duplicated or extra
+// generations are also failed; failed alone means a run could not finish (an
+// error status, an error event, its budget spent).
+type summary struct {
+	runs, lost, duplicated, extra, failed int
+	throttled                             int // refusals waited out (429/503, or a refused generation's error event)
+	seed                                  uint64
+}
+
+func (s summary) clean() bool {
+	return s.lost == 0 && s.duplicated == 0 && s.extra == 0 && s.failed == 0
+}
+
+func (s summary) String() string {
+	return fmt.Sprintf("chaos: runs=%d lost=%d duplicated=%d extra_generations=%d failed=%d throttled=%d seed=%d",
+		s.runs, s.lost, s.duplicated, s.extra, s.failed, s.throttled, s.seed)
+}
+
+// Resume modes.
+const (
+	resumeGet   = "get"   // GET /v1/streams/{key}, Last-Event-ID
+	resumePost  = "post"  // POST, same key, Last-Event-ID
+	resumeRetry = "retry" // POST, same key, no Last-Event-ID: a full replay, deduplicated by id
+)
+
+// Drop kinds.
+const (
+	dropAfterEvents = "after_events" // the client hangs up after k events
+	dropAfterHead   = "after_head"   // the client hangs up once the response head is in
+	dropInFlight    = "in_flight"    // the client gives up before the answer, after a few ms
+)
+
+type drop struct {
+	kind   string
+	events int
+	wait   time.Duration
+	resume string
+}
+
+type plan struct {
+	key, prompt string
+	drops       []drop
+}
+
+func newPlan(rng *rand.Rand, c config, i int) plan {
+	tokens := c.minTokens + rng.IntN(c.maxTokens-c.minTokens+1)
+	delay := 1 + rng.IntN(int(c.maxDelay/time.Millisecond))
+	p := plan{
+		key:    fmt.Sprintf("chaos-%d-%d", c.seed, i),
+		prompt: fmt.Sprintf("reprise-chaos %d-%d [tokens=%d] [delay=%dms]", c.seed, i, tokens, delay),
+	}
+	modes := []string{resumeGet, resumePost, resumeRetry}
+	for range 1 + rng.IntN(c.maxDrops) {
+		d := drop{resume: modes[rng.IntN(len(modes))]}
+		switch n := rng.IntN(10); {
+		case n < 7:
+			d.kind, d.events = dropAfterEvents, 1+rng.IntN(tokens+3)
+		case n < 9:
+			d.kind = dropAfterHead
+		default:
+			d.kind, d.wait = dropInFlight, time.Duration(rng.IntN(5000))*time.Microsecond
+		}
+		p.drops = append(p.drops, d)
+	}
+	return p
+}
+
+// chaos runs c.runs plans, c.concurrency at a time.
+func chaos(ctx context.Context, c config, log io.Writer) (summary, error) {
+	rng := rand.New(rand.NewPCG(c.seed, 0x5eed))
+	plans := make([]plan, c.runs)
+	for i := range plans {
+		plans[i] = newPlan(rng, c, i)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = c.concurrency
+	cl := &client{cfg: c, http: &http.Client{Transport: transport}}
+	defer transport.CloseIdleConnections()
+
+	sum := summary{seed: c.seed}
+	var mu sync.Mutex
+	work := make(chan plan)
+	var wg sync.WaitGroup
+	for range min(c.concurrency, c.runs) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				v := cl.run(ctx, p)
+				mu.Lock()
+				sum.runs++
+				sum.lost += v.lost
+				sum.duplicated += v.duplicated
+				sum.extra += v.extra
+				sum.throttled += v.throttled
+				if len(v.problems) > 0 {
+					sum.failed++
+					if c.verbose || sum.failed <= 10 {
+						fmt.Fprintf(log, "run %s failed: %s\n", p.key, strings.Join(v.problems, "; "))
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, p := range plans {
+		select {
+		case work <- p:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	return sum, ctx.Err()
+}
+
+type client struct {
+	cfg  config
+	http *http.Client
+}
+
+// verdict is one run's findings.
+type verdict struct {
+	lost, duplicated, extra, throttled int
+	problems                           []string
+}
+
+func (v *verdict) problem(format string, args ...any) {
+	v.problems = append(v.problems, fmt.Sprintf(format, args...))
+}
+
+// event is one SSE event as the client saw it.
+type event struct{ id, typ, data string }
+
+// attempt is one connection's outcome.
+type attempt struct {
+	status     int
+	retryAfter time.Duration // of a refusal
+	events     []event
+	done       bool // [DONE] seen
+	dropped    bool // we hung up on purpose
+}
+
+// run streams p's key through its drops and checks what it got.
+func (cl *client) run(ctx context.Context, p plan) (v verdict) {
+	ctx, cancel := context.WithTimeout(ctx, cl.cfg.runTimeout)
+	defer cancel()
+
+	var got []event             // events in order, each id once
+	seen := map[string]string{} // id → data
+	mode := ""                  // the first request is a plain POST
+	for try := 0; ; try++ {
+		if try > len(p.drops)+5 {
+			v.problem("%d attempts ended without [DONE], %d events", try, len(got))
+			return v
+		}
+		if ctx.Err() != nil {
+			v.problem("budget spent after %d attempts, %d events", try, len(got))
+			return v
+		}
+		var d *drop
+		if try < len(p.drops) {
+			d = &p.drops[try]
+		}
+		last := ""
+		if len(got) > 0 {
+			last = got[len(got)-1].id
+		}
+		a, err := cl.attempt(ctx, p, mode, last, d)
+		if err != nil && !a.dropped {
+			if ctx.Err() != nil {
+				v.problem("attempt %d (%s): %v", try, mode, err)
+				return v
+			}
+			// A link error we did not cause: resume as planned for the next drop.
+		}
+		if a.status == http.StatusNotFound && mode == resumeGet {
+			// The first POST never reached reprise (dropped in flight): nothing to resume.
+			mode = resumePost
+			continue
+		}
+		if a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable || refused(a.events) {
+			// Rate limited (or the generation was refused while we were
+			// not listening): wait as told, then ask again.
+			v.throttled++
+			if v.throttled > maxThrottles {
+				v.problem("refused %d times", v.throttled)
+				return v
+			}
+			select {
+			case <-time.After(cmp.Or(a.retryAfter, time.Second)):
+			case <-ctx.Done():
+			}
+			mode, try = resumePost, try-1
+			continue
+		}
+		if a.status != 0 && a.status != http.StatusOK {
+			v.problem("attempt %d (%s): status %d", try, mode, a.status)
+			return v
+		}
+		for _, ev := range a.events {
+			switch {
+			case ev.typ == "error" || ev.typ == "reset":
+				v.problem("attempt %d (%s): event %s %s", try, mode, ev.typ, ev.data)
+				return v
+			case ev.id == "":
+				v.problem("attempt %d (%s): event without id: %q", try, mode, ev.data)
+				return v
+			}
+			if data, ok := seen[ev.id]; ok {
+				if mode != resumeRetry || data != ev.data {
+					v.duplicated++ // a resume must not repeat; a replay must repeat exactly
+					v.problem("attempt %d (%s): id %s again", try, mode, ev.id)
+				}
+				continue
+			}
+			if len(got) > 0 && !follows(got[len(got)-1].id, ev.id) {
+				v.lost++
+				v.problem("attempt %d (%s): id %s after %s", try, mode, ev.id, got[len(got)-1].id)
+			} else if len(got) == 0 && !follows("", ev.id) {
+				v.lost++
+				v.problem("attempt %d (%s): first id %s", try, mode, ev.id)
+			}
+			seen[ev.id] = ev.data
+			got = append(got, ev)
+		}
+		if a.done {
+			break
+		}
+		if d != nil {
+			mode = d.resume
+		} else if mode == "" {
+			mode = resumePost
+		}
+	}
+	cl.check(ctx, p, got, &v)
+	return v
+}
+
+// maxThrottles bounds the refusals one run waits out.
+const maxThrottles = 30
+
+// refused reports whether a connection's only news is that the generation
+// was refused for capacity: it never reached the upstream, and asking again
+// later is the answer.
+func refused(evs []event) bool {
+	if len(evs) != 1 || evs[0].typ != "error" {
+		return false
+	}
+	var body struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal([]byte(evs[0].data), &body)
+	switch body.Error.Code {
+	case "too_many_generations", "upstream_saturated", "too_many_readers":
+		return true
+	}
+	return false
+}
+
+// follows reports whether id is the event right after prev ("" = before the
+// first). Ids are gen-offset-seq; offsets count events from 1.
+func follows(prev, id string) bool {
+	off := func(s string) (gen, n uint64, ok bool) {
+		parts := strings.Split(s, "-")
+		if len(parts) != 3 {
+			return 0, 0, false
+		}
+		g, err1 := strconv.ParseUint(parts[0], 10, 64)
+		o, err2 := strconv.ParseUint(parts[1], 10, 64)
+		return g, o, err1 == nil && err2 == nil
+	}
+	g, o, ok := off(id)
+	if !ok {
+		return false
+	}
+	if prev == "" {
+		return o == 1
+	}
+	pg, po, ok := off(prev)
+	return ok && pg == g && o == po+1
+}
+
+// check compares a finished run with the ledger and with a replay.
+func (cl *client) check(ctx context.Context, p plan, got []event, v *verdict) {
+	var content strings.Builder
+	for _, ev := range got {
+		content.WriteString(deltaContent(ev.data))
+	}
+	rep, err := cl.ledgerFor(ctx, p.prompt)
+	if err != nil {
+		v.problem("ledger: %v", err)
+		return
+	}
+	if rep.Entry.Generations != 1 {
+		v.extra += max(rep.Entry.Generations-1, 0)
+		v.problem("upstream generated %d times", rep.Entry.Generations)
+	}
+	var upstream string
+	for _, g := range rep.Generations {
+		if g.Completed {
+			upstream = g.Content
+		}
+	}
+	if content.String() != upstream {
+		v.lost++
+		v.problem("content differs from the upstream's (%d vs %d bytes)", content.Len(), len(upstream))
+	}
+
+	// A completed key replays identically, whatever the cursor history was.
+	a, err := cl.attempt(ctx, p, resumeRetry, "", nil)
+	switch {
+	case err != nil:
+		v.problem("replay: %v", err)
+	case !a.done || len(a.events) != len(got):
+		v.problem("replay: %d events, done=%v; streamed %d", len(a.events), a.done, len(got))
+	default:
+		for i := range got {
+			if a.events[i] != got[i] {
+				v.problem("replay differs at event %d", i+1)
+				break
+			}
+		}
+	}
+}
+
+func deltaContent(data string) string {
+	var chunk struct {
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal([]byte(data), &chunk) != nil || len(chunk.Choices) == 0 {
+		return ""
+	}
+	return chunk.Choices[0].Delta.Content
+}
+
+type promptReport struct {
+	Entry struct {
+		Generations int `json:"generations"`
+	} `json:"entry"`
+	Generations []struct {
+		Content   string `json:"content"`
+		Completed bool   `json:"completed"`
+	} `json:"generations"`
+}
+
+func (cl *client) ledgerFor(ctx context.Context, prompt string) (promptReport, error) {
+	var rep promptReport
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.cfg.ledger+"?prompt="+url.QueryEscape(prompt), nil)
+	if err != nil {
+		return rep, err
+	}
+	resp, err := cl.http.Do(req)
+	if err != nil {
+		return rep, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return rep, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return rep, json.NewDecoder(resp.Body).Decode(&rep)
+}
+
+// attempt makes one request in mode and reads it until [DONE], the end of the
+// body, or the drop d.
+func (cl *client) attempt(ctx context.Context, p plan, mode, last string, d *drop) (attempt, error) {
+	var a attempt
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var gaveUp atomic.Bool
+	if d != nil && d.kind == dropInFlight {
+		timer := time.AfterFunc(d.wait, func() { gaveUp.Store(true); cancel() })
+		defer timer.Stop()
+	}
+	req, err := cl.request(ctx, p, mode, last)
+	if err != nil {
+		return a, err
+	}
+	resp, err := cl.http.Do(req)
+	if err != nil {
+		a.dropped = gaveUp.Load()
+		return a, err
+	}
+	defer resp.Body.Close()
+	a.status = resp.StatusCode
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		a.retryAfter = time.Duration(secs) * time.Second
+	}
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return a, nil
+	}
+	if d != nil && d.kind == dropAfterHead {
+		a.dropped = true
+		return a, nil
+	}
+	for ev, err := range sse.Read(resp.Body, &sse.ReadConfig{MaxEventSize: 1 << 20}) {
+		if err != nil {
+			a.dropped = gaveUp.Load()
+			return a, err
+		}
+		if ev.Data == "[DONE]" {
+			a.done = true
+			return a, nil
+		}
+		a.events = append(a.events, event{id: ev.LastEventID, typ: ev.Type, data: ev.Data})
+		if d != nil && d.kind == dropAfterEvents && len(a.events) >= d.events {
+			a.dropped = true
+			return a, nil
+		}
+	}
+	return a, nil
+}
+
+func (cl *client) request(ctx context.Context, p plan, mode, last string) (*http.Request, error) {
+	var req *http.Request
+	var err error
+	if mode == resumeGet {
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, cl.cfg.target+"/v1/streams/"+url.PathEscape(p.key), nil)
+	} else {
+		body, _ := json.Marshal(map[string]any{
+			"model":    "demo",
+			"stream":   true,
+			"messages": []map[string]string{{"role": "user", "content": p.prompt}},
+		})
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, cl.cfg.target+"/v1/chat/completions", bytes.NewReader(body))
+		if req != nil {
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", p.key)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+cl.cfg.token)
+	if last != "" && mode != resumeRetry {
+		req.Header.Set("Last-Event-ID", last)
+	}
+	return req, nil
+}

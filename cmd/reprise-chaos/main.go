@@ -1,0 +1,71 @@
+// Command reprise-chaos is a black-box chaos client for a running reprise. It
+// opens many concurrent streamed chats through reprise, drops each one 1–5
+// times at random points (the client hangs up after k events, right after the
+// response head, or before the request is answered), resumes it at random by
+// GET + Last-Event-ID, POST + Last-Event-ID or a plain retry of the POST, and
+// checks every key against the upstream's ledger: the reassembled content is
+// byte-equal to what the upstream generated, no event id is seen twice on a
+// resume and none is skipped, the upstream generated once, and the completed
+// key replays identically.
+//
+// The upstream must be the fake model (cmd/mockllm), whose /ledger it reads:
+//
+//	go run ./cmd/mockllm --listen :9090 &
+//	go run ./cmd/reprise --upstream http://localhost:9090 &
+//	go run ./cmd/reprise-chaos --target http://localhost:8080 --ledger http://localhost:9090/ledger
+//
+// It prints one line and exits 1 unless every count but runs is zero:
+//
+//	chaos: runs=N lost=0 duplicated=0 extra_generations=0 failed=0 seed=S
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := run(ctx, os.Args[1:], os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reprise-chaos:", err)
+		os.Exit(2)
+	}
+	fmt.Println(sum)
+	if !sum.clean() {
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, log *os.File) (summary, error) {
+	fs := flag.NewFlagSet("reprise-chaos", flag.ContinueOnError)
+	var c config
+	fs.StringVar(&c.target, "target", "http://localhost:8080", "reprise's base URL")
+	fs.StringVar(&c.ledger, "ledger", "http://localhost:9090/ledger", "the fake upstream's ledger URL (cmd/mockllm serves /ledger)")
+	fs.StringVar(&c.token, "token", "reprise-chaos", "bearer token sent to reprise (its tenant)")
+	fs.IntVar(&c.runs, "runs", 1000, "keys to stream")
+	fs.IntVar(&c.concurrency, "concurrency", 200, "keys streaming at once")
+	fs.IntVar(&c.maxDrops, "drops", 5, "drops per key at most (1..N)")
+	fs.IntVar(&c.minTokens, "min-tokens", 10, "content tokens per stream, at least")
+	fs.IntVar(&c.maxTokens, "max-tokens", 80, "content tokens per stream, at most")
+	fs.DurationVar(&c.maxDelay, "max-delay", 20*time.Millisecond, "pause between tokens, at most (each stream draws its own)")
+	fs.DurationVar(&c.runTimeout, "run-timeout", 2*time.Minute, "one key's budget, drops and resumes included")
+	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock); the same seed gives the same plans")
+	fs.BoolVar(&c.verbose, "v", false, "print every failed run's reasons")
+	if err := fs.Parse(args); err != nil {
+		return summary{}, err
+	}
+	if err := c.validate(); err != nil {
+		return summary{}, err
+	}
+	if c.seed == 0 {
+		c.seed = uint64(time.Now().UnixNano())
+	}
+	return chaos(ctx, c, log)
+}
