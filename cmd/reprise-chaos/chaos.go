@@ -21,20 +21,21 @@ import (
 )
 
 type config struct {
-	target, ledger, token string
-	runs, concurrency     int
-	maxDrops              int
-	minTokens, maxTokens  int
-	maxDelay, runTimeout  time.Duration
-	seed                  uint64
-	verbose               bool
+	targets              []string
+	ledger, token        string
+	runs, concurrency    int
+	maxDrops             int
+	minTokens, maxTokens int
+	maxDelay, runTimeout time.Duration
+	seed                 uint64
+	verbose              bool
 }
 
 func (c config) validate() error {
-	for name, raw := range map[string]string{"--target": c.target, "--ledger": c.ledger} {
+	for _, raw := range append([]string{c.ledger}, c.targets...) {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%s %q: want an http(s) URL", name, raw)
+			return fmt.Errorf("%q: want an http(s) URL", raw)
 		}
 	}
 	switch {
@@ -54,6 +55,7 @@ func (c config) validate() error {
 type summary struct {
 	runs, lost, duplicated, extra, failed int
 	throttled                             int // refusals waited out (429/503, or a refused generation's error event)
+	regenerated                           int // generations that broke midway and were asked again
 	seed                                  uint64
 }
 
@@ -62,8 +64,8 @@ func (s summary) clean() bool {
 }
 
 func (s summary) String() string {
-	return fmt.Sprintf("chaos: runs=%d lost=%d duplicated=%d extra_generations=%d failed=%d throttled=%d seed=%d",
-		s.runs, s.lost, s.duplicated, s.extra, s.failed, s.throttled, s.seed)
+	return fmt.Sprintf("chaos: runs=%d lost=%d duplicated=%d extra_generations=%d failed=%d throttled=%d regenerated=%d seed=%d",
+		s.runs, s.lost, s.duplicated, s.extra, s.failed, s.throttled, s.regenerated, s.seed)
 }
 
 // Resume modes.
@@ -90,7 +92,11 @@ type drop struct {
 type plan struct {
 	key, prompt string
 	drops       []drop
+	route       []int // the target of each attempt, in turn (a load balancer without stickiness)
 }
+
+// target is the base URL attempt try goes to.
+func (p plan) target(c config, try int) string { return c.targets[p.route[try%len(p.route)]] }
 
 func newPlan(rng *rand.Rand, c config, i int) plan {
 	tokens := c.minTokens + rng.IntN(c.maxTokens-c.minTokens+1)
@@ -112,16 +118,25 @@ func newPlan(rng *rand.Rand, c config, i int) plan {
 		}
 		p.drops = append(p.drops, d)
 	}
+	for range len(p.drops) + 2 {
+		p.route = append(p.route, rng.IntN(len(c.targets)))
+	}
 	return p
 }
 
-// chaos runs c.runs plans, c.concurrency at a time.
-func chaos(ctx context.Context, c config, log io.Writer) (summary, error) {
+// newPlans draws c.runs plans from c.seed.
+func newPlans(c config) []plan {
 	rng := rand.New(rand.NewPCG(c.seed, 0x5eed))
 	plans := make([]plan, c.runs)
 	for i := range plans {
 		plans[i] = newPlan(rng, c, i)
 	}
+	return plans
+}
+
+// chaos runs c.runs plans, c.concurrency at a time.
+func chaos(ctx context.Context, c config, log io.Writer) (summary, error) {
+	plans := newPlans(c)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = c.concurrency
 	cl := &client{cfg: c, http: &http.Client{Transport: transport}}
@@ -143,6 +158,7 @@ func chaos(ctx context.Context, c config, log io.Writer) (summary, error) {
 				sum.duplicated += v.duplicated
 				sum.extra += v.extra
 				sum.throttled += v.throttled
+				sum.regenerated += v.regenerated
 				if len(v.problems) > 0 {
 					sum.failed++
 					if c.verbose || sum.failed <= 10 {
@@ -171,8 +187,9 @@ type client struct {
 
 // verdict is one run's findings.
 type verdict struct {
-	lost, duplicated, extra, throttled int
-	problems                           []string
+	lost, duplicated, extra int
+	throttled, regenerated  int
+	problems                []string
 }
 
 func (v *verdict) problem(format string, args ...any) {
@@ -199,9 +216,10 @@ func (cl *client) run(ctx context.Context, p plan) (v verdict) {
 	var got []event             // events in order, each id once
 	seen := map[string]string{} // id → data
 	mode := ""                  // the first request is a plain POST
+	early := 0                  // streams the server ended early
 	for try := 0; ; try++ {
-		if try > len(p.drops)+5 {
-			v.problem("%d attempts ended without [DONE], %d events", try, len(got))
+		if early > len(p.drops)+5 {
+			v.problem("%d attempts ended early without an error, %d events", early, len(got))
 			return v
 		}
 		if ctx.Err() != nil {
@@ -216,13 +234,17 @@ func (cl *client) run(ctx context.Context, p plan) (v verdict) {
 		if len(got) > 0 {
 			last = got[len(got)-1].id
 		}
-		a, err := cl.attempt(ctx, p, mode, last, d)
-		if err != nil && !a.dropped {
-			if ctx.Err() != nil {
-				v.problem("attempt %d (%s): %v", try, mode, err)
-				return v
-			}
-			// A link error we did not cause: resume as planned for the next drop.
+		a, err := cl.attempt(ctx, p, try, mode, last, d)
+		switch {
+		case err != nil && !a.dropped && ctx.Err() != nil:
+			v.problem("attempt %d (%s): %v", try, mode, err)
+			return v
+		case err != nil && !a.dropped:
+			// A link error we did not cause (an instance restarting, say):
+			// pause, then resume, through the next target of the route.
+			pause(ctx, 100*time.Millisecond)
+		case err == nil && !a.dropped && !a.done && a.status == http.StatusOK:
+			early++ // the server ended the stream without [DONE] or an error
 		}
 		if a.status == http.StatusNotFound && mode == resumeGet {
 			// The first POST never reached reprise (dropped in flight): nothing to resume.
@@ -237,10 +259,7 @@ func (cl *client) run(ctx context.Context, p plan) (v verdict) {
 				v.problem("refused %d times", v.throttled)
 				return v
 			}
-			select {
-			case <-time.After(cmp.Or(a.retryAfter, time.Second)):
-			case <-ctx.Done():
-			}
+			pause(ctx, cmp.Or(a.retryAfter, time.Second))
 			mode, try = resumePost, try-1
 			continue
 		}
@@ -248,9 +267,30 @@ func (cl *client) run(ctx context.Context, p plan) (v verdict) {
 			v.problem("attempt %d (%s): status %d", try, mode, a.status)
 			return v
 		}
+		if broken(a.events) {
+			// The generation broke (its owner died, the upstream broke, the
+			// journal failed): nothing of it is a result. A fresh POST
+			// generates again, which is the one extra generation allowed.
+			v.regenerated++
+			if v.regenerated > maxRegenerations {
+				v.problem("broken %d times", v.regenerated)
+				return v
+			}
+			got, seen, mode = nil, map[string]string{}, ""
+			continue
+		}
 		for _, ev := range a.events {
 			switch {
-			case ev.typ == "error" || ev.typ == "reset":
+			case ev.typ == "reset" || (len(got) > 0 && newer(got[len(got)-1].id, ev.id)):
+				// The generation we read broke while we were away, and
+				// this connection serves the next one (event: reset when
+				// we gave a cursor; otherwise its first event).
+				v.regenerated++
+				got, seen = nil, map[string]string{}
+				if ev.typ == "reset" {
+					continue
+				}
+			case ev.typ == "error":
 				v.problem("attempt %d (%s): event %s %s", try, mode, ev.typ, ev.data)
 				return v
 			case ev.id == "":
@@ -287,50 +327,91 @@ func (cl *client) run(ctx context.Context, p plan) (v verdict) {
 	return v
 }
 
-// maxThrottles bounds the refusals one run waits out.
-const maxThrottles = 30
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
 
-// refused reports whether a connection's only news is that the generation
-// was refused for capacity: it never reached the upstream, and asking again
-// later is the answer.
-func refused(evs []event) bool {
-	if len(evs) != 1 || evs[0].typ != "error" {
-		return false
+// maxThrottles bounds the refusals one run waits out, maxRegenerations the
+// broken generations.
+const (
+	maxThrottles     = 30
+	maxRegenerations = 3
+)
+
+// broken reports whether a connection ended with the error event of a
+// generation that broke midway.
+func broken(evs []event) bool {
+	switch errorCode(evs) {
+	case "owner_lost", "upstream_interrupted", "journal_failure":
+		return true
+	}
+	return false
+}
+
+// errorCode is the code of the error event that ends evs, or "".
+func errorCode(evs []event) string {
+	if len(evs) == 0 || evs[len(evs)-1].typ != "error" {
+		return ""
 	}
 	var body struct {
 		Error struct {
 			Code string `json:"code"`
 		} `json:"error"`
 	}
-	_ = json.Unmarshal([]byte(evs[0].data), &body)
-	switch body.Error.Code {
+	_ = json.Unmarshal([]byte(evs[len(evs)-1].data), &body)
+	return body.Error.Code
+}
+
+// refused reports whether a connection's only news is that the generation
+// was refused for capacity: it never reached the upstream, and asking again
+// later is the answer.
+func refused(evs []event) bool {
+	if len(evs) != 1 {
+		return false
+	}
+	switch errorCode(evs) {
 	case "too_many_generations", "upstream_saturated", "too_many_readers":
 		return true
 	}
 	return false
 }
 
-// follows reports whether id is the event right after prev ("" = before the
-// first). Ids are gen-offset-seq; offsets count events from 1.
-func follows(prev, id string) bool {
-	off := func(s string) (gen, n uint64, ok bool) {
-		parts := strings.Split(s, "-")
-		if len(parts) != 3 {
-			return 0, 0, false
-		}
-		g, err1 := strconv.ParseUint(parts[0], 10, 64)
-		o, err2 := strconv.ParseUint(parts[1], 10, 64)
-		return g, o, err1 == nil && err2 == nil
+// position splits an id: gen-offset-seq, offsets counting a generation's
+// events from 1.
+func position(id string) (gen, off uint64, ok bool) {
+	parts := strings.Split(id, "-")
+	if len(parts) != 3 {
+		return 0, 0, false
 	}
-	g, o, ok := off(id)
+	g, err1 := strconv.ParseUint(parts[0], 10, 64)
+	o, err2 := strconv.ParseUint(parts[1], 10, 64)
+	return g, o, err1 == nil && err2 == nil
+}
+
+// follows reports whether id is the event right after prev ("" = before the
+// first).
+func follows(prev, id string) bool {
+	g, o, ok := position(id)
 	if !ok {
 		return false
 	}
 	if prev == "" {
 		return o == 1
 	}
-	pg, po, ok := off(prev)
+	pg, po, ok := position(prev)
 	return ok && pg == g && o == po+1
+}
+
+// newer reports whether id starts a later generation than prev's.
+func newer(prev, id string) bool {
+	g, o, ok := position(id)
+	pg, _, pok := position(prev)
+	return ok && pok && g > pg && o == 1
 }
 
 // check compares a finished run with the ledger and with a replay.
@@ -344,9 +425,9 @@ func (cl *client) check(ctx context.Context, p plan, got []event, v *verdict) {
 		v.problem("ledger: %v", err)
 		return
 	}
-	if rep.Entry.Generations != 1 {
-		v.extra += max(rep.Entry.Generations-1, 0)
-		v.problem("upstream generated %d times", rep.Entry.Generations)
+	if allowed := 1 + v.regenerated; rep.Entry.Generations > allowed || rep.Entry.Generations < 1 {
+		v.extra += max(rep.Entry.Generations-allowed, 0)
+		v.problem("upstream generated %d times (%d broken)", rep.Entry.Generations, v.regenerated)
 	}
 	var upstream string
 	for _, g := range rep.Generations {
@@ -360,7 +441,11 @@ func (cl *client) check(ctx context.Context, p plan, got []event, v *verdict) {
 	}
 
 	// A completed key replays identically, whatever the cursor history was.
-	a, err := cl.attempt(ctx, p, resumeRetry, "", nil)
+	a, err := cl.attempt(ctx, p, len(p.drops)+1, resumeRetry, "", nil)
+	for try := len(p.drops) + 2; err != nil && ctx.Err() == nil; try++ { // a link error: another target
+		pause(ctx, 100*time.Millisecond)
+		a, err = cl.attempt(ctx, p, try, resumeRetry, "", nil)
+	}
 	switch {
 	case err != nil:
 		v.problem("replay: %v", err)
@@ -419,7 +504,7 @@ func (cl *client) ledgerFor(ctx context.Context, prompt string) (promptReport, e
 
 // attempt makes one request in mode and reads it until [DONE], the end of the
 // body, or the drop d.
-func (cl *client) attempt(ctx context.Context, p plan, mode, last string, d *drop) (attempt, error) {
+func (cl *client) attempt(ctx context.Context, p plan, try int, mode, last string, d *drop) (attempt, error) {
 	var a attempt
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -428,7 +513,7 @@ func (cl *client) attempt(ctx context.Context, p plan, mode, last string, d *dro
 		timer := time.AfterFunc(d.wait, func() { gaveUp.Store(true); cancel() })
 		defer timer.Stop()
 	}
-	req, err := cl.request(ctx, p, mode, last)
+	req, err := cl.request(ctx, p.target(cl.cfg, try), p, mode, last)
 	if err != nil {
 		return a, err
 	}
@@ -468,18 +553,18 @@ func (cl *client) attempt(ctx context.Context, p plan, mode, last string, d *dro
 	return a, nil
 }
 
-func (cl *client) request(ctx context.Context, p plan, mode, last string) (*http.Request, error) {
+func (cl *client) request(ctx context.Context, target string, p plan, mode, last string) (*http.Request, error) {
 	var req *http.Request
 	var err error
 	if mode == resumeGet {
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, cl.cfg.target+"/v1/streams/"+url.PathEscape(p.key), nil)
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, target+"/v1/streams/"+url.PathEscape(p.key), nil)
 	} else {
 		body, _ := json.Marshal(map[string]any{
 			"model":    "demo",
 			"stream":   true,
 			"messages": []map[string]string{{"role": "user", "content": p.prompt}},
 		})
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, cl.cfg.target+"/v1/chat/completions", bytes.NewReader(body))
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/chat/completions", bytes.NewReader(body))
 		if req != nil {
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Idempotency-Key", p.key)

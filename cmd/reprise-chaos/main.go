@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -46,7 +47,7 @@ func main() {
 func run(ctx context.Context, args []string, log *os.File) (summary, error) {
 	fs := flag.NewFlagSet("reprise-chaos", flag.ContinueOnError)
 	var c config
-	fs.StringVar(&c.target, "target", "http://localhost:8080", "reprise's base URL")
+	target := fs.String("target", "http://localhost:8080", "reprise's base URL; several, comma-separated, are used at random per request (instances behind no sticky balancer)")
 	fs.StringVar(&c.ledger, "ledger", "http://localhost:9090/ledger", "the fake upstream's ledger URL (cmd/mockllm serves /ledger)")
 	fs.StringVar(&c.token, "token", "reprise-chaos", "bearer token sent to reprise (its tenant)")
 	fs.IntVar(&c.runs, "runs", 1000, "keys to stream")
@@ -61,6 +62,7 @@ func run(ctx context.Context, args []string, log *os.File) (summary, error) {
 	if err := fs.Parse(args); err != nil {
 		return summary{}, err
 	}
+	c.targets = strings.Split(*target, ",")
 	if err := c.validate(); err != nil {
 		return summary{}, err
 	}

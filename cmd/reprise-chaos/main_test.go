@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,6 +77,7 @@ func TestFindsDefects(t *testing.T) {
 		{"upstream generated twice", brokenProxy{generations: 2}, func(s summary) bool { return s.extra > 0 }},
 		{"content differs from the upstream's", brokenProxy{ledgerContent: "other"}, func(s summary) bool { return s.lost > 0 }},
 		{"ends every stream with an error", brokenProxy{errorEvent: true}, func(s summary) bool { return s.failed > 0 }},
+		{"regenerates more than its breaks explain", brokenProxy{breakFirst: &breaks{}, generations: 3}, func(s summary) bool { return s.extra > 0 && s.regenerated > 0 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,6 +94,26 @@ func TestFindsDefects(t *testing.T) {
 				t.Errorf("summary %v: the defect went unnoticed", sum)
 			}
 		})
+	}
+}
+
+func TestRegenerationAllowed(t *testing.T) {
+	// A generation that broke once is asked again: one more upstream
+	// generation is then allowed.
+	// The seed's plans must read the first answer (their one drop comes
+	// after an event): else the client would not see the break it is
+	// given, and the extra generation would rightly be counted.
+	for _, p := range newPlans(config{targets: []string{"x"}, runs: 8, maxDrops: 1, minTokens: 1, maxTokens: 1, maxDelay: 20 * time.Millisecond, seed: 10}) {
+		if p.drops[0].kind != dropAfterEvents {
+			t.Fatal("seed 10 drops a first answer unread; pick another")
+		}
+	}
+	srv := httptest.NewServer(brokenProxy{breakFirst: &breaks{}, generations: 2})
+	t.Cleanup(srv.Close)
+	sum, err := run(t.Context(), []string{"--target", srv.URL, "--ledger", srv.URL + "/ledger", "--runs", "8", "--concurrency", "4",
+		"--drops", "1", "--min-tokens", "1", "--max-tokens", "1", "--seed", "10", "--run-timeout", "5s"}, os.Stderr)
+	if err != nil || !sum.clean() || sum.regenerated != 8 {
+		t.Errorf("one break per key: %v (%v), want clean with regenerated=8", sum, err)
 	}
 }
 
@@ -118,6 +140,24 @@ type brokenProxy struct {
 	generations   int    // the ledger's count (default 1)
 	ledgerContent string // the ledger's content (default "abc")
 	errorEvent    bool   // every stream ends with event: error
+	breakFirst    *breaks
+}
+
+// breaks makes each key's first stream end with owner_lost.
+type breaks struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (b *breaks) first(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen == nil {
+		b.seen = map[string]bool{}
+	}
+	first := !b.seen[key]
+	b.seen[key] = true
+	return first
 }
 
 func (b brokenProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -138,6 +178,10 @@ func (b brokenProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		from, _ = strconv.Atoi(strings.Split(id, "-")[1])
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
+	if b.breakFirst != nil && r.Method == http.MethodPost && b.breakFirst.first(r.Header.Get("Idempotency-Key")) {
+		fmt.Fprint(w, "event: error\ndata: {\"error\":{\"code\":\"owner_lost\"}}\n\n")
+		return
+	}
 	for i, tok := range []string{"a", "b", "c"} {
 		off := i + 1
 		if off <= from || off == b.skip {
@@ -175,4 +219,28 @@ func waitReady(t *testing.T, base string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s never became ready", base)
+}
+
+func TestPositions(t *testing.T) {
+	for _, tc := range []struct {
+		prev, id       string
+		follows, newer bool
+	}{
+		{"", "1-1-5", true, false},
+		{"", "1-2-5", false, false},
+		{"1-1-5", "1-2-9", true, false},
+		{"1-1-5", "1-3-9", false, false},
+		{"1-2-5", "1-2-5", false, false},
+		{"1-9-5", "2-1-40", false, true},
+		{"2-3-5", "1-1-1", false, false},
+		{"1-9-5", "2-2-40", false, false},
+		{"1-1-5", "garbage", false, false},
+	} {
+		if got := follows(tc.prev, tc.id); got != tc.follows {
+			t.Errorf("follows(%q, %q) = %v", tc.prev, tc.id, got)
+		}
+		if got := newer(tc.prev, tc.id); got != tc.newer {
+			t.Errorf("newer(%q, %q) = %v", tc.prev, tc.id, got)
+		}
+	}
 }
