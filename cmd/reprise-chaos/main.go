@@ -14,9 +14,16 @@
 //	go run ./cmd/reprise --upstream http://localhost:9090 &
 //	go run ./cmd/reprise-chaos --target http://localhost:8080 --ledger http://localhost:9090/ledger
 //
-// It prints one line and exits 1 unless every count but runs is zero:
+// Several targets (--target a,b) are used at random per request, as behind a
+// load balancer without stickiness; a link error is resumed through the next
+// one. A refusal (429/503) is waited out and counted as throttled. A
+// generation that broke (an error event owner_lost, upstream_interrupted or
+// journal_failure; event: reset; or the first event of a newer generation) is
+// asked again and allows one more upstream generation, counted as
+// regenerated. It prints one line and exits 1 unless lost, duplicated,
+// extra_generations and failed are zero:
 //
-//	chaos: runs=N lost=0 duplicated=0 extra_generations=0 failed=0 seed=S
+//	chaos: runs=N lost=0 duplicated=0 extra_generations=0 failed=0 throttled=T regenerated=R seed=S
 package main
 
 import (
