@@ -933,11 +933,14 @@ func TestReaderConsumersDoNotLinger(t *testing.T) {
 func TestSeal(t *testing.T) {
 	j := newJournal(t)
 	ctx := waitCtx(t, waitTimeout)
-	if _, err := j.Seal(ctx, journal.Ref{ID: "seal-none", Gen: 1}, journal.EndFailed); !errors.Is(err, journal.ErrNotFound) {
-		t.Fatalf("Seal of an empty generation: %v, want ErrNotFound", err)
+	if _, err := j.First(ctx, journal.Ref{ID: "seal-none", Gen: 1}); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("First of an empty generation: %v, want ErrNotFound", err)
+	}
+	if _, err := j.Seal(ctx, journal.Ref{ID: "seal-bad", Gen: 1}, func(journal.Event, bool) []journal.Event { return nil }); !errors.Is(err, journal.ErrInvalidOption) {
+		t.Fatalf("Seal without an end marker: %v, want ErrInvalidOption", err)
 	}
 	ended := writeGen(t, j, journal.Ref{ID: "seal-ended", Gen: 1}, 3, journal.EndFailed)
-	if end, err := j.Seal(ctx, journal.Ref{ID: "seal-ended", Gen: 1}, journal.EndCompleted); err != nil || !sameEvent(end, ended[3]) {
+	if end, err := j.Seal(ctx, journal.Ref{ID: "seal-ended", Gen: 1}, journal.EndAs(journal.EndCompleted)); err != nil || !sameEvent(end, ended[3]) {
 		t.Fatalf("Seal of an ended generation = %+v, %v; want its own end marker %+v", end, err, ended[3])
 	}
 
@@ -951,11 +954,11 @@ func TestSeal(t *testing.T) {
 		}
 	}
 	poll(t, waitTimeout, "5 events stored", func() bool { return w.Stored() == 5 })
-	end, err := j.Seal(ctx, ref, journal.EndCompleted)
+	end, err := j.Seal(ctx, ref, journal.EndAs(journal.EndCompleted))
 	if err != nil || end.Offset != 6 || end.End != journal.EndCompleted || end.Seq == 0 {
 		t.Fatalf("Seal = %+v, %v; want the completed end marker at 6", end, err)
 	}
-	if again, err := j.Seal(ctx, ref, journal.EndFailed); err != nil || !sameEvent(again, end) {
+	if again, err := j.Seal(ctx, ref, journal.EndAs(journal.EndFailed)); err != nil || !sameEvent(again, end) {
 		t.Fatalf("Seal again = %+v, %v; want %+v", again, err, end)
 	}
 	if err := w.Append(ctx, "", []byte("late")); err != nil {
@@ -982,8 +985,51 @@ func TestSeal(t *testing.T) {
 	if first, err := j.First(ctx, ref); err != nil || first.Offset != 1 || string(first.Data) != eventData(1) {
 		t.Fatalf("First = %+v, %v", first, err)
 	}
-	if _, err := j.First(ctx, journal.Ref{ID: "seal-none", Gen: 1}); !errors.Is(err, journal.ErrNotFound) {
-		t.Fatalf("First of an empty generation: %v, want ErrNotFound", err)
+}
+
+// TestSealFences: a generation sealed with an error before its writer
+// stored anything, or while it is running, keeps the seal; the writer is
+// fenced at its next message, and the ending sees what was stored.
+func TestSealFences(t *testing.T) {
+	j := newJournal(t)
+	ctx := waitCtx(t, waitTimeout)
+	lost := func(last journal.Event, found bool) []journal.Event {
+		return []journal.Event{{Type: "error", Data: []byte(fmt.Sprintf("lost after %d (found %v)", last.Offset, found))}, {End: journal.EndFailed}}
+	}
+	for _, stored := range []int{0, 4} {
+		ref := journal.Ref{ID: fmt.Sprintf("seal-fence-%d", stored), Gen: 1}
+		var c collector
+		w := j.NewWriter(ref, c.sink)
+		for i := 1; i <= stored; i++ {
+			if err := w.Append(ctx, eventType(i), []byte(eventData(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		poll(t, waitTimeout, "events stored", func() bool { return w.Stored() == uint64(stored) })
+		end, err := j.Seal(ctx, ref, lost)
+		if err != nil || end.Offset != uint64(stored)+2 || end.End != journal.EndFailed {
+			t.Fatalf("stored %d: Seal = %+v, %v; want the failed end marker at %d", stored, end, err, stored+2)
+		}
+		_ = w.Append(ctx, "", []byte("late"))
+		if err := w.End(ctx, journal.EndCompleted); !errors.Is(err, journal.ErrFenced) {
+			t.Fatalf("stored %d: the writer after Seal: End = %v, want ErrFenced", stored, err)
+		}
+		r, err := j.Read(ctx, ref, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := readN(t, r, stored+2)
+		r.Close()
+		for i, ev := range got[:stored] {
+			checkEvent(t, ev, i+1)
+		}
+		want := fmt.Sprintf("lost after %d (found %v)", stored, stored > 0)
+		if e := got[stored]; e.Type != "error" || string(e.Data) != want || e.Offset != uint64(stored)+1 {
+			t.Fatalf("stored %d: read %+v after the events, want the seal's error %q", stored, e, want)
+		}
+		if !sameEvent(got[stored+1], end) {
+			t.Fatalf("stored %d: read %+v, want the end %+v", stored, got[stored+1], end)
+		}
 	}
 }
 

@@ -317,28 +317,44 @@ func isWrongLast(err error) bool {
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// sealWriter is the writer id of end markers appended by Seal.
+// sealWriter is the writer id of messages appended by Seal.
 const sealWriter = "seal"
 
-// Seal ends a generation whose writer is gone: it appends the end marker
-// with state right after the last stored event, unless the generation has
-// its end marker already (then that one is returned). ErrNotFound when
-// nothing is stored. The end marker expects the last stored message, so of
-// two sealers one stores it, and a writer still alive is fenced from then on.
-func (j *Journal) Seal(ctx context.Context, ref Ref, state string) (Event, error) {
+// Seal ends a generation whose writer is gone, or presumed gone. It looks at
+// the last stored event and appends right after it the events ending gives
+// for it (found is false when nothing is stored): an end marker, perhaps
+// after an error event. The append expects that event to be still the last
+// (an empty subject when nothing is stored), so of two sealers one stores,
+// a writer still alive is fenced from then on (ErrFenced on its next
+// message, its first included), and a writer that got further first is seen:
+// ending is then asked again about the new last event. A generation with its
+// end marker already is left alone. Seal returns the generation's end marker.
+func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, found bool) []Event) (Event, error) {
 	for range maxSealTries {
+		var last Event
 		f, err := j.lastFrame(ctx, ref)
-		if err != nil {
+		found := err == nil
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
 			return Event{}, err
+		default:
+			last = f.events[len(f.events)-1]
 		}
-		last := f.events[len(f.events)-1]
 		if last.IsEnd() {
 			return last, nil
 		}
-		end := Event{Offset: last.Offset + 1, End: state}
-		ack, err := j.js.PublishMsg(ctx, encode(ref.subject(), sealWriter, []Event{end}),
+		evs := ending(last, found)
+		if len(evs) == 0 || !evs[len(evs)-1].IsEnd() {
+			return Event{}, fmt.Errorf("%w: a seal must end with an end marker", ErrInvalidOption)
+		}
+		for i := range evs {
+			evs[i].Offset = last.Offset + 1 + uint64(i)
+		}
+		ack, err := j.js.PublishMsg(ctx, encode(ref.subject(), sealWriter, evs),
 			jetstream.WithExpectLastSequencePerSubject(last.Seq), jetstream.WithRetryAttempts(0))
 		if err == nil {
+			end := evs[len(evs)-1]
 			end.Seq = ack.Sequence
 			return end, nil
 		}
@@ -349,6 +365,11 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, state string) (Event, error
 		// answered): look again.
 	}
 	return Event{}, fmt.Errorf("journal: seal: %w", ErrConflict)
+}
+
+// EndAs is a Seal ending that appends only an end marker with state.
+func EndAs(state string) func(Event, bool) []Event {
+	return func(Event, bool) []Event { return []Event{{End: state}} }
 }
 
 const maxSealTries = 8

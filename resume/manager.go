@@ -181,7 +181,11 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 			continue
 		}
 		if err != nil {
-			if nrev, err = m.settle(ctx, req.ID, rec.Attempt, err); err != nil {
+			nrev, err = m.settle(ctx, req.ID, rec.Attempt, err)
+			if errors.Is(err, m.cfg.Conflict) { // unapplied, and another writer got there: decide again
+				continue
+			}
+			if err != nil {
 				return Outcome{}, err
 			}
 		}

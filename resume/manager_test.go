@@ -817,6 +817,9 @@ type lossyStore struct {
 	*journal.Journal
 	lose atomic.Bool
 	down atomic.Int32 // updates that fail without being applied
+	// meanwhile, if set, runs while an update fails unapplied (another
+	// instance writing the record during the outage).
+	meanwhile func()
 }
 
 var errAnswerLost = errors.New("answer lost")
@@ -831,6 +834,9 @@ func (s *lossyStore) Create(ctx context.Context, id string, value []byte) (uint6
 
 func (s *lossyStore) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
 	if s.down.Add(-1) >= 0 {
+		if s.meanwhile != nil {
+			s.meanwhile()
+		}
 		return 0, errAnswerLost
 	}
 	nrev, err := s.Journal.Update(ctx, id, value, rev)
@@ -879,6 +885,33 @@ func TestBeginSettlesLostAnswers(t *testing.T) {
 	store.lose.Store(false)
 	if err != nil || out.Decision != resume.Attach {
 		t.Fatalf("Begin on another owner's key = %s, %v; want attach", out.Decision, err)
+	}
+}
+
+// TestBeginAfterUnansweredUpdate: a regeneration's update fails unapplied
+// while another instance regenerates the key: Begin attaches to that
+// generation instead of failing with a conflict.
+func TestBeginAfterUnansweredUpdate(t *testing.T) {
+	store := &lossyStore{Journal: newStore(t)}
+	clk := newClock()
+	m, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "owner-a", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newManager(t, store.Journal, "owner-b", 0, clk.Now)
+	req := request("unanswered", "body")
+	if err := mustStart(t, m, req).Finish(waitCtx(t), resume.Result{State: resume.Failed, Error: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	var theirs resume.Outcome
+	store.meanwhile = func() { theirs, _ = begin(t, other, req) }
+	store.down.Store(1)
+	out, err := begin(t, m, req)
+	if theirs.Decision != resume.Start || theirs.Record.Generation != 2 {
+		t.Fatalf("the other instance's Begin = %s gen %d", theirs.Decision, theirs.Record.Generation)
+	}
+	if err != nil || out.Decision != resume.Attach || out.Record.Generation != 2 || out.Record.Owner != "owner-b" {
+		t.Fatalf("Begin = %s gen %d owner %q, %v; want attach to owner-b's generation 2", out.Decision, out.Record.Generation, out.Record.Owner, err)
 	}
 }
 

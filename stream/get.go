@@ -87,15 +87,20 @@ func (s *Server) record(ctx context.Context, id string) (resume.Record, error) {
 
 // finalEvents is how many events a finished generation's readers can get.
 // A generation whose owner died has only the count of its last heartbeat in
-// its record: the journal knows better, and its readers get one more, the
-// owner_lost error.
+// its record: the journal knows better. Its end marker (Salvage seals it
+// with the owner_lost error) comes right after the last event; a journal
+// without one (written before generations were sealed) gets the owner_lost
+// error after its last event.
 func (s *Server) finalEvents(ctx context.Context, id string, rec resume.Record) uint64 {
 	if rec.Error != resume.OwnerLost {
 		return rec.Events
 	}
 	last, err := s.cfg.Journal.Last(ctx, journal.Ref{ID: id, Gen: rec.Generation})
-	if err != nil {
+	switch {
+	case err != nil:
 		return 1 // nothing stored: only the error
+	case last.IsEnd():
+		return last.Offset - 1
 	}
 	return last.Offset + 1
 }

@@ -89,12 +89,20 @@ func (p *pump) run(ctx context.Context) {
 		end = journal.EndFailed
 	}
 	if err := w.End(endCtx, end); err != nil {
-		p.log.Error("journal append failed", "gen", p.ref.Gen, "err", err)
-		res = resume.Result{State: resume.Failed, Error: errJournalFailure.Code}
-		// Readers here get the reason, though the journal could not store it
-		// (readers elsewhere see the failed record and end with owner_lost).
+		e := errJournalFailure
+		if errors.Is(err, journal.ErrFenced) {
+			// Another instance found the lease run out (renewals were
+			// lost) and sealed the generation with owner_lost right after
+			// the last event stored: readers here end the same way.
+			e = errOwnerLost
+			p.log.Warn("generation sealed by another instance", "gen", p.ref.Gen)
+		} else {
+			p.log.Error("journal append failed", "gen", p.ref.Gen, "err", err)
+		}
+		res = resume.Result{State: resume.Failed, Error: e.Code}
+		// Readers here get the reason, though this writer could not store it.
 		last := p.tail.last()
-		p.tail.append(journal.Event{Offset: last + 1, Type: typeError, Data: errJournalFailure.body()})
+		p.tail.append(journal.Event{Offset: last + 1, Type: typeError, Data: e.body()})
 		p.tail.append(journal.Event{Offset: last + 2, End: journal.EndFailed})
 	}
 	res.Events = countEvents(w.Appended())
@@ -102,7 +110,7 @@ func (p *pump) run(ctx context.Context) {
 		res.Events = min(res.Events, w.Stored()) // only what a reader can get
 	}
 	p.s.metrics.generations.WithLabelValues(string(res.State)).Inc()
-	if err := p.lease.Finish(endCtx, res); err != nil {
+	if err := p.lease.Finish(endCtx, res); err != nil && res.Error != errOwnerLost.Code {
 		p.log.Error("finishing generation", "gen", p.ref.Gen, "err", err)
 	}
 	p.log.Debug("generation ended", "gen", p.ref.Gen, "state", res.State, "events", res.Events, "code", res.Error)
@@ -215,6 +223,8 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	}
 	e := upstreamError(classify.Interrupted(err))
 	switch {
+	case errors.Is(w.Err(), journal.ErrFenced):
+		e = errOwnerLost // sealed by another instance: see run
 	case w.Err() != nil:
 		e = errJournalFailure
 	case errors.Is(err, errOverLimit), errors.Is(err, bufio.ErrTooLong):

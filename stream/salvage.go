@@ -2,37 +2,35 @@ package stream
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 )
 
-// Salvage is the resume.Config.Salvage of a proxy journaling into j. An
-// owner that dies after the upstream's terminal event is stored (before or
-// after its end marker) but before it records the result leaves a complete
-// generation: it is recorded completed — with its end marker appended if
-// the owner did not get to it — and replayed, never generated again.
-// Anything else (no terminal event, a non-streamed answer) is not salvaged.
+// Salvage is the resume.Config.Salvage of a proxy journaling into j: it
+// settles, in the journal, how a streamed generation whose owner's lease ran
+// out ended. An owner that died after the upstream's terminal event was
+// stored (before or after its end marker) but before it recorded the result
+// left a complete generation: it is recorded completed — with its end
+// marker appended if the owner did not get to it — and replayed, never
+// generated again. Anything else is sealed with an owner_lost error and a
+// failed end marker, which fences the owner if it is in fact still running
+// (a NATS outage kept it from renewing its lease, say): it can no longer
+// store a [DONE] its readers would take for a result the record denies.
+// Non-streamed answers are neither salvaged nor sealed: their status and
+// content type are only in the record, and nobody reads them before it.
 func Salvage(j *journal.Journal) func(context.Context, string, resume.Record) (resume.Result, bool, error) {
 	return func(ctx context.Context, id string, rec resume.Record) (resume.Result, bool, error) {
 		if !rec.Stream {
 			return resume.Result{}, false, nil
 		}
 		ref := journal.Ref{ID: id, Gen: rec.Generation}
-		last, err := j.Last(ctx, ref)
-		switch {
-		case errors.Is(err, journal.ErrNotFound):
-			return resume.Result{}, false, nil
-		case err != nil:
+		end, err := j.Seal(ctx, ref, ownerLostEnding)
+		if err != nil {
 			return resume.Result{}, false, err
-		case !last.IsEnd() && isTerminal(last.Type, last.Data):
-			if last, err = j.Seal(ctx, ref, journal.EndCompleted); err != nil {
-				return resume.Result{}, false, err
-			}
 		}
-		if last.End != journal.EndCompleted {
+		if end.End != journal.EndCompleted {
 			return resume.Result{}, false, nil
 		}
 		// A non-streamed answer (stored body chunks) completes too, but its
@@ -40,6 +38,15 @@ func Salvage(j *journal.Journal) func(context.Context, string, resume.Record) (r
 		if first, err := j.First(ctx, ref); err != nil || first.Type == typeBody {
 			return resume.Result{}, false, err
 		}
-		return resume.Result{State: resume.Completed, Events: last.Offset - 1, Status: http.StatusOK, ContentType: "text/event-stream"}, true, nil
+		return resume.Result{State: resume.Completed, Events: end.Offset - 1, Status: http.StatusOK, ContentType: "text/event-stream"}, true, nil
 	}
+}
+
+// ownerLostEnding ends an abandoned generation: completed after the
+// upstream's terminal event, failed with owner_lost otherwise.
+func ownerLostEnding(last journal.Event, found bool) []journal.Event {
+	if found && isTerminal(last.Type, last.Data) {
+		return []journal.Event{{End: journal.EndCompleted}}
+	}
+	return []journal.Event{{Type: typeError, Data: errOwnerLost.body()}, {End: journal.EndFailed}}
 }

@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -259,5 +261,100 @@ func TestChaosBugOwnerDiedAfterDone(t *testing.T) {
 				t.Fatalf("the key did not replay its complete generation")
 			}
 		})
+	}
+}
+
+// lapsingStore is a record store whose updates fail while lapsed is set:
+// an owner cut off from the records bucket (a NATS outage) whose journal
+// appends still go through.
+type lapsingStore struct {
+	*journal.Journal
+	lapsed atomic.Bool
+}
+
+var errLapsed = errors.New("records unreachable (test)")
+
+func (s *lapsingStore) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
+	if s.lapsed.Load() {
+		return 0, errLapsed
+	}
+	return s.Journal.Update(ctx, id, value, rev)
+}
+
+// TestChaosBugOwnerOutlivedLease: an owner that cannot renew its lease but
+// can still journal (the records' RAFT group recovers after the stream's)
+// keeps generating after its lease ran out. The instance that finds the
+// lease expired records owner_lost; the owner must not then store the
+// upstream's [DONE], which its readers (and every journal reader) would
+// take for a result the record denies — the key would replay another
+// generation than the one they got (found by reprise-chaos during a NATS
+// quorum loss: 8 of 2,500 keys). The generation is sealed with owner_lost
+// right after its last stored event, fencing the owner.
+func TestChaosBugOwnerOutlivedLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a lease")
+	}
+	e := newEnv(t, withNATSPort(), withLease(time.Second))
+	prompt := uniquePrompt(t, "[tokens=5]")
+	body := chatBody(prompt, true)
+	key := "k-outlived"
+	id := resume.StreamID("anonymous", key)
+	ref := journal.Ref{ID: id, Gen: 1}
+	ctx := waitCtx(t, 30*time.Second)
+
+	nc, err := nats.Connect(e.natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	j, err := journal.Open(ctx, nc, journal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &lapsingStore{Journal: j}
+	rm, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "cut-off", Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := rm.Begin(ctx, resume.Request{ID: id, Key: key, Path: chatPath, Fingerprint: resume.Fingerprint(chatPath, []byte(body)), Stream: true})
+	if err != nil || out.Decision != resume.Start {
+		t.Fatalf("owner Begin: %+v, %v", out.Decision, err)
+	}
+	store.lapsed.Store(true) // renewals fail from now on; appends do not
+	upstream := readEvents(t, do(t, "POST", e.llmSrv.URL+chatPath, body), -1)
+	var acked atomic.Int64
+	w := j.NewWriter(ref, func(journal.Event) { acked.Add(1) })
+	defer w.Abort()
+	for _, ev := range upstream[:3] {
+		if err := w.Append(ctx, ev.Type, []byte(ev.Data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollUntil(t, 10*time.Second, "3 appends acknowledged", func() bool { return acked.Load() == 3 })
+
+	// A reader on the instance waits; the lease runs out; it ends with owner_lost.
+	got := readEvents(t, do(t, "GET", e.URL+"/v1/streams/"+key, ""), -1)
+	st := waitState(t, e, key, "failed")
+	if last := got[len(got)-1]; len(got) != 4 || last.Type != "error" || !strings.Contains(last.Data, "owner_lost") {
+		t.Fatalf("reader got %d events ending %+v, want the 3 stored and owner_lost", len(got), last)
+	}
+	// The owner, still running, journals the rest and [DONE]: fenced.
+	for _, ev := range upstream[3:] {
+		_ = w.Append(ctx, ev.Type, []byte(ev.Data))
+	}
+	if err := w.End(ctx, journal.EndCompleted); !errors.Is(err, journal.ErrFenced) {
+		last, _ := j.Last(ctx, ref)
+		t.Fatalf("the owner's end after its lease was declared lost: %v (journal ends %+v; record %+v), want ErrFenced — %s",
+			err, last, st, "a [DONE] stored after owner_lost")
+	}
+	// Every reader of generation 1 sees what the first one saw.
+	again := readEvents(t, do(t, "GET", e.URL+"/v1/streams/"+key, "", "Last-Event-ID", got[0].ID), -1)
+	if !slices.Equal(again, got[1:]) {
+		t.Fatalf("a later reader got %+v, want %+v", again, got[1:])
+	}
+	// The key regenerates, once.
+	fresh := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key), -1)
+	if fresh[len(fresh)-1].Data != "[DONE]" || !strings.HasPrefix(fresh[0].ID, "2-") {
+		t.Fatalf("the key did not regenerate as generation 2: %+v … %+v", fresh[0], fresh[len(fresh)-1])
 	}
 }

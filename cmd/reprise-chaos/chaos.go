@@ -420,44 +420,67 @@ func (cl *client) check(ctx context.Context, p plan, got []event, v *verdict) {
 	for _, ev := range got {
 		content.WriteString(deltaContent(ev.data))
 	}
-	rep, err := cl.ledgerFor(ctx, p.prompt)
-	if err != nil {
-		v.problem("ledger: %v", err)
-		return
-	}
-	if allowed := 1 + v.regenerated; rep.Entry.Generations > allowed || rep.Entry.Generations < 1 {
-		v.extra += max(rep.Entry.Generations-allowed, 0)
-		v.problem("upstream generated %d times (%d broken)", rep.Entry.Generations, v.regenerated)
-	}
-	var upstream string
-	for _, g := range rep.Generations {
-		if g.Completed {
-			upstream = g.Content
-		}
-	}
-	if content.String() != upstream {
-		v.lost++
-		v.problem("content differs from the upstream's (%d vs %d bytes)", content.Len(), len(upstream))
-	}
-
 	// A completed key replays identically, whatever the cursor history was.
 	a, err := cl.attempt(ctx, p, len(p.drops)+1, resumeRetry, "", nil)
-	for try := len(p.drops) + 2; err != nil && ctx.Err() == nil; try++ { // a link error: another target
-		pause(ctx, 100*time.Millisecond)
+	for try := len(p.drops) + 2; ctx.Err() == nil; try++ {
+		switch {
+		case err != nil: // a link error: another target
+			pause(ctx, 100*time.Millisecond)
+		case a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable:
+			v.throttled++
+			pause(ctx, cmp.Or(a.retryAfter, time.Second))
+		default:
+			try = -1
+		}
+		if try < 0 {
+			break
+		}
 		a, err = cl.attempt(ctx, p, try, resumeRetry, "", nil)
 	}
 	switch {
 	case err != nil:
 		v.problem("replay: %v", err)
+	case a.status != http.StatusOK:
+		v.problem("replay: status %d", a.status)
 	case !a.done || len(a.events) != len(got):
 		v.problem("replay: %d events, done=%v; streamed %d", len(a.events), a.done, len(got))
 	default:
 		for i := range got {
 			if a.events[i] != got[i] {
-				v.problem("replay differs at event %d", i+1)
+				v.problem("replay differs at event %d: %+v, streamed %+v", i+1, a.events[i], got[i])
 				break
 			}
 		}
+	}
+
+	// Read last, so a generation the replay caused is counted too.
+	rep, err := cl.ledgerFor(ctx, p.prompt)
+	if err != nil {
+		v.problem("ledger: %v", err)
+		return
+	}
+	// Every generation before the one that completed broke (the client may
+	// have seen it break, or only the next one's first event).
+	if len(got) > 0 {
+		if gen, _, ok := position(got[0].id); ok {
+			v.regenerated = max(v.regenerated, int(gen)-1)
+		}
+	}
+	if allowed := 1 + v.regenerated; rep.Entry.Generations > allowed || rep.Entry.Generations < 1 {
+		v.extra += max(rep.Entry.Generations-allowed, 0)
+		v.problem("upstream generated %d times (%d broken)", rep.Entry.Generations, v.regenerated)
+	}
+	// The content is one completed generation's, byte for byte.
+	matched, completed := false, 0
+	for _, g := range rep.Generations {
+		if g.Completed {
+			completed++
+			matched = matched || g.Content == content.String()
+		}
+	}
+	if !matched {
+		v.lost++
+		v.problem("content (%d bytes) is none of the upstream's %d completed generations", content.Len(), completed)
 	}
 }
 
