@@ -203,23 +203,7 @@ func TestChaosBugOwnerDiedAfterDone(t *testing.T) {
 			id := resume.StreamID("anonymous", key)
 			ctx := waitCtx(t, 30*time.Second)
 
-			ghost, err := nats.Connect(e.natsURL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ghost.Close()
-			j, err := journal.Open(ctx, ghost, journal.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rm, err := resume.New(resume.Config{Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "ghost", Lease: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := rm.Begin(ctx, resume.Request{ID: id, Key: key, Path: chatPath, Fingerprint: resume.Fingerprint(chatPath, []byte(body)), Stream: true})
-			if err != nil || out.Decision != resume.Start {
-				t.Fatalf("ghost Begin: %+v, %v", out.Decision, err)
-			}
+			ghost, j := beginOutside(t, e, "ghost", key, body, nil)
 			// The upstream's stream, journaled event by event.
 			upstream := readEvents(t, do(t, "POST", e.llmSrv.URL+chatPath, body), -1)
 			var acked atomic.Int64
@@ -302,24 +286,11 @@ func TestChaosBugOwnerOutlivedLease(t *testing.T) {
 	ref := journal.Ref{ID: id, Gen: 1}
 	ctx := waitCtx(t, 30*time.Second)
 
-	nc, err := nats.Connect(e.natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	j, err := journal.Open(ctx, nc, journal.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := &lapsingStore{Journal: j}
-	rm, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "cut-off", Lease: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := rm.Begin(ctx, resume.Request{ID: id, Key: key, Path: chatPath, Fingerprint: resume.Fingerprint(chatPath, []byte(body)), Stream: true})
-	if err != nil || out.Decision != resume.Start {
-		t.Fatalf("owner Begin: %+v, %v", out.Decision, err)
-	}
+	var store *lapsingStore
+	_, j := beginOutside(t, e, "cut-off", key, body, func(j *journal.Journal) resume.Store {
+		store = &lapsingStore{Journal: j}
+		return store
+	})
 	store.lapsed.Store(true) // renewals fail from now on; appends do not
 	upstream := readEvents(t, do(t, "POST", e.llmSrv.URL+chatPath, body), -1)
 	var acked atomic.Int64
@@ -357,4 +328,37 @@ func TestChaosBugOwnerOutlivedLease(t *testing.T) {
 	if fresh[len(fresh)-1].Data != "[DONE]" || !strings.HasPrefix(fresh[0].ID, "2-") {
 		t.Fatalf("the key did not regenerate as generation 2: %+v … %+v", fresh[0], fresh[len(fresh)-1])
 	}
+}
+
+// beginOutside begins generation 1 of key (a streamed chat of body, in the
+// anonymous tenant) as an owner outside the instances under test: its own
+// NATS connection, journal and resume manager (lease 1 s), whose record
+// store wrap may replace (nil: the journal's). The connection closes with
+// the test; closing it earlier is the owner's death.
+func beginOutside(t *testing.T, e *env, owner, key, body string, wrap func(*journal.Journal) resume.Store) (*nats.Conn, *journal.Journal) {
+	t.Helper()
+	ctx := waitCtx(t, 30*time.Second)
+	nc, err := nats.Connect(e.natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	j, err := journal.Open(ctx, nc, journal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var store resume.Store = j
+	if wrap != nil {
+		store = wrap(j)
+	}
+	rm, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: owner, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resume.StreamID("anonymous", key)
+	out, err := rm.Begin(ctx, resume.Request{ID: id, Key: key, Path: chatPath, Fingerprint: resume.Fingerprint(chatPath, []byte(body)), Stream: true})
+	if err != nil || out.Decision != resume.Start {
+		t.Fatalf("%s Begin: %+v, %v", owner, out.Decision, err)
+	}
+	return nc, j
 }
