@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorilla/websocket"
 	sse "github.com/tmaxmax/go-sse"
 )
 
@@ -71,6 +72,7 @@ func (s summary) String() string {
 // Resume modes.
 const (
 	resumeGet   = "get"   // GET /v1/streams/{key}, Last-Event-ID
+	resumeWS    = "ws"    // WebSocket on /v1/streams/{key}, ?last_event_id=
 	resumePost  = "post"  // POST, same key, Last-Event-ID
 	resumeRetry = "retry" // POST, same key, no Last-Event-ID: a full replay, deduplicated by id
 )
@@ -105,7 +107,7 @@ func newPlan(rng *rand.Rand, c config, i int) plan {
 		key:    fmt.Sprintf("chaos-%d-%d", c.seed, i),
 		prompt: fmt.Sprintf("reprise-chaos %d-%d [tokens=%d] [delay=%dms]", c.seed, i, tokens, delay),
 	}
-	modes := []string{resumeGet, resumePost, resumeRetry}
+	modes := []string{resumeGet, resumePost, resumeRetry, resumeWS}
 	for range 1 + rng.IntN(c.maxDrops) {
 		d := drop{resume: modes[rng.IntN(len(modes))]}
 		switch n := rng.IntN(10); {
@@ -246,7 +248,7 @@ func (cl *client) run(ctx context.Context, p plan) (v verdict) {
 		case err == nil && !a.dropped && !a.done && a.status == http.StatusOK:
 			early++ // the server ended the stream without [DONE] or an error
 		}
-		if a.status == http.StatusNotFound && mode == resumeGet {
+		if a.status == http.StatusNotFound && (mode == resumeGet || mode == resumeWS) {
 			// The first POST never reached reprise (dropped in flight): nothing to resume.
 			mode = resumePost
 			continue
@@ -375,7 +377,7 @@ func refused(evs []event) bool {
 		return false
 	}
 	switch errorCode(evs) {
-	case "too_many_generations", "upstream_saturated", "too_many_readers":
+	case "too_many_generations", "upstream_saturated", "too_many_readers", "shutting_down":
 		return true
 	}
 	return false
@@ -536,6 +538,11 @@ func (cl *client) attempt(ctx context.Context, p plan, try int, mode, last strin
 		timer := time.AfterFunc(d.wait, func() { gaveUp.Store(true); cancel() })
 		defer timer.Stop()
 	}
+	if mode == resumeWS {
+		err := cl.websocket(ctx, p.target(cl.cfg, try), p, last, d, &a)
+		a.dropped = a.dropped || gaveUp.Load()
+		return a, err
+	}
 	req, err := cl.request(ctx, p.target(cl.cfg, try), p, mode, last)
 	if err != nil {
 		return a, err
@@ -602,4 +609,56 @@ func (cl *client) request(ctx context.Context, target string, p plan, mode, last
 		req.Header.Set("Last-Event-ID", last)
 	}
 	return req, nil
+}
+
+// websocket reads key's stream over a WebSocket, one JSON frame per event,
+// until [DONE], the end of the stream, or the drop d.
+func (cl *client) websocket(ctx context.Context, target string, p plan, last string, d *drop, a *attempt) error {
+	u := "ws" + strings.TrimPrefix(target, "http") + "/v1/streams/" + url.PathEscape(p.key)
+	if last != "" {
+		u += "?last_event_id=" + url.QueryEscape(last)
+	}
+	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second}
+	conn, resp, err := dialer.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + cl.cfg.token}})
+	if resp != nil {
+		a.status = resp.StatusCode
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			a.retryAfter = time.Duration(secs) * time.Second
+		}
+	}
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil // the status says it
+		}
+		return err
+	}
+	defer conn.Close()
+	a.status = http.StatusOK
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if d != nil && d.kind == dropAfterHead {
+		a.dropped = true
+		return nil
+	}
+	for {
+		var f struct{ ID, Event, Data string }
+		if err := conn.ReadJSON(&f); err != nil {
+			if websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+				return nil
+			}
+			return err
+		}
+		if f.Data == "[DONE]" {
+			a.done = true
+			return nil
+		}
+		if f.Event == "message" { // SSE's default type, named
+			f.Event = ""
+		}
+		a.events = append(a.events, event{id: f.ID, typ: f.Event, data: f.Data})
+		if d != nil && d.kind == dropAfterEvents && len(a.events) >= d.events {
+			a.dropped = true
+			return nil
+		}
+	}
 }

@@ -2,11 +2,11 @@
 // opens many concurrent streamed chats through reprise, drops each one 1–5
 // times at random points (the client hangs up after k events, right after the
 // response head, or before the request is answered), resumes it at random by
-// GET + Last-Event-ID, POST + Last-Event-ID or a plain retry of the POST, and
-// checks every key against the upstream's ledger: the reassembled content is
-// byte-equal to what the upstream generated, no event id is seen twice on a
-// resume and none is skipped, the upstream generated once, and the completed
-// key replays identically.
+// GET + Last-Event-ID, a WebSocket with ?last_event_id=, POST + Last-Event-ID
+// or a plain retry of the POST, and checks every key against the upstream's
+// ledger: the reassembled content is byte-equal to what the upstream
+// generated, no event id is seen twice on a resume and none is skipped, the
+// upstream generated once, and the completed key replays identically.
 //
 // The upstream must be the fake model (cmd/mockllm), whose /ledger it reads:
 //
