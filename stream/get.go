@@ -160,6 +160,12 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec
 		writeError(w, errTooManyReaders)
 		return
 	}
+	if c := s.detach(w, r); c != nil {
+		go s.serveDetached(c, func(ctx context.Context, out eventWriter) error {
+			return s.follow(ctx, out, id, rec, cur)
+		}, release)
+		return
+	}
 	defer release()
 	out, err := newSSEWriter(w, r, s.cfg.WriteTimeout)
 	if err != nil {

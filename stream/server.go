@@ -213,6 +213,8 @@ type Server struct {
 
 	proxyKeys map[string]bool // tenant ids of the static proxy keys
 
+	detached *detached // SSE readers on connections taken over from net/http
+
 	mu      sync.Mutex
 	closing bool
 	gens    map[string]int // running generations per tenant
@@ -225,7 +227,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Policy.BreakerOpen, cfg.Journal.Stats), mux: http.NewServeMux(),
-		proxyKeys: map[string]bool{}, gens: map[string]int{}, readers: map[string]int{}}
+		proxyKeys: map[string]bool{}, gens: map[string]int{}, readers: map[string]int{}, detached: newDetached()}
 	for _, k := range cfg.ProxyKeys {
 		s.proxyKeys[s.tenantOf(k)] = true
 	}

@@ -234,6 +234,7 @@ func (in *instance) stop(tb testing.TB) {
 	if err := in.srv.Shutdown(ctx); err != nil && !in.lenient {
 		tb.Errorf("%s: shutdown: %v", in.name, err)
 	}
+	in.srv.Close(cutNow)
 	in.hs.CloseClientConnections()
 	in.hs.Close()
 	in.nc.Close()

@@ -152,6 +152,14 @@ func (e *env) startProxy() {
 	e.URL = e.hs.URL
 }
 
+// cutNow is a context that has ended: Server.Close with it cuts every
+// reader at once, as CloseClientConnections does for net/http's.
+var cutNow = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
 // stopProxy shuts the proxy down gracefully (running generations finish).
 func (e *env) stopProxy() {
 	e.tb.Helper()
@@ -164,6 +172,7 @@ func (e *env) stopProxy() {
 	if err := e.srv.Shutdown(ctx); err != nil && !e.opt.abandon {
 		e.tb.Errorf("shutdown: %v", err)
 	}
+	e.srv.Close(cutNow) // readers on connections taken over from net/http
 	e.hs.CloseClientConnections()
 	e.hs.Close()
 }

@@ -214,6 +214,7 @@ func (s *stack) close() {
 	if s.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		_ = s.srv.Shutdown(ctx)
+		s.srv.Close(ctx) // readers on connections taken over from net/http
 		cancel()
 	}
 	for _, hs := range []*http.Server{s.rep, s.pass, s.up} {

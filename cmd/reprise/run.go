@@ -121,9 +121,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	// journal; they can resume anywhere else.
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelClose()
+	readersClosed := make(chan struct{})
+	go func() { srv.Close(closeCtx); close(readersClosed) }() // SSE readers net/http handed over
 	if err := hs.Shutdown(closeCtx); err != nil {
 		_ = hs.Close()
 	}
+	<-readersClosed
 	log.Info("reprise stopped")
 	return nil
 }

@@ -1,0 +1,188 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/reprise-dev/reprise/stream"
+)
+
+// SSE readers on HTTP/1 are served on connections taken over from net/http
+// (stream/detach.go). These tests talk raw HTTP/1 to see the wire.
+
+// rawRequest sends req on a new connection to base and returns the
+// connection and a reader positioned after the response head, with the head
+// parsed.
+func rawRequest(t *testing.T, base, req string) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, br, resp
+}
+
+// TestDetachedResponse: the head of a taken-over SSE response carries the
+// handler's headers and Connection: close, the body is plain SSE up to
+// [DONE], and the server then closes the connection; HTTP/1.0 gets an
+// HTTP/1.0 status line.
+func TestDetachedResponse(t *testing.T) {
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=4]")
+	body := chatBody(prompt, true)
+	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		key := "k-detached-" + strings.ReplaceAll(proto, "/", "")
+		req := fmt.Sprintf("POST /v1/chat/completions %s\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n%s", proto, key, len(body), body)
+		_, br, resp := rawRequest(t, e.URL, req)
+		if resp.Proto != proto || resp.StatusCode != 200 {
+			t.Fatalf("%s: answered %s %d", proto, resp.Proto, resp.StatusCode)
+		}
+		h := resp.Header
+		if h.Get("Content-Type") != "text/event-stream" || h.Get("Cache-Control") != "no-cache" || h.Get("X-Accel-Buffering") != "no" ||
+			h.Get("Idempotency-Key") != key || !strings.HasPrefix(h.Get("Location"), "/v1/streams/"+key+"?token=") || h.Get("Date") == "" ||
+			!resp.Close || h.Get("Transfer-Encoding") != "" || resp.ContentLength != -1 {
+			t.Fatalf("%s: head %v (close %v, length %d)", proto, h, resp.Close, resp.ContentLength)
+		}
+		var evs []event
+		for ev, err := range sse.Read(br, nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data})
+		}
+		checkComplete(t, evs, prompt, 4) // the body ended with the connection, after [DONE]
+	}
+}
+
+// TestDetachedClientLeaves: a reader that hangs up gives its place back at
+// once (the connection is watched, not found dead at the next write), and
+// a later reader of the key gets the rest.
+func TestDetachedClientLeaves(t *testing.T) {
+	e := newEnv(t, withConfig(func(c *stream.Config) { c.MaxReadersPerKey = 1; c.Heartbeat = time.Minute }))
+	prompt := uniquePrompt(t, "[tokens=40] [delay=50ms]")
+	key := "k-leaves"
+	body := chatBody(prompt, true)
+	conn, br, _ := rawRequest(t, e.URL, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body))
+	var got []event
+	for ev, err := range sse.Read(br, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = append(got, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data}); len(got) == 2 {
+			break
+		}
+	}
+	conn.Close()
+	left := time.Now()
+	for {
+		resp := do(t, "GET", e.URL+"/v1/streams/k-leaves", "", "Last-Event-ID", lastID(got))
+		if resp.StatusCode == http.StatusTooManyRequests {
+			readBody(t, resp)
+			if time.Since(left) > time.Second { // the generation runs 2s more
+				t.Fatal("the reader that left still holds its place after 1s")
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		t.Logf("place back after %s", time.Since(left).Round(time.Millisecond))
+		rest := readEvents(t, resp, -1)
+		checkComplete(t, append(got, rest...), prompt, 40)
+		return
+	}
+}
+
+// TestDetachedClose: Server.Close lets readers of finishing generations
+// end on their own, and cuts the rest when its context ends.
+func TestDetachedClose(t *testing.T) {
+	e := newEnv(t, withAbandon()) // the long generation is still running at the end
+	short := uniquePrompt(t, "[tokens=5] [delay=20ms]")
+	long := uniquePrompt(t, "[tokens=1000] [delay=50ms]")
+	a := do(t, "POST", e.URL+chatPath, chatBody(short, true), "Idempotency-Key", "k-close-short")
+	b := do(t, "POST", e.URL+chatPath, chatBody(long, true), "Idempotency-Key", "k-close-long")
+	defer a.Body.Close()
+	defer b.Body.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	e.srv.Close(ctx)
+	if took := time.Since(start); took < time.Second {
+		t.Fatalf("Close returned after %s, before its context ended, with a reader of a long generation", took)
+	}
+	checkComplete(t, readEvents(t, a, -1), short, 5) // finished on its own
+	evs := readEvents(t, b, -1)                      // cut: no [DONE]
+	if len(evs) == 0 || evs[len(evs)-1].Data == "[DONE]" {
+		t.Fatalf("the long reader got %d events ending %+v, want a cut stream", len(evs), evs[len(evs)-1])
+	}
+	// Readers after Close are served by net/http.
+	c := do(t, "GET", e.URL+"/v1/streams/k-close-short", "")
+	if c.Close || c.StatusCode != 200 {
+		t.Fatalf("a reader after Close: %d, close %v; want net/http's keep-alive response", c.StatusCode, c.Close)
+	}
+	checkComplete(t, readEvents(t, c, -1), short, 5)
+}
+
+// TestDetachedNotOverHTTP2: HTTP/2 cannot be taken over; the stream is
+// served by net/http as before.
+func TestDetachedNotOverHTTP2(t *testing.T) {
+	e := newEnv(t)
+	hs := httptest.NewUnstartedServer(e.srv)
+	hs.EnableHTTP2 = true
+	hs.StartTLS()
+	t.Cleanup(hs.Close)
+	client := hs.Client()
+	prompt := uniquePrompt(t, "[tokens=3]")
+	req, err := http.NewRequestWithContext(waitCtx(t, 20*time.Second), "POST", hs.URL+chatPath, strings.NewReader(chatBody(prompt, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "k-h2")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ProtoMajor != 2 || resp.TLS == nil || resp.TLS.NegotiatedProtocol != "h2" {
+		t.Fatalf("proto %s (tls %v)", resp.Proto, resp.TLS != nil)
+	}
+	checkComplete(t, readEvents(t, resp, -1), prompt, 3)
+}
+
+// TestDetachedPipelined: a request pipelined behind a streamed one is not
+// answered on that connection (Connection: close says so); the stream is.
+func TestDetachedPipelined(t *testing.T) {
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=3]")
+	body := chatBody(prompt, true)
+	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: k-pipe\r\nContent-Length: %d\r\n\r\n%sGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", len(body), body)
+	_, br, resp := rawRequest(t, e.URL, req)
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("%d, close %v", resp.StatusCode, resp.Close)
+	}
+	var evs []event
+	for ev, err := range sse.Read(br, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data})
+	}
+	checkComplete(t, evs, prompt, 3)
+}
