@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// An SSE reader on HTTP/1.x is served on a connection taken over from
-// net/http: the handler returns, and with it net/http's state for the
+// An SSE reader of a stream's Location (GET) on HTTP/1.x is served on a
+// connection taken over from net/http: the handler returns, and with it net/http's state for the
 // connection — its 4 KiB read buffer, its 4 + 2 KiB write buffers, the
 // request, and the handler goroutine with the stack it grew deciding the
 // request. What an idle reader keeps is its socket, one goroutine following
@@ -21,7 +21,10 @@ import (
 //
 // The response is delimited by closing the connection (Connection: close, no
 // chunking), which every HTTP/1 client and EventSource understands; a
-// client reconnects for its next request, as it does to resume anyway.
+// client reconnects for its next request, as it does to resume anyway. The
+// answer to a POST is not detached: its client (an SDK) sends its next
+// request on the same kept-alive connection, and a new TCP (and TLS)
+// handshake per request would cost more than the memory saved.
 // HTTP/2 connections cannot be taken over and are served by net/http.
 
 // detached readers, tracked so Close can end them: http.Server's Shutdown

@@ -160,11 +160,16 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec
 		writeError(w, errTooManyReaders)
 		return
 	}
-	if c := s.detach(w, r); c != nil {
-		go s.serveDetached(c, func(ctx context.Context, out eventWriter) error {
-			return s.follow(ctx, out, id, rec, cur)
-		}, release)
-		return
+	// Readers of the Location (EventSource, resumes, watchers: the idle
+	// connections) are detached; a POST's answer stays with net/http, which
+	// keeps its connection alive for the client's next request.
+	if r.Method == http.MethodGet {
+		if c := s.detach(w, r); c != nil {
+			go s.serveDetached(c, func(ctx context.Context, out eventWriter) error {
+				return s.follow(ctx, out, id, rec, cur)
+			}, release)
+			return
+		}
 	}
 	defer release()
 	out, err := newSSEWriter(w, r, s.cfg.WriteTimeout)

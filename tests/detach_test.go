@@ -41,24 +41,28 @@ func rawRequest(t *testing.T, base, req string) (net.Conn, *bufio.Reader, *http.
 	return conn, br, resp
 }
 
-// TestDetachedResponse: the head of a taken-over SSE response carries the
-// handler's headers and Connection: close, the body is plain SSE up to
-// [DONE], and the server then closes the connection; HTTP/1.0 gets an
-// HTTP/1.0 status line.
+// TestDetachedResponse: the head of a taken-over SSE response (a GET of
+// the Location) carries the handler's headers and Connection: close, the
+// body is plain SSE up to [DONE], and the server then closes the
+// connection; HTTP/1.0 gets an HTTP/1.0 status line. The POST's own answer
+// stays with net/http and keeps its connection.
 func TestDetachedResponse(t *testing.T) {
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=4]")
-	body := chatBody(prompt, true)
+	key := "k-detached"
+	post := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
+	if post.Close || post.Header.Get("Connection") != "" {
+		t.Fatalf("the POST's answer closes its connection: %v", post.Header)
+	}
+	checkComplete(t, readEvents(t, post, -1), prompt, 4)
 	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
-		key := "k-detached-" + strings.ReplaceAll(proto, "/", "")
-		req := fmt.Sprintf("POST /v1/chat/completions %s\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n%s", proto, key, len(body), body)
-		_, br, resp := rawRequest(t, e.URL, req)
+		_, br, resp := rawRequest(t, e.URL, fmt.Sprintf("GET /v1/streams/%s %s\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n", key, proto))
 		if resp.Proto != proto || resp.StatusCode != 200 {
 			t.Fatalf("%s: answered %s %d", proto, resp.Proto, resp.StatusCode)
 		}
 		h := resp.Header
 		if h.Get("Content-Type") != "text/event-stream" || h.Get("Cache-Control") != "no-cache" || h.Get("X-Accel-Buffering") != "no" ||
-			h.Get("Idempotency-Key") != key || !strings.HasPrefix(h.Get("Location"), "/v1/streams/"+key+"?token=") || h.Get("Date") == "" ||
+			h.Get("Idempotency-Key") != key || h.Get("Date") == "" ||
 			!resp.Close || h.Get("Transfer-Encoding") != "" || resp.ContentLength != -1 {
 			t.Fatalf("%s: head %v (close %v, length %d)", proto, h, resp.Close, resp.ContentLength)
 		}
@@ -80,14 +84,29 @@ func TestDetachedClientLeaves(t *testing.T) {
 	e := newEnv(t, withConfig(func(c *stream.Config) { c.MaxReadersPerKey = 1; c.Heartbeat = time.Minute }))
 	prompt := uniquePrompt(t, "[tokens=40] [delay=50ms]")
 	key := "k-leaves"
-	body := chatBody(prompt, true)
-	conn, br, _ := rawRequest(t, e.URL, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body))
-	var got []event
+	post := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
+	first := readEvents(t, post, 1)
+	post.Body.Close() // the POSTing client leaves; a GET reader takes the place
+	var conn net.Conn
+	var br *bufio.Reader
+	for {
+		var resp *http.Response
+		conn, br, resp = rawRequest(t, e.URL, fmt.Sprintf("GET /v1/streams/%s HTTP/1.1\r\nHost: x\r\nLast-Event-ID: %s\r\n\r\n", key, lastID(first)))
+		if resp.StatusCode == http.StatusOK {
+			if !resp.Close {
+				t.Fatal("the GET reader was not detached")
+			}
+			break
+		}
+		conn.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := first
 	for ev, err := range sse.Read(br, nil) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got = append(got, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data}); len(got) == 2 {
+		if got = append(got, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data}); len(got) == 3 {
 			break
 		}
 	}
@@ -116,10 +135,16 @@ func TestDetachedClose(t *testing.T) {
 	e := newEnv(t, withAbandon()) // the long generation is still running at the end
 	short := uniquePrompt(t, "[tokens=5] [delay=20ms]")
 	long := uniquePrompt(t, "[tokens=1000] [delay=50ms]")
-	a := do(t, "POST", e.URL+chatPath, chatBody(short, true), "Idempotency-Key", "k-close-short")
-	b := do(t, "POST", e.URL+chatPath, chatBody(long, true), "Idempotency-Key", "k-close-long")
+	for key, prompt := range map[string]string{"k-close-short": short, "k-close-long": long} {
+		readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key), 1) // and leave
+	}
+	a := do(t, "GET", e.URL+"/v1/streams/k-close-short", "")
+	b := do(t, "GET", e.URL+"/v1/streams/k-close-long", "")
 	defer a.Body.Close()
 	defer b.Body.Close()
+	if !a.Close || !b.Close {
+		t.Fatal("the readers were not detached")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -166,14 +191,13 @@ func TestDetachedNotOverHTTP2(t *testing.T) {
 	checkComplete(t, readEvents(t, resp, -1), prompt, 3)
 }
 
-// TestDetachedPipelined: a request pipelined behind a streamed one is not
+// TestDetachedPipelined: a request pipelined behind a stream's GET is not
 // answered on that connection (Connection: close says so); the stream is.
 func TestDetachedPipelined(t *testing.T) {
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=3]")
-	body := chatBody(prompt, true)
-	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: k-pipe\r\nContent-Length: %d\r\n\r\n%sGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", len(body), body)
-	_, br, resp := rawRequest(t, e.URL, req)
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-pipe"), -1)
+	_, br, resp := rawRequest(t, e.URL, "GET /v1/streams/k-pipe HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp.StatusCode != 200 || !resp.Close {
 		t.Fatalf("%d, close %v", resp.StatusCode, resp.Close)
 	}
