@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -182,7 +183,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec
 	}
 }
 
-var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 16 << 10}
+// upgrader lends its 16 KiB write buffers from a pool while a frame is
+// written, so an idle WebSocket reader holds none.
+var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 16 << 10, WriteBufferPool: &sync.Pool{}}
 
 // serveWS answers with one JSON text frame per event.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
