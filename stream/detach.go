@@ -135,17 +135,23 @@ type connWriter struct {
 
 var writeBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
 
-// watch reads until the client closes the connection (or sends something
-// unexpected, or the connection is closed here), then calls gone.
+// maxTalk is how much a client may send on a detached connection (a
+// request pipelined behind the GET, ignored) before it is cut.
+const maxTalk = 8 << 10
+
+// watch reads until the client closes the connection, or the connection is
+// closed here, or the client sent more than maxTalk; then it calls gone.
 func (c *connWriter) watch(gone func()) {
 	defer close(c.left)
-	var b [1]byte
-	for {
-		if _, err := c.conn.Read(b[:]); err != nil {
-			gone()
-			return
+	var b [512]byte
+	for talked := 0; talked <= maxTalk; {
+		n, err := c.conn.Read(b[:])
+		if err != nil {
+			break
 		}
+		talked += n
 	}
+	gone()
 }
 
 func (c *connWriter) Header() http.Header { return c.header }

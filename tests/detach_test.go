@@ -210,3 +210,28 @@ func TestDetachedPipelined(t *testing.T) {
 	}
 	checkComplete(t, evs, prompt, 3)
 }
+
+// TestDetachedChattyClient: a client that keeps sending on a detached
+// stream's connection is cut once it sent more than a pipelined request
+// could need, instead of being read forever.
+func TestDetachedChattyClient(t *testing.T) {
+	e := newEnv(t, withAbandon())
+	prompt := uniquePrompt(t, "[tokens=1000] [delay=50ms]")
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-chatty"), 1)
+	conn, br, resp := rawRequest(t, e.URL, "GET /v1/streams/k-chatty HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("%d, close %v", resp.StatusCode, resp.Close)
+	}
+	if _, err := conn.Write(make([]byte, 16<<10)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, err := range sse.Read(br, nil) {
+		if err != nil {
+			break
+		}
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the chatty client's stream ran on for %s", took)
+	}
+}
