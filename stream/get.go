@@ -178,7 +178,16 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec
 		writeError(w, newError(http.StatusInternalServerError, "streaming_unsupported", "the connection cannot stream"))
 		return
 	}
-	if err := s.follow(r.Context(), out, id, rec, cur); err != nil && r.Context().Err() == nil {
+	err = s.follow(r.Context(), out, id, rec, cur)
+	if r.Context().Err() != nil {
+		// The request was canceled — usually its client is gone, but not
+		// always (a balancer's connection to this instance can end while
+		// the balancer's client still reads): a response ended cleanly here
+		// would reach that client as a complete stream that lacks its end.
+		// Aborting makes it a broken one, which clients resume.
+		panic(http.ErrAbortHandler)
+	}
+	if err != nil {
 		s.cfg.Logger.Debug("client stream ended", "err", err)
 	}
 }

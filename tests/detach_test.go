@@ -235,3 +235,41 @@ func TestDetachedChattyClient(t *testing.T) {
 		t.Fatalf("the chatty client's stream ran on for %s", took)
 	}
 }
+
+// TestCanceledStreamIsBroken: when a stream's request is canceled while
+// its connection is still open (seen behind Caddy: the balancer's client
+// still reading), the answer must not end like a complete response: the
+// client sees a broken stream, which it resumes, never a clean end without
+// [DONE].
+func TestCanceledStreamIsBroken(t *testing.T) {
+	e := newEnv(t)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		time.AfterFunc(200*time.Millisecond, cancel)
+		e.srv.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	t.Cleanup(hs.Close)
+	prompt := uniquePrompt(t, "[tokens=100] [delay=20ms]")
+	resp := do(t, "POST", hs.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-canceled")
+	if resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("%d, close %v", resp.StatusCode, resp.Close)
+	}
+	var n int
+	var readErr error
+	for ev, err := range sse.Read(resp.Body, nil) {
+		if err != nil {
+			readErr = err
+			break
+		}
+		if ev.Data == "[DONE]" {
+			t.Fatal("the stream completed within the 200 ms before its request was canceled")
+		}
+		n++
+	}
+	resp.Body.Close()
+	if readErr == nil {
+		t.Fatalf("the canceled stream ended cleanly after %d events, without [DONE] or an error", n)
+	}
+	t.Logf("after %d events: %v", n, readErr)
+}

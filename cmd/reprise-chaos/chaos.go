@@ -203,6 +203,7 @@ type event struct{ id, typ, data string }
 
 // attempt is one connection's outcome.
 type attempt struct {
+	header     http.Header // of the answer, for reports
 	status     int
 	retryAfter time.Duration // of a refusal
 	events     []event
@@ -445,7 +446,11 @@ func (cl *client) check(ctx context.Context, p plan, got []event, v *verdict) {
 	case a.status != http.StatusOK:
 		v.problem("replay: status %d", a.status)
 	case !a.done || len(a.events) != len(got):
-		v.problem("replay: %d events, done=%v; streamed %d", len(a.events), a.done, len(got))
+		var last event
+		if len(a.events) > 0 {
+			last = a.events[len(a.events)-1]
+		}
+		v.problem("replay: %d events, done=%v, the last %+v; streamed %d; answer %v", len(a.events), a.done, last, len(got), a.header)
 	default:
 		for i := range got {
 			if a.events[i] != got[i] {
@@ -553,7 +558,7 @@ func (cl *client) attempt(ctx context.Context, p plan, try int, mode, last strin
 		return a, err
 	}
 	defer resp.Body.Close()
-	a.status = resp.StatusCode
+	a.status, a.header = resp.StatusCode, resp.Header
 	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
 		a.retryAfter = time.Duration(secs) * time.Second
 	}
