@@ -940,7 +940,7 @@ func TestSeal(t *testing.T) {
 		t.Fatalf("Seal without an end marker: %v, want ErrInvalidOption", err)
 	}
 	ended := writeGen(t, j, journal.Ref{ID: "seal-ended", Gen: 1}, 3, journal.EndFailed)
-	if end, err := j.Seal(ctx, journal.Ref{ID: "seal-ended", Gen: 1}, journal.EndAs(journal.EndCompleted)); err != nil || !sameEvent(end, ended[3]) {
+	if end, err := j.Seal(ctx, journal.Ref{ID: "seal-ended", Gen: 1}, endAs(journal.EndCompleted)); err != nil || !sameEvent(end, ended[3]) {
 		t.Fatalf("Seal of an ended generation = %+v, %v; want its own end marker %+v", end, err, ended[3])
 	}
 
@@ -954,11 +954,11 @@ func TestSeal(t *testing.T) {
 		}
 	}
 	poll(t, waitTimeout, "5 events stored", func() bool { return w.Stored() == 5 })
-	end, err := j.Seal(ctx, ref, journal.EndAs(journal.EndCompleted))
+	end, err := j.Seal(ctx, ref, endAs(journal.EndCompleted))
 	if err != nil || end.Offset != 6 || end.End != journal.EndCompleted || end.Seq == 0 {
 		t.Fatalf("Seal = %+v, %v; want the completed end marker at 6", end, err)
 	}
-	if again, err := j.Seal(ctx, ref, journal.EndAs(journal.EndFailed)); err != nil || !sameEvent(again, end) {
+	if again, err := j.Seal(ctx, ref, endAs(journal.EndFailed)); err != nil || !sameEvent(again, end) {
 		t.Fatalf("Seal again = %+v, %v; want %+v", again, err, end)
 	}
 	if err := w.Append(ctx, "", []byte("late")); err != nil {
@@ -985,6 +985,11 @@ func TestSeal(t *testing.T) {
 	if first, err := j.First(ctx, ref); err != nil || first.Offset != 1 || string(first.Data) != eventData(1) {
 		t.Fatalf("First = %+v, %v", first, err)
 	}
+}
+
+// endAs is a Seal ending that appends only an end marker with state.
+func endAs(state string) func(journal.Event, bool) []journal.Event {
+	return func(journal.Event, bool) []journal.Event { return []journal.Event{{End: state}} }
 }
 
 // TestSealFences: a generation sealed with an error before its writer

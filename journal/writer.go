@@ -367,9 +367,4 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 	return Event{}, fmt.Errorf("journal: seal: %w", ErrConflict)
 }
 
-// EndAs is a Seal ending that appends only an end marker with state.
-func EndAs(state string) func(Event, bool) []Event {
-	return func(Event, bool) []Event { return []Event{{End: state}} }
-}
-
 const maxSealTries = 8

@@ -65,8 +65,7 @@ func (s *Server) Close(ctx context.Context) {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
-	done := make(chan struct{})
-	go func() { d.wg.Wait(); close(done) }()
+	done := waited(&d.wg)
 	select {
 	case <-done:
 		return

@@ -274,8 +274,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.pumps.Wait(); close(done) }()
+	done := waited(&s.pumps)
 	select {
 	case <-done:
 		return nil
@@ -287,6 +286,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-time.After(15 * time.Second):
 	}
 	return ctx.Err()
+}
+
+// waited is closed once wg's count is zero.
+func waited(wg *sync.WaitGroup) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
 }
 
 // startPump registers a new generation and runs its pump; false when the

@@ -424,22 +424,7 @@ func (cl *client) check(ctx context.Context, p plan, got []event, v *verdict) {
 		content.WriteString(deltaContent(ev.data))
 	}
 	// A completed key replays identically, whatever the cursor history was.
-	a, err := cl.attempt(ctx, p, len(p.drops)+1, resumeRetry, "", nil)
-	for try := len(p.drops) + 2; ctx.Err() == nil; try++ {
-		switch {
-		case err != nil: // a link error: another target
-			pause(ctx, 100*time.Millisecond)
-		case a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable:
-			v.throttled++
-			pause(ctx, cmp.Or(a.retryAfter, time.Second))
-		default:
-			try = -1
-		}
-		if try < 0 {
-			break
-		}
-		a, err = cl.attempt(ctx, p, try, resumeRetry, "", nil)
-	}
+	a, err := cl.replay(ctx, p, v)
 	switch {
 	case err != nil:
 		v.problem("replay: %v", err)
@@ -488,6 +473,26 @@ func (cl *client) check(ctx context.Context, p plan, got []event, v *verdict) {
 	if !matched {
 		v.lost++
 		v.problem("content (%d bytes) is none of the upstream's %d completed generations", content.Len(), completed)
+	}
+}
+
+// replay asks for p's completed key from the start, through the next target
+// after a link error, and again after a refusal (counted in v), until an
+// answer comes or ctx ends.
+func (cl *client) replay(ctx context.Context, p plan, v *verdict) (attempt, error) {
+	for try := len(p.drops) + 1; ; try++ {
+		a, err := cl.attempt(ctx, p, try, resumeRetry, "", nil)
+		switch {
+		case ctx.Err() != nil:
+			return a, err
+		case err != nil:
+			pause(ctx, 100*time.Millisecond)
+		case a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable:
+			v.throttled++
+			pause(ctx, cmp.Or(a.retryAfter, time.Second))
+		default:
+			return a, nil
+		}
 	}
 }
 
