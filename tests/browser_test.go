@@ -13,7 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 	"github.com/reprise-dev/reprise/web"
 	"github.com/reprise-dev/reprise/web/webtest"
 )

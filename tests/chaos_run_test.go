@@ -19,7 +19,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // A chaos run is one key: a streamed chat whose client link is broken 1–5

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // Scenario tests of the chaos suite: fewer runs, one big fault each, the

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // Two reprise instances on one 3-node JetStream cluster (journal and

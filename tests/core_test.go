@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 const chatPath = "/v1/chat/completions"

@@ -23,7 +23,7 @@ import (
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // End-to-end tests of the call policy toward the upstream (package

@@ -21,7 +21,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // End-to-end tests of the security layer (stream/auth.go, capability.go,

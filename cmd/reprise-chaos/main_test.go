@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // TestAgainstReprise runs the client against a real reprise binary (embedded

@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -95,5 +97,22 @@ func TestConfigFile(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"--config", filepath.Join(dir, "missing")}, func(string) string { return "" }); err == nil {
 		t.Error("missing file accepted")
+	}
+}
+
+// The production binary links no test package: the demo model it serves
+// lives in web/mockllm, not under tests/.
+func TestBinaryImportsNoTestPackage(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "github.com/reprise-dev/reprise/tests") {
+			t.Errorf("cmd/reprise imports %s", pkg)
+		}
+	}
+	if !strings.Contains(string(out), "github.com/reprise-dev/reprise/web/mockllm") {
+		t.Error("cmd/reprise does not import the demo model (web/mockllm): the check looks at the wrong list")
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 	"github.com/reprise-dev/reprise/web"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tmaxmax/go-sse"
 
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // testTimeout bounds every test; nothing should get close to it.

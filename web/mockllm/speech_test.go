@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 func speechBody(input, responseFormat, streamFormat string) map[string]any {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tmaxmax/go-sse"
 
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 func TestAbortAfter(t *testing.T) {

@@ -1,6 +1,11 @@
-// Package mockllm is a deterministic, honest fake of an OpenAI-compatible
-// upstream. It exists only for tests and for the demo mode; it must never be
-// wired into a production proxy path.
+// Package mockllm is the demo model: a deterministic, honest fake of an
+// OpenAI-compatible upstream. `reprise --upstream demo` (the default) serves
+// it on a loopback port, cmd/mockllm runs it on its own, and the tests and
+// the benchmark use it as the upstream they cannot run for real.
+//
+// It is production code in that it ships in the binary, but it is never a
+// proxy path: reprise reaches it over HTTP like any other upstream, and it
+// must not import the proxy's packages.
 //
 // The fake owns three things:
 //

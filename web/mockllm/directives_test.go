@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 func unset() mockllm.Directives {

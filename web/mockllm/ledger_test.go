@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 func TestLedgerConcurrent(t *testing.T) {

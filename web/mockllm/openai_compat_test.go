@@ -7,7 +7,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/reprise-dev/reprise/tests/mockllm"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // TestOpenAIClientCompat checks that the official client accepts the fake's
