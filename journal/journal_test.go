@@ -601,48 +601,52 @@ func TestWriterFencedStoresNothing(t *testing.T) {
 func TestRecords(t *testing.T) {
 	j := newJournal(t)
 	ctx := waitCtx(t, waitTimeout)
-	existing, err := j.Create(ctx, "existing", []byte("v1"))
-	if err != nil {
-		t.Fatal(err)
+	existing, created, err := j.Create(ctx, "existing", []byte("v1"))
+	if err != nil || !created {
+		t.Fatalf("Create = %v, %v", created, err)
 	}
 	tests := []struct {
-		name    string
-		op      func() (uint64, error)
-		wantErr error
+		name   string
+		op     func() (rev uint64, ok bool, err error)
+		wantOK bool
 	}{
-		{"create new", func() (uint64, error) { return j.Create(ctx, "new", []byte("v")) }, nil},
-		{"create existing", func() (uint64, error) { return j.Create(ctx, "existing", []byte("v2")) }, journal.ErrConflict},
-		{"update stale revision", func() (uint64, error) { return j.Update(ctx, "existing", []byte("v2"), existing+100) }, journal.ErrConflict},
-		{"update zero revision", func() (uint64, error) { return j.Update(ctx, "existing", []byte("v2"), 0) }, journal.ErrConflict},
-		{"get missing", func() (uint64, error) { _, rev, err := j.Get(ctx, "missing"); return rev, err }, journal.ErrNotFound},
-		{"get existing", func() (uint64, error) { _, rev, err := j.Get(ctx, "existing"); return rev, err }, nil},
+		{"create new", func() (uint64, bool, error) { return j.Create(ctx, "new", []byte("v")) }, true},
+		{"create existing", func() (uint64, bool, error) { return j.Create(ctx, "existing", []byte("v2")) }, false},
+		{"update stale revision", func() (uint64, bool, error) { return j.Update(ctx, "existing", []byte("v2"), existing+100) }, false},
+		{"update zero revision", func() (uint64, bool, error) { return j.Update(ctx, "existing", []byte("v2"), 0) }, false},
+		{"update missing", func() (uint64, bool, error) { return j.Update(ctx, "missing", []byte("v2"), existing) }, false},
+		{"get missing", func() (uint64, bool, error) { _, rev, found, err := j.Get(ctx, "missing"); return rev, found, err }, false},
+		{"get existing", func() (uint64, bool, error) { _, rev, found, err := j.Get(ctx, "existing"); return rev, found, err }, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rev, err := tc.op()
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			rev, ok, err := tc.op()
+			if err != nil {
+				t.Fatalf("err = %v", err)
 			}
-			if err == nil && rev == 0 {
-				t.Fatal("revision 0 on success")
+			if ok != tc.wantOK {
+				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
+			}
+			if ok == (rev == 0) {
+				t.Fatalf("revision %d with ok %v", rev, ok)
 			}
 		})
 	}
 
 	// A good update moves the revision on; the old one is then stale.
-	rev, err := j.Update(ctx, "existing", []byte("v3"), existing)
-	if err != nil {
-		t.Fatal(err)
+	rev, ok, err := j.Update(ctx, "existing", []byte("v3"), existing)
+	if err != nil || !ok {
+		t.Fatalf("Update = %v, %v", ok, err)
 	}
 	if rev <= existing {
 		t.Fatalf("Update revision %d not above %d", rev, existing)
 	}
-	if _, err := j.Update(ctx, "existing", []byte("v4"), existing); !errors.Is(err, journal.ErrConflict) {
-		t.Fatalf("second update with the old revision: %v, want ErrConflict", err)
+	if _, ok, err := j.Update(ctx, "existing", []byte("v4"), existing); err != nil || ok {
+		t.Fatalf("second update with the old revision: %v, %v, want not updated", ok, err)
 	}
-	val, grev, err := j.Get(ctx, "existing")
-	if err != nil {
-		t.Fatal(err)
+	val, grev, found, err := j.Get(ctx, "existing")
+	if err != nil || !found {
+		t.Fatalf("Get = %v, %v", found, err)
 	}
 	if string(val) != "v3" || grev != rev {
 		t.Fatalf("Get = %q rev %d, want \"v3\" rev %d", val, grev, rev)
@@ -715,7 +719,7 @@ func TestRestartPersistence(t *testing.T) {
 	j := openJournal(t, nc, journal.Config{})
 	written := writeGen(t, j, ref, n, journal.EndCompleted)
 	ctx := waitCtx(t, waitTimeout)
-	rev, err := j.Create(ctx, "rec", []byte("kept"))
+	rev, _, err := j.Create(ctx, "rec", []byte("kept"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -724,8 +728,8 @@ func TestRestartPersistence(t *testing.T) {
 
 	e2 := startServer(t, dir)
 	j2 := openJournal(t, connect(t, e2), journal.Config{})
-	val, rev2, err := j2.Get(ctx, "rec")
-	if err != nil {
+	val, rev2, found, err := j2.Get(ctx, "rec")
+	if err != nil || !found {
 		t.Fatalf("Get after restart: %v", err)
 	}
 	if string(val) != "kept" || rev2 != rev {

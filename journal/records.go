@@ -14,52 +14,52 @@ import (
 // (a node the connection moves off, a bucket leader election).
 const recordRetry = 10 * time.Second
 
-// Get returns a record's value and revision, or ErrNotFound.
-func (j *Journal) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+// Get returns a record's value and revision; found is false when there is
+// no record.
+func (j *Journal) Get(ctx context.Context, id string) (value []byte, rev uint64, found bool, err error) {
 	var e jetstream.KeyValueEntry
-	err := retry(ctx, j.recordTries(), readRetryable, func(ctx context.Context) (err error) {
+	err = retry(ctx, j.recordTries(), readRetryable, func(ctx context.Context) (err error) {
 		e, err = j.kv.Get(ctx, id)
 		return err
 	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, ErrNotFound
+		return nil, 0, false, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("journal: get record: %w", err)
+		return nil, 0, false, fmt.Errorf("journal: get record: %w", err)
 	}
-	return e.Value(), e.Revision(), nil
+	return e.Value(), e.Revision(), true, nil
 }
 
-// Create stores a new record; ErrConflict if it exists.
-func (j *Journal) Create(ctx context.Context, id string, value []byte) (uint64, error) {
-	var rev uint64
-	err := retry(ctx, j.recordTries(), writeRetryable, func(ctx context.Context) (err error) {
+// Create stores a new record; created is false when one exists.
+func (j *Journal) Create(ctx context.Context, id string, value []byte) (rev uint64, created bool, err error) {
+	err = retry(ctx, j.recordTries(), writeRetryable, func(ctx context.Context) (err error) {
 		rev, err = j.kv.Create(ctx, id, value)
 		return err
 	})
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return 0, ErrConflict
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("journal: create record: %w", err)
+		return 0, false, fmt.Errorf("journal: create record: %w", err)
 	}
-	return rev, nil
+	return rev, true, nil
 }
 
-// Update replaces a record if its revision is still rev; ErrConflict if not.
-func (j *Journal) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
-	var nrev uint64
-	err := retry(ctx, j.recordTries(), writeRetryable, func(ctx context.Context) (err error) {
+// Update replaces a record if its revision is still rev; updated is false
+// when it changed (or there is none).
+func (j *Journal) Update(ctx context.Context, id string, value []byte, rev uint64) (nrev uint64, updated bool, err error) {
+	err = retry(ctx, j.recordTries(), writeRetryable, func(ctx context.Context) (err error) {
 		nrev, err = j.kv.Update(ctx, id, value, rev)
 		return err
 	})
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, ErrConflict
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("journal: update record: %w", err)
+		return 0, false, fmt.Errorf("journal: update record: %w", err)
 	}
-	return nrev, nil
+	return nrev, true, nil
 }
 
 func (j *Journal) recordTries() tries {

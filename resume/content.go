@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"time"
 )
 
@@ -32,18 +31,17 @@ type contentEntry struct {
 func (m *Manager) RememberContent(ctx context.Context, contentID, key string) error {
 	val, _ := json.Marshal(contentEntry{Key: key, At: m.cfg.Now()})
 	for range maxCAS {
-		_, err := m.cfg.Store.Create(ctx, contentID, val)
-		if !errors.Is(err, m.cfg.Conflict) {
+		if _, created, err := m.cfg.Store.Create(ctx, contentID, val); err != nil || created {
 			return err
 		}
-		_, rev, err := m.cfg.Store.Get(ctx, contentID)
-		if errors.Is(err, m.cfg.NotFound) {
-			continue
-		}
+		_, rev, found, err := m.cfg.Store.Get(ctx, contentID)
 		if err != nil {
 			return err
 		}
-		if _, err = m.cfg.Store.Update(ctx, contentID, val, rev); !errors.Is(err, m.cfg.Conflict) {
+		if !found {
+			continue
+		}
+		if _, updated, err := m.cfg.Store.Update(ctx, contentID, val, rev); err != nil || updated {
 			return err
 		}
 	}
@@ -52,11 +50,8 @@ func (m *Manager) RememberContent(ctx context.Context, contentID, key string) er
 
 // LookupContent returns the key given to contentID within the last window.
 func (m *Manager) LookupContent(ctx context.Context, contentID string, window time.Duration) (string, bool, error) {
-	val, _, err := m.cfg.Store.Get(ctx, contentID)
-	if errors.Is(err, m.cfg.NotFound) {
-		return "", false, nil
-	}
-	if err != nil {
+	val, _, found, err := m.cfg.Store.Get(ctx, contentID)
+	if err != nil || !found {
 		return "", false, err
 	}
 	var e contentEntry

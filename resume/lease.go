@@ -88,20 +88,20 @@ func (l *Lease) update(ctx context.Context, change func(*Record)) error {
 	for range maxCAS {
 		change(&rec)
 		rec.UpdatedAt = l.m.cfg.Now()
-		nrev, err := l.m.cfg.Store.Update(ctx, l.id, rec.encode(), rev)
-		if err == nil {
+		nrev, ok, err := l.m.cfg.Store.Update(ctx, l.id, rec.encode(), rev)
+		if err != nil {
+			return err
+		}
+		if ok {
 			l.rec, l.rev = rec, nrev
 			return nil
 		}
-		if !errors.Is(err, l.m.cfg.Conflict) {
+		val, crev, found, err := l.m.cfg.Store.Get(ctx, l.id)
+		if err != nil {
 			return err
 		}
-		val, crev, gerr := l.m.cfg.Store.Get(ctx, l.id)
-		if gerr != nil {
-			return gerr
-		}
 		cur, derr := decode(val)
-		if derr != nil || cur.Generation != l.rec.Generation || cur.Owner != l.rec.Owner || cur.State != InProgress {
+		if !found || derr != nil || cur.Generation != l.rec.Generation || cur.Owner != l.rec.Owner || cur.State != InProgress {
 			return ErrFenced
 		}
 		rec, rev = cur, crev
@@ -161,8 +161,8 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 // finishedAs reports whether the stored record is this lease's generation
 // finished with state: a Finish whose answer was lost.
 func (l *Lease) finishedAs(ctx context.Context, state State) bool {
-	val, _, err := l.m.cfg.Store.Get(ctx, l.id)
-	if err != nil {
+	val, _, found, err := l.m.cfg.Store.Get(ctx, l.id)
+	if err != nil || !found {
 		return false
 	}
 	cur, err := decode(val)

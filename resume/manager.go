@@ -9,14 +9,15 @@ import (
 	"time"
 )
 
-// Store keeps record values with revisions. journal.Journal implements it.
-// Get returns an error matching ErrNotFound's target (see Config.NotFound)
-// for an absent record; Create and Update return one matching Conflict
-// when the record exists or changed.
+// Store keeps record values with revisions (journal.Journal implements it).
+// Get reports found false for an absent record; Create reports created
+// false when the record exists, Update updated false when its revision is
+// no longer rev. An error is an answer the store did not give: the write
+// may or may not have been applied.
 type Store interface {
-	Get(ctx context.Context, id string) ([]byte, uint64, error)
-	Create(ctx context.Context, id string, value []byte) (uint64, error)
-	Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error)
+	Get(ctx context.Context, id string) (value []byte, rev uint64, found bool, err error)
+	Create(ctx context.Context, id string, value []byte) (rev uint64, created bool, err error)
+	Update(ctx context.Context, id string, value []byte, rev uint64) (nrev uint64, updated bool, err error)
 }
 
 // Sentinel errors.
@@ -38,8 +39,6 @@ const DefaultLease = 10 * time.Second
 type Config struct {
 	// Store holds the records. Required.
 	Store Store
-	// NotFound and Conflict are the Store's sentinels. Required.
-	NotFound, Conflict error
 	// Owner names this instance in records. Required.
 	Owner string
 	// Lease is the owner lease. Default DefaultLease. Heartbeats run every Lease/3.
@@ -62,8 +61,8 @@ type Manager struct {
 
 // New returns a Manager.
 func New(cfg Config) (*Manager, error) {
-	if cfg.Store == nil || cfg.NotFound == nil || cfg.Conflict == nil || cfg.Owner == "" {
-		return nil, fmt.Errorf("%w: store, sentinels and owner are required", ErrInvalidOption)
+	if cfg.Store == nil || cfg.Owner == "" {
+		return nil, fmt.Errorf("%w: store and owner are required", ErrInvalidOption)
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
@@ -129,16 +128,16 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		return out, err
 	}
 	for range maxCAS {
-		val, rev, err := m.cfg.Store.Get(ctx, req.ID)
+		val, rev, found, err := m.cfg.Store.Get(ctx, req.ID)
 		now := m.cfg.Now()
-		if errors.Is(err, m.cfg.NotFound) {
+		if err != nil {
+			return Outcome{}, err
+		}
+		if !found {
 			if out, ok, err := m.create(ctx, req); ok {
 				return out, err
 			}
 			continue
-		}
-		if err != nil {
-			return Outcome{}, err
 		}
 		rec, err := decode(val)
 		if err != nil {
@@ -159,10 +158,10 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 				return Outcome{}, err
 			}
 			if done.State == Completed { // the dead owner's generation is the result
-				if _, err := m.cfg.Store.Update(ctx, req.ID, done.encode(), rev); errors.Is(err, m.cfg.Conflict) {
-					continue
-				} else if err != nil {
+				if _, ok, err := m.cfg.Store.Update(ctx, req.ID, done.encode(), rev); err != nil {
 					return Outcome{}, err
+				} else if !ok {
+					continue
 				}
 				return Outcome{Decision: Replay, Record: done}, nil
 			}
@@ -176,18 +175,15 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.Stream = req.Stream
 		rec.UpdatedAt = now
 		rec.Attempt = newAttempt()
-		nrev, err := m.cfg.Store.Update(ctx, req.ID, rec.encode(), rev)
-		if errors.Is(err, m.cfg.Conflict) {
-			continue
-		}
+		nrev, ok, err := m.cfg.Store.Update(ctx, req.ID, rec.encode(), rev)
 		if err != nil {
-			nrev, err = m.settle(ctx, req.ID, rec.Attempt, err)
-			if errors.Is(err, m.cfg.Conflict) { // unapplied, and another writer got there: decide again
-				continue
-			}
+			nrev, ok, err = m.settle(ctx, req.ID, rec.Attempt, err)
 			if err != nil {
 				return Outcome{}, err
 			}
+		}
+		if !ok { // changed meanwhile (or unapplied, and another writer got there): decide again
+			continue
 		}
 		return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, nil
 	}
@@ -202,39 +198,40 @@ func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error
 		Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream,
 		CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(),
 	}
-	nrev, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
-	if err != nil && !errors.Is(err, m.cfg.Conflict) {
-		nrev, err = m.settle(ctx, req.ID, rec.Attempt, err)
+	nrev, created, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
+	if err != nil {
+		nrev, created, err = m.settle(ctx, req.ID, rec.Attempt, err)
 	}
 	switch {
-	case errors.Is(err, m.cfg.Conflict):
-		return Outcome{}, false, nil
 	case err != nil:
 		return Outcome{}, true, err
+	case !created:
+		return Outcome{}, false, nil
 	}
 	return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, true, nil
 }
 
-// settle resolves a write that failed other than by conflict (e.g. its
-// answer was lost in a NATS failover): it may have been applied. The
-// record says so by carrying attempt; then its revision is returned. A
-// record written by anyone else is a conflict; otherwise werr stands.
-func (m *Manager) settle(ctx context.Context, id, attempt string, werr error) (uint64, error) {
-	val, rev, err := m.cfg.Store.Get(ctx, id)
-	if err != nil {
-		if errors.Is(err, m.cfg.NotFound) {
-			return 0, werr
-		}
-		return 0, errors.Join(werr, err)
+// settle resolves a write that got no answer (e.g. it was lost in a NATS
+// failover): it may have been applied. The record says so by carrying
+// attempt; then its revision is returned with applied true. A record
+// written by anyone else means the write lost (applied false); otherwise
+// werr stands.
+func (m *Manager) settle(ctx context.Context, id, attempt string, werr error) (rev uint64, applied bool, err error) {
+	val, rev, found, err := m.cfg.Store.Get(ctx, id)
+	switch {
+	case err != nil:
+		return 0, false, errors.Join(werr, err)
+	case !found:
+		return 0, false, werr
 	}
 	rec, err := decode(val)
 	switch {
 	case err != nil:
-		return 0, werr
+		return 0, false, werr
 	case rec.Attempt == attempt:
-		return rev, nil
+		return rev, true, nil
 	}
-	return 0, m.cfg.Conflict
+	return 0, false, nil
 }
 
 func newAttempt() string {
@@ -248,12 +245,12 @@ func newAttempt() string {
 // when Config.Salvage finds the generation whole.
 func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 	for range maxCAS {
-		val, rev, err := m.cfg.Store.Get(ctx, id)
-		if errors.Is(err, m.cfg.NotFound) {
-			return Record{}, ErrNotFound
-		}
+		val, rev, found, err := m.cfg.Store.Get(ctx, id)
 		if err != nil {
 			return Record{}, err
+		}
+		if !found {
+			return Record{}, ErrNotFound
 		}
 		rec, err := decode(val)
 		if err != nil {
@@ -266,9 +263,9 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 		if rec, err = m.expire(ctx, id, rec, now); err != nil {
 			return Record{}, err
 		}
-		if _, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev); err != nil && !errors.Is(err, m.cfg.Conflict) {
+		if _, ok, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev); err != nil {
 			return Record{}, err
-		} else if err == nil {
+		} else if ok {
 			return rec, nil
 		}
 	}

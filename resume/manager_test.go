@@ -64,7 +64,7 @@ func newStore(tb testing.TB) *journal.Journal {
 func newManager(tb testing.TB, store *journal.Journal, owner string, lease time.Duration, now func() time.Time) *resume.Manager {
 	tb.Helper()
 	m, err := resume.New(resume.Config{
-		Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
+		Store: store,
 		Owner: owner, Lease: lease, Now: now,
 	})
 	if err != nil {
@@ -116,9 +116,9 @@ func mustStart(tb testing.TB, m *resume.Manager, req resume.Request) *resume.Lea
 // stored reads the record of id straight from the store.
 func stored(tb testing.TB, store *journal.Journal, id string) resume.Record {
 	tb.Helper()
-	val, _, err := store.Get(waitCtx(tb), id)
-	if err != nil {
-		tb.Fatalf("store.Get(%s): %v", id, err)
+	val, _, found, err := store.Get(waitCtx(tb), id)
+	if err != nil || !found {
+		tb.Fatalf("store.Get(%s): found %v, %v", id, found, err)
 	}
 	var rec resume.Record
 	if err := json.Unmarshal(val, &rec); err != nil {
@@ -143,7 +143,7 @@ func eventually(tb testing.TB, what string, cond func() bool) {
 
 func TestNewConfig(t *testing.T) {
 	store := newStore(t)
-	full := resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "a"}
+	full := resume.Config{Store: store, Owner: "a"}
 	tests := []struct {
 		name    string
 		change  func(*resume.Config)
@@ -151,8 +151,6 @@ func TestNewConfig(t *testing.T) {
 	}{
 		{name: "complete", change: func(*resume.Config) {}},
 		{name: "no store", change: func(c *resume.Config) { c.Store = nil }, wantErr: resume.ErrInvalidOption},
-		{name: "no NotFound", change: func(c *resume.Config) { c.NotFound = nil }, wantErr: resume.ErrInvalidOption},
-		{name: "no Conflict", change: func(c *resume.Config) { c.Conflict = nil }, wantErr: resume.ErrInvalidOption},
 		{name: "no owner", change: func(c *resume.Config) { c.Owner = "" }, wantErr: resume.ErrInvalidOption},
 		{name: "lease 10ms", change: func(c *resume.Config) { c.Lease = 10 * time.Millisecond }, wantErr: resume.ErrInvalidOption},
 		{name: "negative lease", change: func(c *resume.Config) { c.Lease = -time.Second }, wantErr: resume.ErrInvalidOption},
@@ -688,7 +686,7 @@ func ExampleManager_Begin() {
 		fmt.Println(err)
 		return
 	}
-	m, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "instance-1"})
+	m, err := resume.New(resume.Config{Store: store, Owner: "instance-1"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -748,7 +746,7 @@ func TestSalvage(t *testing.T) {
 				clk := newClock()
 				var asked []resume.Record
 				m, err := resume.New(resume.Config{
-					Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "owner-a", Now: clk.Now,
+					Store: store, Owner: "owner-a", Now: clk.Now,
 					Salvage: func(_ context.Context, _ string, rec resume.Record) (resume.Result, bool, error) {
 						asked = append(asked, rec)
 						return tc.ans.res, tc.ans.ok, tc.ans.err
@@ -824,26 +822,26 @@ type lossyStore struct {
 
 var errAnswerLost = errors.New("answer lost")
 
-func (s *lossyStore) Create(ctx context.Context, id string, value []byte) (uint64, error) {
-	rev, err := s.Journal.Create(ctx, id, value)
-	if err == nil && s.lose.Load() {
-		return 0, errAnswerLost
+func (s *lossyStore) Create(ctx context.Context, id string, value []byte) (uint64, bool, error) {
+	rev, created, err := s.Journal.Create(ctx, id, value)
+	if created && s.lose.Load() {
+		return 0, false, errAnswerLost
 	}
-	return rev, err
+	return rev, created, err
 }
 
-func (s *lossyStore) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
+func (s *lossyStore) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, bool, error) {
 	if s.down.Add(-1) >= 0 {
 		if s.meanwhile != nil {
 			s.meanwhile()
 		}
-		return 0, errAnswerLost
+		return 0, false, errAnswerLost
 	}
-	nrev, err := s.Journal.Update(ctx, id, value, rev)
-	if err == nil && s.lose.Load() {
-		return 0, errAnswerLost
+	nrev, updated, err := s.Journal.Update(ctx, id, value, rev)
+	if updated && s.lose.Load() {
+		return 0, false, errAnswerLost
 	}
-	return nrev, err
+	return nrev, updated, err
 }
 
 // TestBeginSettlesLostAnswers: a record write that was applied though its
@@ -853,7 +851,7 @@ func (s *lossyStore) Update(ctx context.Context, id string, value []byte, rev ui
 func TestBeginSettlesLostAnswers(t *testing.T) {
 	store := &lossyStore{Journal: newStore(t)}
 	clk := newClock()
-	m, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "owner-a", Now: clk.Now})
+	m, err := resume.New(resume.Config{Store: store, Owner: "owner-a", Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -894,7 +892,7 @@ func TestBeginSettlesLostAnswers(t *testing.T) {
 func TestBeginAfterUnansweredUpdate(t *testing.T) {
 	store := &lossyStore{Journal: newStore(t)}
 	clk := newClock()
-	m, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "owner-a", Now: clk.Now})
+	m, err := resume.New(resume.Config{Store: store, Owner: "owner-a", Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -920,7 +918,7 @@ func TestBeginAfterUnansweredUpdate(t *testing.T) {
 // answer was lost; a second Finish is still fenced.
 func TestFinishThroughFailover(t *testing.T) {
 	store := &lossyStore{Journal: newStore(t)}
-	m, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "owner-a", Lease: time.Minute})
+	m, err := resume.New(resume.Config{Store: store, Owner: "owner-a", Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -234,7 +234,7 @@ func BenchmarkResumeLookup(b *testing.B) {
 	const n = 2000
 	j := benchJournal(b)
 	ctx := benchCtx(b)
-	m, err := resume.New(resume.Config{Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "bench"})
+	m, err := resume.New(resume.Config{Store: j, Owner: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func BenchmarkReplay(b *testing.B) {
 	const n = 20_000
 	j := benchJournal(b)
 	ctx := benchCtx(b)
-	m, err := resume.New(resume.Config{Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "bench"})
+	m, err := resume.New(resume.Config{Store: j, Owner: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func BenchmarkReplay(b *testing.B) {
 func BenchmarkStartLatency(b *testing.B) {
 	j := benchJournal(b)
 	ctx := benchCtx(b)
-	m, err := resume.New(resume.Config{Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "bench"})
+	m, err := resume.New(resume.Config{Store: j, Owner: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestRegistryOwned(t *testing.T) {
 	ctx := benchCtx(t)
 	var skew atomic.Int64 // the lease heartbeats read the clock concurrently
 	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	m, err := resume.New(resume.Config{Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "here", Now: now, Lease: 300 * time.Millisecond})
+	m, err := resume.New(resume.Config{Store: j, Owner: "here", Now: now, Lease: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestRegistryOwned(t *testing.T) {
 	// Another owner takes the key over: this lease is lost, the record is
 	// no longer ours to tell.
 	skew.Store(int64(time.Hour))
-	other, err := resume.New(resume.Config{Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: "there", Now: now, Lease: time.Minute})
+	other, err := resume.New(resume.Config{Store: j, Owner: "there", Now: now, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/reprise-dev/reprise/web/mockllm"
 	"github.com/reprise-dev/reprise/web"
+	"github.com/reprise-dev/reprise/web/mockllm"
 	"github.com/reprise-dev/reprise/web/webtest"
 )
 

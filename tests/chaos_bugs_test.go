@@ -258,9 +258,9 @@ type lapsingStore struct {
 
 var errLapsed = errors.New("records unreachable (test)")
 
-func (s *lapsingStore) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, error) {
+func (s *lapsingStore) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, bool, error) {
 	if s.lapsed.Load() {
-		return 0, errLapsed
+		return 0, false, errLapsed
 	}
 	return s.Journal.Update(ctx, id, value, rev)
 }
@@ -351,7 +351,7 @@ func beginOutside(t *testing.T, e *env, owner, key, body string, wrap func(*jour
 	if wrap != nil {
 		store = wrap(j)
 	}
-	rm, err := resume.New(resume.Config{Store: store, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: owner, Lease: time.Second})
+	rm, err := resume.New(resume.Config{Store: store, Owner: owner, Lease: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

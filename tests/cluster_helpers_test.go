@@ -196,7 +196,7 @@ func startInstance(tb testing.TB, name string, urls []string, upstream string, o
 		return err == nil
 	})
 	rm, err := resume.New(resume.Config{
-		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict, Owner: name, Lease: o.lease,
+		Store: j, Owner: name, Lease: o.lease,
 		Salvage: stream.Salvage(j),
 	})
 	if err != nil {

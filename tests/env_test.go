@@ -127,7 +127,7 @@ func (e *env) startProxy() {
 		e.tb.Fatal(err)
 	}
 	rm, err := resume.New(resume.Config{
-		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
+		Store: j,
 		Owner: "test-" + resume.NewKey()[3:11], Lease: e.opt.lease,
 		Salvage: stream.Salvage(j),
 	})

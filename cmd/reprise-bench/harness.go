@@ -132,7 +132,7 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 		return nil, err
 	}
 	rm, err := resume.New(resume.Config{
-		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
+		Store:   j,
 		Owner:   "bench-" + resume.NewKey()[3:11], // default lease
 		Salvage: stream.Salvage(j),
 	})

@@ -22,8 +22,8 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/web/mockllm"
 	"github.com/reprise-dev/reprise/web"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // run serves until ctx ends, then shuts down gracefully. ready, when not nil,
@@ -47,7 +47,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	}
 	host, _ := os.Hostname()
 	rm, err := resume.New(resume.Config{
-		Store: j, NotFound: journal.ErrNotFound, Conflict: journal.ErrConflict,
+		Store: j,
 		Owner: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), resume.NewKey()[3:11]), Lease: cfg.lease,
 		Salvage: stream.Salvage(j),
 	})
