@@ -29,11 +29,8 @@ type Error struct {
 	// Status is the HTTP status for the client: the upstream's when it
 	// answered, else the proxy's (502, 503, 504).
 	Status int
-	// Code names the failure when the proxy made the answer
-	// (upstream_unreachable, upstream_timeout, upstream_no_response,
-	// upstream_bad_response, upstream_tls, upstream_unavailable,
-	// upstream_saturated, upstream_interrupted);
-	// "" when the upstream answered.
+	// Code names the failure when the proxy made the answer (one of
+	// Codes); "" when the upstream answered.
 	Code string
 	// RetryAfter is how long the client should wait, when known.
 	RetryAfter time.Duration
@@ -118,26 +115,26 @@ func Transport(err error, t *Trace) *Error {
 	var hostErr x509.HostnameError
 	var invalid x509.CertificateInvalidError
 	if errors.As(err, &certErr) || errors.As(err, &unknownAuth) || errors.As(err, &hostErr) || errors.As(err, &invalid) {
-		return &Error{Kind: ErrFatal, Status: http.StatusBadGateway, Code: "upstream_tls", Err: err}
+		return &Error{Kind: ErrFatal, Status: http.StatusBadGateway, Code: CodeTLS, Err: err}
 	}
 	// net/http reports WroteRequest once the request is in its write
 	// buffer, before the buffer reaches the socket: a failed socket write
 	// means the upstream never got the whole request.
 	var op *net.OpError
 	if !t.Wrote() || (errors.As(err, &op) && op.Op == "write" && !t.firstByte.Load()) {
-		return &Error{Kind: ErrRetryable, Status: http.StatusBadGateway, Code: "upstream_unreachable", Err: err}
+		return &Error{Kind: ErrRetryable, Status: http.StatusBadGateway, Code: CodeUnreachable, Err: err}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &Error{Kind: ErrAmbiguous, Status: http.StatusGatewayTimeout, Code: "upstream_timeout", Err: err}
+		return &Error{Kind: ErrAmbiguous, Status: http.StatusGatewayTimeout, Code: CodeTimeout, Err: err}
 	}
 	if t.firstByte.Load() { // a response began and broke before its head was complete
-		return &Error{Kind: ErrAmbiguous, Status: http.StatusBadGateway, Code: "upstream_bad_response", Err: err}
+		return &Error{Kind: ErrAmbiguous, Status: http.StatusBadGateway, Code: CodeBadResponse, Err: err}
 	}
-	return &Error{Kind: ErrAmbiguous, Status: http.StatusBadGateway, Code: "upstream_no_response", Err: err}
+	return &Error{Kind: ErrAmbiguous, Status: http.StatusBadGateway, Code: CodeNoResponse, Err: err}
 }
 
 // Interrupted is the outcome of a stream that broke after its first event.
 func Interrupted(err error) *Error {
-	return &Error{Kind: ErrInterrupted, Status: http.StatusBadGateway, Code: "upstream_interrupted", Err: err}
+	return &Error{Kind: ErrInterrupted, Status: http.StatusBadGateway, Code: CodeInterrupted, Err: err}
 }

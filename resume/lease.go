@@ -116,6 +116,7 @@ type Result struct {
 	Status      int
 	ContentType string
 	Error       string // error code for Failed
+	Usage       *Usage // what the upstream reported, if it did
 }
 
 // Finish stores the generation's result and stops the heartbeat. ErrFenced
@@ -133,6 +134,7 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	}
 	change := func(r *Record) {
 		r.State, r.Events, r.Status, r.ContentType, r.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
+		r.Usage = res.Usage
 		r.Owner, r.LeaseUntil = "", time.Time{}
 	}
 	// A store that does not answer (a NATS failover) is asked again until

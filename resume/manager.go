@@ -171,7 +171,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.State = InProgress
 		rec.Owner = m.cfg.Owner
 		rec.LeaseUntil = now.Add(m.cfg.Lease)
-		rec.Events, rec.Status, rec.ContentType, rec.Error = 0, 0, "", ""
+		rec.Events, rec.Status, rec.ContentType, rec.Error, rec.Usage = 0, 0, "", "", nil
 		rec.Stream = req.Stream
 		rec.UpdatedAt = now
 		rec.Attempt = newAttempt()
@@ -283,6 +283,7 @@ func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Ti
 		}
 		if ok {
 			rec.State, rec.Events, rec.Status, rec.ContentType, rec.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
+			rec.Usage = res.Usage
 			rec.Owner, rec.LeaseUntil = "", time.Time{}
 			return rec, nil
 		}

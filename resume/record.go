@@ -32,8 +32,10 @@ type Record struct {
 	Status      int       `json:"status,omitempty"`
 	ContentType string    `json:"content_type,omitempty"`
 	Error       string    `json:"error,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	// Usage is what the upstream reported the generation cost, when it did.
+	Usage     *Usage    `json:"usage,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Expired reports whether an in-progress generation's owner stopped
@@ -51,4 +53,38 @@ func decode(b []byte) (Record, error) {
 	var r Record
 	err := json.Unmarshal(b, &r)
 	return r, err
+}
+
+// Usage is the token usage an upstream reported for a generation, in
+// OpenAI chat's names (other formats map onto them).
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// Filled returns u with its total computed when the upstream gave none.
+func (u Usage) Filled() Usage {
+	if u.TotalTokens == 0 {
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
+	return u
+}
+
+// Merge returns u updated by a later report: the fields next gives (non
+// zero) replace u's, as formats report usage in parts (input tokens first,
+// output tokens at the end).
+func (u Usage) Merge(next Usage) Usage {
+	if next.PromptTokens != 0 {
+		u.PromptTokens = next.PromptTokens
+	}
+	if next.CompletionTokens != 0 {
+		u.CompletionTokens = next.CompletionTokens
+	}
+	if next.TotalTokens != 0 {
+		u.TotalTokens = next.TotalTokens
+	} else {
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
+	return u
 }

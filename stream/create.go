@@ -14,42 +14,46 @@ import (
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
-// createRequest is what reprise reads of a POST body; the rest is forwarded
-// untouched.
-type createRequest struct {
-	Stream       bool   `json:"stream"`
-	StreamFormat string `json:"stream_format"`
+// create serves POST of format proto: the body is forwarded untouched,
+// reprise reads only whether it asks for a stream.
+func (s *Server) create(proto engine.Protocol) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tenant, err := s.auth.Tenant(r)
+		if err != nil {
+			authError(err).Write(w)
+			return
+		}
+		body, stream, apiErr := s.readCreate(w, r, proto)
+		if apiErr != nil {
+			apiErr.Write(w)
+			return
+		}
+		s.begin(w, r, tenant, proto, body, stream)
+	}
 }
 
-// handleCreate serves POST /v1/chat/completions and /v1/audio/speech.
-func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
-	tenant, apiErr := s.authenticate(r)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	body, stream, apiErr := s.readCreate(w, r)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
+// begin decides what a valid POST may do and does it.
+func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, proto engine.Protocol, body []byte, stream bool) {
 	var key string
 	if v := r.Header.Get("Idempotency-Key"); v != "" {
 		var err error
 		if key, err = resume.ParseKey(v); err != nil {
-			writeError(w, errBadKey)
+			apierr.New(apierr.BadKey).Write(w)
 			return
 		}
 	}
 	cur, err := resume.ParsePosition(r.Header.Get("Last-Event-ID"))
 	if err != nil {
-		writeError(w, errBadCursor)
+		apierr.New(apierr.BadCursor).Write(w)
 		return
 	}
-	if s.isClosing() {
-		writeError(w, errShuttingDown)
+	if s.engine.Closing() {
+		apierr.New(apierr.ShuttingDown).Write(w)
 		return
 	}
 	fp := resume.Fingerprint(r.URL.Path, body)
@@ -61,42 +65,48 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	// client that left meanwhile would otherwise name a generation nobody
 	// runs (owner_lost once its lease ran out).
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
-	out, err := s.cfg.Resume.Begin(bctx, resume.Request{
+	out, err := s.resume.Begin(bctx, resume.Request{
 		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, Stream: stream,
 	})
 	cancel()
-	// Only a new generation takes one of the tenant's places; attaching
-	// and replaying cost the upstream nothing.
-	if err == nil && out.Decision == resume.Start && !s.takeGeneration(tenant) {
-		s.abandon(id, out.Lease, errTooManyGens)
-		writeError(w, errTooManyGens)
-		return
-	}
 	switch {
 	case errors.Is(err, resume.ErrMismatch):
-		s.metrics.decisions.WithLabelValues("mismatch").Inc()
-		writeError(w, errMismatch)
+		s.metrics.Decision("mismatch")
+		apierr.New(apierr.Mismatch).Write(w)
 		return
 	case err != nil:
-		s.cfg.Logger.Error("resume decision failed", "err", err)
-		writeError(w, errUnavailable)
+		s.log.Error("resume decision failed", "err", err)
+		apierr.New(apierr.Unavailable).Write(w)
 		return
 	}
-	s.metrics.decisions.WithLabelValues(out.Decision.String()).Inc()
+	rec := out.Record
+	var t *engine.Tail
+	if out.Decision == resume.Start {
+		// Only a new generation takes one of the tenant's places; attaching
+		// and replaying cost the upstream nothing.
+		t, err = s.engine.Start(engine.Generation{
+			Tenant: tenant, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto,
+			Path: r.URL.Path, Body: body, Header: r.Header.Clone(),
+		})
+		if err != nil {
+			startError(err).Write(w)
+			return
+		}
+	}
+	s.metrics.Decision(out.Decision.String())
 	h := w.Header()
 	h.Set("Idempotency-Key", key)
-	h.Set("Location", streamURL(key)+"?token="+s.capability(tenant, key, time.Now().Add(s.cfg.CapabilityTTL)))
-	rec := out.Record
+	h.Set("Location", streamURL(key)+"?token="+s.auth.Capability(tenant, key, time.Now().Add(s.auth.CapabilityTTL())))
 	switch {
 	case out.Decision == resume.Start && cur.Gen >= rec.Generation:
 		cur = resume.Position{} // a cursor into a key that had no such generation: start over
 	case out.Decision != resume.Start && cur.Gen > rec.Generation:
-		writeError(w, errBadCursor)
+		apierr.New(apierr.BadCursor).Write(w)
 		return
 	}
 	switch out.Decision {
 	case resume.Start:
-		s.start(w, r, tenant, id, out, body, cur)
+		s.serveStart(w, r, id, rec, t, cur)
 	case resume.Replay:
 		h.Set("Reprise-Attempts", "0") // this answer cost no upstream request
 		h.Set("Idempotent-Replayed", "true")
@@ -123,55 +133,58 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) keyless(r *http.Request, tenant, fp string) string {
 	cid := resume.ContentID(tenant, fp)
 	if n, err := strconv.Atoi(r.Header.Get("X-Stainless-Retry-Count")); err == nil && n >= 1 && s.cfg.SDKRetryWindow > 0 {
-		key, ok, err := s.cfg.Resume.LookupContent(r.Context(), cid, s.cfg.SDKRetryWindow)
+		key, ok, err := s.resume.LookupContent(r.Context(), cid, s.cfg.SDKRetryWindow)
 		if err == nil && ok {
-			s.metrics.decisions.WithLabelValues("sdk_retry").Inc()
+			s.metrics.Decision("sdk_retry")
 			return key
 		}
 	}
 	key := resume.NewKey()
-	if err := s.cfg.Resume.RememberContent(r.Context(), cid, key); err != nil {
-		s.cfg.Logger.Warn("remembering a keyless request failed; its SDK retries will generate again", "err", err)
+	if err := s.resume.RememberContent(r.Context(), cid, key); err != nil {
+		s.log.Warn("remembering a keyless request failed; its SDK retries will generate again", "err", err)
 	}
 	return key
 }
 
-// readCreate validates a POST and returns its body and whether it asks for a stream.
-func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) ([]byte, bool, *apiError) {
+// readCreate validates a POST of format proto and returns its body and
+// whether it asks for a stream.
+func (s *Server) readCreate(w http.ResponseWriter, r *http.Request, proto engine.Protocol) ([]byte, bool, *apierr.Error) {
+	fail := func(code string) ([]byte, bool, *apierr.Error) {
+		e := apierr.New(code)
+		return nil, false, &e
+	}
 	// application/json is required, not assumed: a cross-site form or an
 	// untyped fetch (no CORS preflight) must not start a billable generation.
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return nil, false, errMediaType
+		return fail(apierr.MediaType)
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		return nil, false, errTooLarge
+		return fail(apierr.TooLarge)
 	case err != nil:
-		return nil, false, newError(http.StatusBadRequest, "invalid_body", "request body could not be read")
+		return fail(apierr.InvalidBody)
 	case !json.Valid(body):
-		return nil, false, errInvalidJSON
+		return fail(apierr.InvalidJSON)
 	}
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return nil, false, errNotObject
+		return fail(apierr.InvalidRequest)
 	}
-	var req createRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, false, newError(http.StatusBadRequest, "invalid_request", "request fields have the wrong type: "+err.Error())
+	stream, err := proto.Streams(body)
+	if err != nil {
+		e := apierr.New(apierr.InvalidRequest).WithMessage("request fields have the wrong type: " + err.Error())
+		return nil, false, &e
 	}
-	if r.URL.Path == "/v1/audio/speech" {
-		return body, req.StreamFormat == "sse", nil
-	}
-	return body, req.Stream, nil
+	return body, stream, nil
 }
+
+// decisionTimeout bounds Begin, which outlives the client's request.
+const decisionTimeout = 30 * time.Second
 
 // streamed reports whether a key's answer is an event stream: what the
 // upstream answered once it completed (an upstream may ignore "stream"),
 // what was asked while it runs.
-// decisionTimeout bounds Begin, which outlives the client's request.
-const decisionTimeout = 30 * time.Second
-
 func streamed(rec resume.Record) bool {
 	if rec.State == resume.Completed {
 		mt, _, _ := mime.ParseMediaType(rec.ContentType)
@@ -182,67 +195,50 @@ func streamed(rec resume.Record) bool {
 
 func streamURL(key string) string { return "/v1/streams/" + url.PathEscape(key) }
 
-func (s *Server) isClosing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing
-}
-
-// start runs a new generation and serves its first client.
-func (s *Server) start(w http.ResponseWriter, r *http.Request, tenant, id string, out resume.Outcome, body []byte, cur resume.Position) {
-	rec := out.Record
-	ref := journal.Ref{ID: id, Gen: rec.Generation}
-	p := &pump{
-		s: s, tenant: tenant, ref: ref, lease: out.Lease, tail: newTail(), path: r.URL.Path, body: body,
-		header: r.Header.Clone(), log: s.cfg.Logger.With("key_id", id),
-	}
-	if !s.startPump(p) {
-		s.releaseGeneration(tenant)
-		s.abandon(id, out.Lease, errShuttingDown)
-		writeError(w, errShuttingDown)
-		return
-	}
-	select {
-	case <-p.tail.head:
-	case <-r.Context().Done():
+// serveStart serves the first client of a generation that t follows.
+func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, t *engine.Tail, cur resume.Position) {
+	head, err := t.Head(r.Context())
+	if err != nil {
 		return // the pump goes on without this client
 	}
-	resp := p.tail.headResp
-	w.Header().Set("Reprise-Attempts", strconv.Itoa(resp.attempts))
-	if !resp.streaming {
-		if ra := seconds(resp.retryAfter); ra > 0 && resp.status >= 400 {
+	w.Header().Set("Reprise-Attempts", strconv.Itoa(head.Attempts))
+	if !head.Streaming {
+		if ra := seconds(head.RetryAfter); ra > 0 && head.Status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))
 		}
-		if resp.status >= 400 && resp.attempts > 1 {
+		if head.Status >= 400 && head.Attempts > 1 {
 			// reprise already retried: an SDK retrying on top would
 			// multiply the upstream's load (openai-go honours this header).
 			w.Header().Set("X-Should-Retry", "false")
 		}
-		writeRaw(w, resp.status, resp.contentType, resp.body)
+		writeRaw(w, head.Status, head.ContentType, head.Body)
 		return
 	}
 	s.serveSSE(w, r, id, rec, cur)
 }
 
-// abandon ends a generation that never started: its journal holds the
-// error and an end marker, like any failed generation (so its readers end),
-// and the key is failed, so the next request with it starts afresh.
-func (s *Server) abandon(id string, l *resume.Lease, why *apiError) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	w := s.cfg.Journal.NewWriter(journal.Ref{ID: id, Gen: l.Record().Generation}, func(journal.Event) {})
-	err := w.Append(ctx, typeError, why.body())
-	if err == nil {
-		err = w.End(ctx, journal.EndFailed)
-	} else {
-		w.Abort()
+// seconds rounds a wait up to whole seconds for Retry-After.
+func seconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
 	}
-	if ferr := l.Finish(ctx, resume.Result{State: resume.Failed, Events: 1, Status: why.Status, Error: why.Code}); err == nil {
-		err = ferr
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// authError is the answer to a caller auth refused.
+func authError(err error) apierr.Error {
+	if errors.Is(err, auth.ErrBadKey) {
+		return apierr.New(apierr.BadProxyKey)
 	}
-	if err != nil {
-		s.cfg.Logger.Warn("abandoning a generation", "err", err)
+	return apierr.New(apierr.NoKey)
+}
+
+// startError is the answer to a generation the engine refused to start.
+func startError(err error) apierr.Error {
+	if errors.Is(err, engine.ErrTooManyGenerations) {
+		return apierr.New(apierr.TooManyGenerations)
 	}
+	return apierr.New(apierr.ShuttingDown)
 }
 
 func writeRaw(w http.ResponseWriter, status int, ct string, body []byte) {
@@ -260,7 +256,7 @@ func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, id s
 ) {
 	release, ok := s.takeReader(id)
 	if !ok {
-		writeError(w, errTooManyReaders)
+		apierr.New(apierr.TooManyReaders).Write(w)
 		return
 	}
 	defer release()
@@ -269,9 +265,9 @@ func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, id s
 
 // serveResult writes a finished non-streamed generation from the journal.
 func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
-	rd, err := s.cfg.Journal.Read(r.Context(), journal.Ref{ID: id, Gen: rec.Generation}, 0, 0)
+	rd, err := s.journal.Read(r.Context(), journal.Ref{ID: id, Gen: rec.Generation}, 0, 0)
 	if err != nil {
-		writeError(w, errUnavailable)
+		apierr.New(apierr.Unavailable).Write(w)
 		return
 	}
 	defer rd.Close()
@@ -281,16 +277,16 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 		ev, err := rd.Next(ctx)
 		cancel()
 		if err != nil {
-			writeError(w, errUnavailable)
+			apierr.New(apierr.Unavailable).Write(w)
 			return
 		}
 		if ev.IsEnd() {
 			break
 		}
 		switch ev.Type {
-		case typeBody:
+		case engine.TypeBody:
 			body = append(body, ev.Data...)
-		case typeError:
+		case engine.TypeError:
 			errBody = ev.Data
 		}
 	}
@@ -312,9 +308,9 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 	switch {
 	case errors.Is(err, errRangeUnsatisfiable):
 		w.Header().Set("Content-Range", "bytes */"+strconv.Itoa(len(body)))
-		writeError(w, errUnsatisfiable)
+		apierr.New(apierr.Unsatisfiable).Write(w)
 	case err != nil:
-		writeError(w, errBadRange)
+		apierr.New(apierr.BadRange).Write(w)
 	case partial:
 		w.Header().Set("Content-Range", "bytes "+strconv.FormatInt(start, 10)+"-"+strconv.FormatInt(end-1, 10)+"/"+strconv.Itoa(len(body)))
 		writeRaw(w, http.StatusPartialContent, rec.ContentType, body[start:end])
@@ -333,14 +329,14 @@ func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, id string, 
 		select {
 		case <-ctx.Done():
 			if r.Context().Err() == nil {
-				writeError(w, errInProgress)
+				apierr.New(apierr.InProgress).Write(w)
 			}
 			return
 		case <-poll.C:
 		}
 		var err error
-		if rec, err = s.cfg.Resume.Get(r.Context(), id); err != nil {
-			writeError(w, errUnavailable)
+		if rec, err = s.resume.Get(r.Context(), id); err != nil {
+			apierr.New(apierr.Unavailable).Write(w)
 			return
 		}
 	}

@@ -1,9 +1,12 @@
-// Package stream is reprise's HTTP surface: it validates requests, asks
-// package resume what each may do, runs one pump per generation (detached
-// from any client) that journals the upstream's events, and writes events to
-// clients as SSE, JSON or WebSocket frames.
+// Package stream is reprise's HTTP surface: it authenticates a request
+// (package auth), validates it, asks package resume what it may do, hands a
+// new generation to package engine, and serves readers: SSE (on connections
+// package detach takes over for GETs), JSON status, WebSocket frames,
+// stored results and byte ranges. Errors come from the one catalogue
+// (package apierr).
 //
-// It owns the wire contract (headers, status codes, OpenAI-shaped errors).
-// It must not make start/attach/replay decisions itself (resume does) nor
-// talk to JetStream directly (journal does).
+// It owns the wire contract (routes, headers, status codes, negotiation,
+// cursors). It must not make start/attach/replay decisions (resume does),
+// call the upstream (engine does) nor write to JetStream (journal does); it
+// reads the journal only to serve readers.
 package stream

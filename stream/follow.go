@@ -7,6 +7,8 @@ import (
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // flushEvery bounds how many events a backlog replay writes between flushes.
@@ -34,8 +36,16 @@ func (s *Server) follow(ctx context.Context, out eventWriter, id string, rec res
 			return err
 		}
 	}
-	if t := s.live.get(ref); t != nil {
+	if t := s.engine.Tail(ref); t != nil {
 		return s.followTail(ctx, out, ref, t, after)
+	}
+	if rec.State == resume.InProgress {
+		// A generation running elsewhere: its reader here is cut when this
+		// instance closes, and resumes on another.
+		var cut context.CancelFunc
+		ctx, cut = context.WithCancel(ctx)
+		defer cut()
+		defer context.AfterFunc(s.closing, cut)()
 	}
 	return s.followJournal(ctx, out, ref, after, hint)
 }
@@ -44,15 +54,13 @@ func eventID(ref journal.Ref, ev journal.Event) string {
 	return resume.Position{Gen: ref.Gen, Offset: ev.Offset, Seq: ev.Seq}.String()
 }
 
-func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Ref, t *tail, after uint64) error {
-	g := s.metrics.readers.WithLabelValues("tail")
-	g.Inc()
-	defer g.Dec()
+func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Ref, t *engine.Tail, after uint64) error {
+	defer s.metrics.Reader("tail")()
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
 	first := true
 	for {
-		evs, changed := t.since(after)
+		evs, changed := t.Since(after)
 		for _, ev := range evs {
 			if ev.IsEnd() {
 				return out.flush()
@@ -92,13 +100,11 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 // checks the owner's lease, so a reader of a generation whose owner died
 // gets an error instead of waiting forever.
 func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal.Ref, after, hint uint64) error {
-	rd, err := s.cfg.Journal.Read(ctx, ref, after, hint)
+	rd, err := s.journal.Read(ctx, ref, after, hint)
 	if err != nil {
 		return err
 	}
-	g := s.metrics.readers.WithLabelValues("journal")
-	g.Inc()
-	defer g.Dec()
+	defer s.metrics.Reader("journal")()
 
 	rctx, stop := context.WithCancel(ctx)
 	events := make(chan journalRead, flushEvery)
@@ -120,10 +126,10 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 	}()
 	defer func() { stop(); <-done; rd.Close() }()
 
-	idle := time.NewTicker(min(s.cfg.Heartbeat, s.cfg.Resume.Lease()/2))
+	idle := time.NewTicker(min(s.cfg.Heartbeat, s.resume.Lease()/2))
 	defer idle.Stop()
 	sent, unflushed := 0, false
-	var lost *apiError // why the generation can no longer end, once seen
+	var lost *apierr.Error // why the generation can no longer end, once seen
 	for {
 		var r journalRead
 		var ok bool
@@ -143,7 +149,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 					return err
 				}
 				if lost != nil { // a second tick with the owner gone and nothing stored
-					e := journal.Event{Offset: after + 1, Type: typeError, Data: lost.body()}
+					e := journal.Event{Offset: after + 1, Type: engine.TypeError, Data: lost.Body()}
 					if err := out.send(eventID(ref, e), e); err != nil {
 						return err
 					}
@@ -167,10 +173,10 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			// good; an outage does not, so its error carries no id: the
 			// client's cursor stays on the last event it got, and a resume
 			// continues from there.
-			e := journal.Event{Offset: after + 1, Type: typeError, Data: errUnavailable.body()}
+			e := journal.Event{Offset: after + 1, Type: engine.TypeError, Data: apierr.New(apierr.Unavailable).Body()}
 			id := ""
 			if errors.Is(r.err, journal.ErrGap) {
-				e.Data, id = errJournalFailure.body(), eventID(ref, e)
+				e.Data, id = apierr.New(apierr.JournalFailure).Body(), eventID(ref, e)
 			}
 			if serr := out.send(id, e); serr == nil {
 				_ = out.flush()
@@ -209,20 +215,22 @@ type journalRead struct {
 // generation or expired, or the record says it failed. Readers get the
 // same error as the owner's own readers: journal_failure when the owner
 // could not store the generation, owner_lost otherwise.
-func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) *apiError {
-	rec, err := s.cfg.Resume.Get(ctx, ref.ID)
+func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) *apierr.Error {
+	code := apierr.OwnerLost
+	rec, err := s.resume.Get(ctx, ref.ID)
 	switch {
 	case errors.Is(err, resume.ErrNotFound):
-		return errOwnerLost
 	case err != nil:
 		return nil // the journal may be back soon; keep waiting
-	case rec.Generation == ref.Gen && rec.State == resume.Failed && rec.Error == errJournalFailure.Code:
-		return errJournalFailure
+	case rec.Generation == ref.Gen && rec.State == resume.Failed && rec.Error == apierr.JournalFailure:
+		code = apierr.JournalFailure
 	case rec.Generation != ref.Gen || rec.Error == resume.OwnerLost || rec.State == resume.Failed:
 		// A failed record always follows its end marker, so a failed one
 		// without it (after the caller's last look) will never get one. A
 		// completed one does have it: the read is slow, not lost.
-		return errOwnerLost
+	default:
+		return nil
 	}
-	return nil
+	e := apierr.New(code)
+	return &e
 }

@@ -15,32 +15,33 @@ import (
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // handleStream serves GET /v1/streams/{key}: SSE, JSON status or WebSocket.
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	key, err := resume.ParseKey(r.PathValue("key"))
 	if err != nil {
-		writeError(w, errBadKey)
+		apierr.New(apierr.BadKey).Write(w)
 		return
 	}
 	if _, _, _, err := parseRange(r.Header.Get("Range"), math.MaxInt64); errors.Is(err, errRangeSyntax) {
-		writeError(w, errBadRange)
+		apierr.New(apierr.BadRange).Write(w)
 		return
 	}
 	tenant, ok := s.readerTenant(r, key)
 	if !ok {
-		writeError(w, errKeyNotFound) // exactly as for a key that does not exist
+		apierr.New(apierr.KeyNotFound).Write(w) // exactly as for a key that does not exist
 		return
 	}
 	id := resume.StreamID(tenant, key)
 	rec, err := s.record(r.Context(), id)
 	switch {
 	case errors.Is(err, resume.ErrNotFound):
-		writeError(w, errKeyNotFound)
+		apierr.New(apierr.KeyNotFound).Write(w)
 		return
 	case err != nil:
-		writeError(w, errUnavailable)
+		apierr.New(apierr.Unavailable).Write(w)
 		return
 	}
 	if wantsJSON(r.Header.Get("Accept")) && !websocket.IsWebSocketUpgrade(r) {
@@ -53,7 +54,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	}
 	cur, err := resume.ParsePosition(raw)
 	if err != nil || cur.Gen > rec.Generation {
-		writeError(w, errBadCursor)
+		apierr.New(apierr.BadCursor).Write(w)
 		return
 	}
 	if cur.Gen == rec.Generation && rec.State != resume.InProgress && cur.Offset >= s.finalEvents(r.Context(), id, rec) {
@@ -80,10 +81,10 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 // the key's generation (a resume here takes no journal round trip), else
 // the stored one.
 func (s *Server) record(ctx context.Context, id string) (resume.Record, error) {
-	if rec, ok := s.live.owned(id); ok {
+	if rec, ok := s.engine.Owned(id); ok {
 		return rec, nil
 	}
-	return s.cfg.Resume.Get(ctx, id)
+	return s.resume.Get(ctx, id)
 }
 
 // finalEvents is how many events a finished generation's readers can get.
@@ -96,7 +97,7 @@ func (s *Server) finalEvents(ctx context.Context, id string, rec resume.Record) 
 	if rec.Error != resume.OwnerLost {
 		return rec.Events
 	}
-	last, err := s.cfg.Journal.Last(ctx, journal.Ref{ID: id, Gen: rec.Generation})
+	last, err := s.journal.Last(ctx, journal.Ref{ID: id, Gen: rec.Generation})
 	switch {
 	case err != nil:
 		return 1 // nothing stored: only the error
@@ -110,9 +111,9 @@ func (s *Server) finalEvents(ctx context.Context, id string, rec resume.Record) 
 // token names, or the caller's own. A bad or expired token grants nothing.
 func (s *Server) readerTenant(r *http.Request, key string) (string, bool) {
 	if tok := r.URL.Query().Get("token"); tok != "" {
-		return s.verifyCapability(tok, key, time.Now())
+		return s.auth.Verify(tok, key, time.Now())
 	}
-	t, err := s.authenticate(r)
+	t, err := s.auth.Tenant(r)
 	return t, err == nil
 }
 
@@ -134,15 +135,16 @@ func wantsJSON(accept string) bool {
 }
 
 type status struct {
-	Key        string       `json:"key"`
-	State      resume.State `json:"state"`
-	Generation uint64       `json:"generation"`
-	Events     uint64       `json:"events"`
-	Stream     bool         `json:"stream"`
-	Status     int          `json:"status,omitempty"`
-	Error      string       `json:"error,omitempty"`
-	CreatedAt  time.Time    `json:"created_at"`
-	UpdatedAt  time.Time    `json:"updated_at"`
+	Key        string        `json:"key"`
+	State      resume.State  `json:"state"`
+	Generation uint64        `json:"generation"`
+	Events     uint64        `json:"events"`
+	Stream     bool          `json:"stream"`
+	Status     int           `json:"status,omitempty"`
+	Error      string        `json:"error,omitempty"`
+	Usage      *resume.Usage `json:"usage,omitempty"`
+	CreatedAt  time.Time     `json:"created_at"`
+	UpdatedAt  time.Time     `json:"updated_at"`
 }
 
 func writeStatus(w http.ResponseWriter, rec resume.Record) {
@@ -150,7 +152,7 @@ func writeStatus(w http.ResponseWriter, rec resume.Record) {
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(status{
 		Key: rec.Key, State: rec.State, Generation: rec.Generation, Events: rec.Events, Stream: rec.Stream,
-		Status: rec.Status, Error: rec.Error, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	})
 }
 
@@ -158,16 +160,22 @@ func writeStatus(w http.ResponseWriter, rec resume.Record) {
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
 	release, ok := s.takeReader(id)
 	if !ok {
-		writeError(w, errTooManyReaders)
+		apierr.New(apierr.TooManyReaders).Write(w)
 		return
 	}
 	// Readers of the Location (EventSource, resumes, watchers: the idle
 	// connections) are detached; a POST's answer stays with net/http, which
 	// keeps its connection alive for the client's next request.
 	if r.Method == http.MethodGet {
-		if c := s.detach(w, r); c != nil {
-			go s.serveDetached(c, func(ctx context.Context, out eventWriter) error {
-				return s.follow(ctx, out, id, rec, cur)
+		if c := s.detached.Take(w, r); c != nil {
+			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
+				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout)
+				if err != nil {
+					return
+				}
+				if err := s.follow(ctx, out, id, rec, cur); err != nil && ctx.Err() == nil {
+					s.log.Debug("client stream ended", "err", err)
+				}
 			}, release)
 			return
 		}
@@ -175,22 +183,28 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec
 	defer release()
 	out, err := newSSEWriter(w, r, s.cfg.WriteTimeout)
 	if err != nil {
-		writeError(w, newError(http.StatusInternalServerError, "streaming_unsupported", "the connection cannot stream"))
+		apierr.New(apierr.NoStreaming).Write(w)
 		return
 	}
 	err = s.follow(r.Context(), out, id, rec, cur)
-	if r.Context().Err() != nil {
+	if r.Context().Err() != nil || (err != nil && s.closing.Err() != nil) {
 		// The request was canceled — usually its client is gone, but not
 		// always (a balancer's connection to this instance can end while
 		// the balancer's client still reads): a response ended cleanly here
 		// would reach that client as a complete stream that lacks its end.
-		// Aborting makes it a broken one, which clients resume.
+		// Aborting makes it a broken one, which clients resume. So is a
+		// reader cut because this instance is closing.
 		panic(http.ErrAbortHandler)
 	}
 	if err != nil {
-		s.cfg.Logger.Debug("client stream ended", "err", err)
+		s.log.Debug("client stream ended", "err", err)
 	}
 }
+
+// detachedRequest stands for the request go-sse's Upgrade reads on a
+// detached connection (it only looks at Last-Event-ID, which the stream was
+// already positioned by).
+var detachedRequest = &http.Request{}
 
 // upgrader lends its 16 KiB write buffers from a pool while a frame is
 // written, so an idle WebSocket reader holds none.
@@ -200,7 +214,7 @@ var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 16 << 1
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
 	release, ok := s.takeReader(id)
 	if !ok {
-		writeError(w, errTooManyReaders)
+		apierr.New(apierr.TooManyReaders).Write(w)
 		return
 	}
 	defer release()

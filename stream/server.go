@@ -5,98 +5,40 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/detach"
+	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
-// Defaults for Config.
+// Defaults for Settings.
 const (
-	DefaultMaxBody      = 32 << 20
-	DefaultMaxEventSize = 512 << 10
-	DefaultMaxResult    = 64 << 20
-	DefaultAttachWait   = 30 * time.Second
-	DefaultHeartbeat    = 15 * time.Second
-	DefaultWriteTimeout = 30 * time.Second
-	// DefaultConnectTimeout bounds connecting to the upstream.
-	DefaultConnectTimeout = 10 * time.Second
-	// DefaultHeaderTimeout bounds the wait for a response head once the
-	// request was sent (then the attempt is ambiguous).
-	DefaultHeaderTimeout        = 60 * time.Second
-	DefaultIdleTimeout          = 60 * time.Second
-	DefaultMaxGeneration        = 30 * time.Minute
-	DefaultMaxStreamEvents      = 200_000
-	DefaultMaxStreamBytes       = 256 << 20
-	DefaultMaxTenantGenerations = classify.DefaultMaxConcurrent
-	DefaultMaxReadersPerKey     = 32
-	DefaultMaxWSMessage         = 4 << 10
-	DefaultCapabilityTTL        = 24 * time.Hour
+	DefaultMaxBody          = 32 << 20
+	DefaultAttachWait       = 30 * time.Second
+	DefaultHeartbeat        = 15 * time.Second
+	DefaultWriteTimeout     = 30 * time.Second
+	DefaultMaxReadersPerKey = 32
+	DefaultMaxWSMessage     = 4 << 10
 	// DefaultSDKRetryWindow is how long a keyless request's SDK retries attach to it.
 	DefaultSDKRetryWindow = 10 * time.Minute
 )
 
-// DefaultClient is an upstream client with connect and response-head
-// timeouts and no overall timeout (streams are long).
-func DefaultClient(connect, head time.Duration) *http.Client {
-	return &http.Client{
-		// The upstream is configuration: never follow it elsewhere.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
-			TLSHandshakeTimeout:   connect,
-			ResponseHeaderTimeout: head,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       90 * time.Second,
-			ForceAttemptHTTP2:     true,
-		}}
-}
-
 // ErrInvalidOption wraps every configuration error.
 var ErrInvalidOption = errors.New("stream: invalid option")
 
-// Config configures a Server.
-type Config struct {
-	// Journal stores events and records. Required.
-	Journal *journal.Journal
-	// Resume makes the start/attach/replay decisions. Required.
-	Resume *resume.Manager
-	// Upstream is the OpenAI-compatible base URL; request paths are joined to it. Required.
-	Upstream *url.URL
-	// Client calls the upstream. Default: DefaultClient(DefaultConnectTimeout, DefaultHeaderTimeout).
-	Client *http.Client
-	// Policy is the call policy toward the upstream (retries, budget,
-	// breaker, concurrency limit). Default: classify's defaults over Client.
-	Policy *classify.Policy
-	// UpstreamIdempotency: the upstream honours Idempotency-Key, so each
-	// generation's key is forwarded (and the policy may retry ambiguous
-	// failures). Default false.
-	UpstreamIdempotency bool
-	// IdleTimeout fails a stream that sends no event for this long
-	// (upstream_interrupted). Default DefaultIdleTimeout (60 s).
-	IdleTimeout time.Duration
-	// MaxGeneration caps one generation's total time. Default DefaultMaxGeneration (30 min).
-	MaxGeneration time.Duration
-	// SDKRetryWindow: a keyless SDK retry (X-Stainless-Retry-Count ≥ 1) of a
-	// body sent within this window attaches to it. 0 takes the default,
-	// negative disables. Default DefaultSDKRetryWindow (10 min).
-	SDKRetryWindow time.Duration
-	// Secret keys the tenant derivation from credentials. Required, ≥ 16 bytes.
-	Secret []byte
+// Settings are the HTTP surface's limits and timings.
+type Settings struct {
 	// MaxBody is the request body limit. Default DefaultMaxBody (32 MiB).
 	MaxBody int64
-	// MaxEventSize is the largest upstream SSE event. Default DefaultMaxEventSize (512 KiB).
-	MaxEventSize int
-	// MaxResult is the largest non-streamed upstream body. Default DefaultMaxResult (64 MiB).
-	MaxResult int64
 	// AttachWait bounds how long a non-streaming duplicate waits for the
 	// generation in progress before 409. Default DefaultAttachWait (30 s).
 	AttachWait time.Duration
@@ -104,95 +46,27 @@ type Config struct {
 	Heartbeat time.Duration
 	// WriteTimeout disconnects a client that does not take an event within it. Default DefaultWriteTimeout (30 s).
 	WriteTimeout time.Duration
-	// Logger. Default slog.Default().
-	Logger *slog.Logger
-	// Auth is the auth mode. Default AuthPassthrough.
-	Auth AuthMode
-	// TenantHeader, when set, names the header whose value is the caller's
-	// credential instead of the bearer token. Default "" (Authorization).
-	TenantHeader string
-	// ProxyKeys are the keys callers must present in AuthStatic.
-	ProxyKeys []string
-	// UpstreamKey is sent to the upstream as a bearer token in AuthStatic
-	// and AuthNone. It never reaches clients. Default none.
-	UpstreamKey string
-	// CapabilityTTL is how long a Location's capability token is valid.
-	// Default 24 h (the journal's TTL in cmd/reprise).
-	CapabilityTTL time.Duration
-	// MaxStreamEvents and MaxStreamBytes cap one generation; past them it
-	// fails with stream_too_large. Defaults DefaultMaxStreamEvents (200,000)
-	// and DefaultMaxStreamBytes (256 MiB).
-	MaxStreamEvents int
-	MaxStreamBytes  int64
-	// MaxTenantGenerations caps a tenant's concurrent generations on this
-	// instance (429 too_many_generations). Default DefaultMaxTenantGenerations
-	// (512, the upstream concurrency limit: one tenant may fill the instance).
-	MaxTenantGenerations int
 	// MaxReadersPerKey caps concurrent readers of one key on this instance
 	// (429 too_many_readers). Default DefaultMaxReadersPerKey (32).
 	MaxReadersPerKey int
-	// MaxWSMessage caps a WebSocket message from a client. Default 4 KiB.
+	// MaxWSMessage caps a WebSocket message from a client. Default DefaultMaxWSMessage (4 KiB).
 	MaxWSMessage int64
-	// Registerer takes the Prometheus metrics. Default: a private registry
-	// (nothing exported); cmd/reprise passes prometheus.DefaultRegisterer.
-	Registerer prometheus.Registerer
+	// SDKRetryWindow: a keyless SDK retry (X-Stainless-Retry-Count ≥ 1) of a
+	// body sent within this window attaches to it. 0 takes the default,
+	// negative disables. Default DefaultSDKRetryWindow (10 min).
+	SDKRetryWindow time.Duration
 }
 
-func (c *Config) fill() error {
-	if c.Journal == nil || c.Resume == nil || c.Upstream == nil {
-		return fmt.Errorf("%w: journal, resume and upstream are required", ErrInvalidOption)
+func (s *Settings) fill() {
+	setDefault(&s.MaxBody, DefaultMaxBody)
+	setDefault(&s.AttachWait, DefaultAttachWait)
+	setDefault(&s.Heartbeat, DefaultHeartbeat)
+	setDefault(&s.WriteTimeout, DefaultWriteTimeout)
+	setDefault(&s.MaxReadersPerKey, DefaultMaxReadersPerKey)
+	setDefault(&s.MaxWSMessage, DefaultMaxWSMessage)
+	if s.SDKRetryWindow == 0 {
+		s.SDKRetryWindow = DefaultSDKRetryWindow
 	}
-	if len(c.Secret) < 16 {
-		return fmt.Errorf("%w: secret must be at least 16 bytes", ErrInvalidOption)
-	}
-	if c.Client == nil {
-		c.Client = DefaultClient(DefaultConnectTimeout, DefaultHeaderTimeout)
-	}
-	if c.Policy == nil {
-		p, err := classify.New(classify.Config{RetryAmbiguous: c.UpstreamIdempotency}, c.Client)
-		if err != nil {
-			return err
-		}
-		c.Policy = p
-	}
-	if c.Policy.RetriesAmbiguous() && !c.UpstreamIdempotency {
-		return fmt.Errorf("%w: retrying ambiguous failures without forwarding Idempotency-Key could bill twice", ErrInvalidOption)
-	}
-	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
-	setDefault(&c.MaxGeneration, DefaultMaxGeneration)
-	setDefault(&c.MaxStreamEvents, DefaultMaxStreamEvents)
-	setDefault(&c.MaxStreamBytes, DefaultMaxStreamBytes)
-	setDefault(&c.MaxTenantGenerations, DefaultMaxTenantGenerations)
-	setDefault(&c.MaxReadersPerKey, DefaultMaxReadersPerKey)
-	setDefault(&c.MaxWSMessage, DefaultMaxWSMessage)
-	setDefault(&c.CapabilityTTL, DefaultCapabilityTTL)
-	switch c.Auth {
-	case "":
-		c.Auth = AuthPassthrough
-	case AuthPassthrough, AuthNone:
-	case AuthStatic:
-		if len(c.ProxyKeys) == 0 {
-			return fmt.Errorf("%w: auth static needs proxy keys", ErrInvalidOption)
-		}
-	default:
-		return fmt.Errorf("%w: auth mode %q (passthrough, static or none)", ErrInvalidOption, c.Auth)
-	}
-	if c.SDKRetryWindow == 0 {
-		c.SDKRetryWindow = DefaultSDKRetryWindow
-	}
-	setDefault(&c.MaxBody, DefaultMaxBody)
-	setDefault(&c.MaxEventSize, DefaultMaxEventSize)
-	setDefault(&c.MaxResult, DefaultMaxResult)
-	setDefault(&c.AttachWait, DefaultAttachWait)
-	setDefault(&c.Heartbeat, DefaultHeartbeat)
-	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Registerer == nil {
-		c.Registerer = prometheus.NewRegistry()
-	}
-	return nil
 }
 
 func setDefault[T int | int64 | time.Duration](v *T, d T) {
@@ -201,46 +75,71 @@ func setDefault[T int | int64 | time.Duration](v *T, d T) {
 	}
 }
 
+// Config configures a Server: the parts it serves from, and its settings.
+type Config struct {
+	// Journal is read to serve readers. Required.
+	Journal *journal.Journal
+	// Resume makes the start/attach/replay decisions. Required.
+	Resume *resume.Manager
+	// Engine runs the generations. Required.
+	Engine *engine.Engine
+	// Auth derives tenants and capabilities. Required.
+	Auth *auth.Auth
+	// Metrics takes the counts. Default: series on a private registry.
+	Metrics *metrics.Metrics
+	// Settings are the limits and timings; zero fields take their defaults.
+	Settings Settings
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
 // Server serves the HTTP contract.
 type Server struct {
-	cfg     Config
-	metrics *metrics
-	mux     *http.ServeMux
-	live    registry
-	pumps   sync.WaitGroup
-	pumpCtx context.Context
-	stop    context.CancelFunc
-
-	proxyKeys map[string]bool // tenant ids of the static proxy keys
-
-	detached *detached // SSE readers on connections taken over from net/http
+	cfg      Settings
+	journal  *journal.Journal
+	resume   *resume.Manager
+	engine   *engine.Engine
+	auth     *auth.Auth
+	metrics  *metrics.Metrics
+	log      *slog.Logger
+	mux      *http.ServeMux
+	detached *detach.Group // SSE readers on connections taken over from net/http
+	// closing ends when Close begins: readers of generations running
+	// elsewhere stop then.
+	closing      context.Context
+	closeReaders context.CancelFunc
 
 	mu      sync.Mutex
-	closing bool
-	gens    map[string]int // running generations per tenant
 	readers map[string]int // connected readers per key id
 }
 
 // New returns a Server.
 func New(cfg Config) (*Server, error) {
-	if err := cfg.fill(); err != nil {
-		return nil, err
+	if cfg.Journal == nil || cfg.Resume == nil || cfg.Engine == nil || cfg.Auth == nil {
+		return nil, fmt.Errorf("%w: journal, resume, engine and auth are required", ErrInvalidOption)
 	}
-	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer, cfg.Policy.BreakerOpen, cfg.Journal.Stats), mux: http.NewServeMux(),
-		proxyKeys: map[string]bool{}, gens: map[string]int{}, readers: map[string]int{}, detached: newDetached()}
-	for _, k := range cfg.ProxyKeys {
-		s.proxyKeys[s.tenantOf(k)] = true
+	cfg.Settings.fill()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
-	s.pumpCtx, s.stop = context.WithCancel(context.Background())
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(prometheus.NewRegistry(), func() bool { return false }, cfg.Journal.Stats)
+	}
+	s := &Server{
+		cfg: cfg.Settings, journal: cfg.Journal, resume: cfg.Resume, engine: cfg.Engine, auth: cfg.Auth,
+		metrics: cfg.Metrics, log: cfg.Logger, mux: http.NewServeMux(), detached: detach.NewGroup(),
+		readers: map[string]int{},
+	}
+	s.closing, s.closeReaders = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
 }
 
 func (s *Server) routes() {
-	s.mux.HandleFunc("POST /v1/chat/completions", s.handleCreate)
-	s.mux.HandleFunc("POST /v1/audio/speech", s.handleCreate)
-	s.mux.HandleFunc("/v1/chat/completions", methodNotAllowed("POST"))
-	s.mux.HandleFunc("/v1/audio/speech", methodNotAllowed("POST"))
+	for _, p := range engine.Protocols() {
+		s.mux.HandleFunc("POST "+p.Path(), s.create(p))
+		s.mux.HandleFunc(p.Path(), methodNotAllowed("POST"))
+	}
 	s.mux.HandleFunc("GET /v1/streams/{key}", s.handleStream)
 	s.mux.HandleFunc("/v1/streams/{key}", methodNotAllowed("GET"))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -248,7 +147,7 @@ func (s *Server) routes() {
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { writeError(w, errNotFound) })
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { apierr.New(apierr.NotFound).Write(w) })
 }
 
 // Handle mounts another handler (the demo page, metrics) on the server's mux.
@@ -260,73 +159,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.cfg.Journal.Ready(ctx); err != nil {
-		writeError(w, errUnavailable)
+	if err := s.journal.Ready(ctx); err != nil {
+		apierr.New(apierr.Unavailable).Write(w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ready"}`))
 }
 
-// Shutdown refuses new generations, waits until the running ones finished
-// journaling or ctx ends, then fails what is left. It is idempotent.
-func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
-	done := waited(&s.pumps)
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-	}
-	s.stop() // pumps record their generations as failed (proxy_shutdown)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-	}
-	return ctx.Err()
-}
-
-// waited is closed once wg's count is zero.
-func waited(wg *sync.WaitGroup) <-chan struct{} {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	return done
-}
-
-// startPump registers a new generation and runs its pump; false when the
-// server is shutting down.
-func (s *Server) startPump(p *pump) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.live.add(p.ref, p.tail, p.lease)
-	s.pumps.Add(1)
-	s.metrics.running.Inc()
-	go p.run(s.pumpCtx)
-	return true
-}
-
-// takeGeneration reserves one of tenant's concurrent generations.
-func (s *Server) takeGeneration(tenant string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gens[tenant] >= s.cfg.MaxTenantGenerations {
-		return false
-	}
-	s.gens[tenant]++
-	return true
-}
-
-func (s *Server) releaseGeneration(tenant string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gens[tenant]--; s.gens[tenant] <= 0 {
-		delete(s.gens, tenant)
-	}
+// Close ends the readers. Readers of a generation running on another
+// instance are cut at once — they resume elsewhere; an SSE answer served by
+// net/http is aborted, so its client sees it broken. The others (readers of
+// generations that ran here, replays) write the rest and leave on their
+// own. Readers on connections taken over from net/http, which
+// http.Server's Shutdown does not see, get until ctx ends, then are cut;
+// Close returns once they are gone. Call it once no generation runs here
+// any more. It is idempotent.
+func (s *Server) Close(ctx context.Context) {
+	s.closeReaders()
+	s.detached.Close(ctx)
 }
 
 // takeReader reserves a reader place on key id; release returns it.
@@ -347,4 +198,12 @@ func (s *Server) takeReader(id string) (release func(), ok bool) {
 			}
 		})
 	}, true
+}
+
+// methodNotAllowed answers 405 with the allowed methods.
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Allow", allow)
+		apierr.New(apierr.MethodNotAllowed).WithMessage("method not allowed; use " + allow).Write(w)
+	}
 }

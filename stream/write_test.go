@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // TestSSEWriterEventWithoutID: an event sent without a position (a reader's
@@ -21,7 +23,7 @@ func TestSSEWriterEventWithoutID(t *testing.T) {
 	if err := w.send("1-3-3", journal.Event{Offset: 3, Data: []byte("real")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.send("", journal.Event{Offset: 4, Type: typeError, Data: errUnavailable.body()}); err != nil {
+	if err := w.send("", journal.Event{Offset: 4, Type: engine.TypeError, Data: apierr.New(apierr.Unavailable).Body()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.flush(); err != nil {

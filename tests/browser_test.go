@@ -33,7 +33,7 @@ func TestBrowserDemo(t *testing.T) {
 	}
 
 	e := newEnv(t, withTokenDelay(15*time.Millisecond))
-	web.Mount(e.srv)
+	web.Mount(e.p)
 
 	// Start stops the browser in a t.Cleanup registered after newEnv's, so
 	// the browser stops before the proxy closes.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -58,10 +58,10 @@ func TestChaosNATSNodeKilled(t *testing.T) {
 	rt := newRouter()
 	upClient := &http.Client{Transport: rt}
 	t.Cleanup(upClient.CloseIdleConnections)
-	conf := func(cfg *stream.Config) {
+	conf := func(cfg *proxy.Config) {
 		cfg.Client = upClient
-		cfg.Policy = chaosPolicy(t, upClient)
-		cfg.IdleTimeout = 2 * time.Second
+		cfg.Policy = chaosPolicy
+		cfg.Limits.IdleTimeout = 2 * time.Second
 	}
 	probe := startInstance(t, "probe", cw.c.urlsFrom(0), cw.llmURL, instanceOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -83,7 +83,7 @@ func TestChaosNATSNodeKilled(t *testing.T) {
 		}
 	}
 	// Production-like reader timing (idle check every 2s).
-	conf2 := func(cfg *stream.Config) { conf(cfg); cfg.Heartbeat = 2 * time.Second }
+	conf2 := func(cfg *proxy.Config) { conf(cfg); cfg.HTTP.Heartbeat = 2 * time.Second }
 	a := startInstance(t, "A", cw.c.urlsFrom(victim), cw.llmURL, instanceOptions{lease: 4 * time.Second, configure: conf2})
 	b := startInstance(t, "B", cw.c.urlsFrom((victim+1)%3), cw.llmURL, instanceOptions{lease: 4 * time.Second, configure: conf2})
 	probe.stop(t)
@@ -92,7 +92,7 @@ func TestChaosNATSNodeKilled(t *testing.T) {
 	t.Cleanup(client.CloseIdleConnections)
 	w := &chaosWorld{
 		tb: t, toxi: newToxi(), client: client,
-		target:   func(r *chaosRun) string { return instances[r.rng.IntN(2)].hs.Listener.Addr().String() },
+		target:   func(r *chaosRun) string { return instances[r.rng.IntN(2)].addr },
 		direct:   func() string { return b.URL },
 		ledger:   cw.llm.Ledger(),
 		router:   rt,
@@ -182,7 +182,7 @@ func TestChaosRepriseKilled(t *testing.T) {
 		}
 		return true
 	})
-	target.Store(e.hs.Listener.Addr().String())
+	target.Store(e.addr)
 	t.Logf("SIGKILL %s into the runs: %d generations in flight on A, %d completed, %d keys not created yet",
 		killed.Sub(started).Round(time.Millisecond), inFlight, completed, notStarted)
 	wg.Wait()
@@ -264,7 +264,7 @@ func TestChaosRepriseRestarted(t *testing.T) {
 		t.Cleanup(client.CloseIdleConnections)
 		w := &chaosWorld{
 			tb: t, toxi: newToxi(), client: client,
-			target: func(*chaosRun) string { return e.hs.Listener.Addr().String() },
+			target: func(*chaosRun) string { return e.addr },
 			direct: func() string { return e.URL },
 			ledger: e.LLM.Ledger(), stats: newChaosStats(),
 			idle: 2 * time.Second, timeout: 60 * time.Second,

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/reprise-dev/reprise/classify"
-	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // The chaos suite: reprise, JetStream, the fake upstream and toxiproxy all
@@ -39,15 +39,9 @@ func chaosSeed(tb testing.TB) int64 {
 
 // chaosPolicy is a fast call policy: backoff in milliseconds, a budget and
 // a breaker that never stand in the way, so a 429/5xx burst is retried.
-func chaosPolicy(tb testing.TB, client *http.Client) *classify.Policy {
-	p, err := classify.New(classify.Config{
-		MaxAttempts: 5, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond,
-		BudgetRatio: 1, BudgetMin: 1 << 20, BreakerFailures: 1 << 20,
-	}, client)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return p
+var chaosPolicy = classify.Config{
+	MaxAttempts: 5, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond,
+	BudgetRatio: 1, BudgetMin: 1 << 20, BreakerFailures: 1 << 20,
 }
 
 // upstreamBreakCodes are how a generation broken on the upstream link ends.
@@ -88,16 +82,16 @@ func TestChaos(t *testing.T) {
 	rt := newRouter()
 	upClient := &http.Client{Transport: rt}
 	t.Cleanup(upClient.CloseIdleConnections)
-	e := newEnv(t, withConfig(func(cfg *stream.Config) {
+	e := newEnv(t, withConfig(func(cfg *proxy.Config) {
 		cfg.Client = upClient
-		cfg.Policy = chaosPolicy(t, upClient)
-		cfg.IdleTimeout = 2 * time.Second
+		cfg.Policy = chaosPolicy
+		cfg.Limits.IdleTimeout = 2 * time.Second
 	}))
 	client := newChaosClient()
 	t.Cleanup(client.CloseIdleConnections)
 	w := &chaosWorld{
 		tb: t, toxi: newToxi(), client: client,
-		target:   func(*chaosRun) string { return e.hs.Listener.Addr().String() },
+		target:   func(*chaosRun) string { return e.addr },
 		direct:   func() string { return e.URL },
 		ledger:   e.LLM.Ledger(),
 		router:   rt,

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // toxiproxy v2 runs inside the test process: every link is a
@@ -155,7 +155,7 @@ type router struct {
 }
 
 func newRouter() *router {
-	base := stream.DefaultClient(2*time.Second, 5*time.Second).Transport.(*http.Transport)
+	base := engine.DefaultClient(2*time.Second, 5*time.Second).Transport.(*http.Transport)
 	return &router{base: base, to: map[string]string{}}
 }
 

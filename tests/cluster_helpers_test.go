@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -19,12 +18,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // natsCluster is a 3-node JetStream cluster of embedded nats-servers,
@@ -153,13 +152,13 @@ func pollUntil(tb testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-// instance is an in-process reprise (stream.Server on httptest) on NATS
-// over TCP with reconnects (a cluster: journal and records at R3).
+// instance is an in-process reprise (a proxy.Proxy on a loopback port) on
+// NATS over TCP with reconnects (a cluster: journal and records at R3).
 type instance struct {
 	name string
 	nc   *nats.Conn
-	srv  *stream.Server
-	hs   *httptest.Server
+	p    *proxy.Proxy
+	addr string
 	URL  string
 	done bool
 
@@ -172,7 +171,7 @@ type instanceOptions struct {
 	replicas  int           // default 3
 	grace     time.Duration // for the shutdown at cleanup; default 10s
 	lenient   bool          // a shutdown that had to fail generations is no test failure
-	configure func(*stream.Config)
+	configure func(*proxy.Config)
 }
 
 func startInstance(tb testing.TB, name string, urls []string, upstream string, o instanceOptions) *instance {
@@ -188,37 +187,19 @@ func startInstance(tb testing.TB, name string, urls []string, upstream string, o
 	if err != nil {
 		tb.Fatalf("%s: nats: %v", name, err)
 	}
-	var j *journal.Journal
-	pollUntil(tb, 30*time.Second, name+": journal.Open", func() bool { // the meta leader may still be electing
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		j, err = journal.Open(ctx, nc, journal.Config{Replicas: o.replicas})
-		return err == nil
-	})
-	rm, err := resume.New(resume.Config{
-		Store: j, Owner: name, Lease: o.lease,
-		Salvage: stream.Salvage(j),
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
 	up, _ := url.Parse(upstream)
-	cfg := stream.Config{
-		Journal: j, Resume: rm, Upstream: up, Secret: testSecret, Logger: testLogger(),
-		Registerer: prometheus.NewRegistry(), Heartbeat: 500 * time.Millisecond,
+	cfg := proxy.Config{
+		NATS: nc, Journal: journal.Config{Replicas: o.replicas}, Owner: name, Lease: o.lease, Upstream: up,
+		Auth: auth.Config{Secret: testSecret}, Logger: testLogger(), HTTP: stream.Settings{Heartbeat: 500 * time.Millisecond},
 	}
 	if o.configure != nil {
 		o.configure(&cfg)
 	}
-	srv, err := stream.New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	in := &instance{name: name, nc: nc, srv: srv, hs: httptest.NewServer(srv), grace: o.grace, lenient: o.lenient}
+	in := &instance{name: name, nc: nc, grace: o.grace, lenient: o.lenient}
+	in.p, in.addr, in.URL = serveProxy(tb, cfg) // proxy.New waits for the meta leader if it is still electing
 	if in.grace == 0 {
 		in.grace = 10 * time.Second
 	}
-	in.URL = in.hs.URL
 	tb.Cleanup(func() { in.stop(tb) })
 	return in
 }
@@ -229,14 +210,7 @@ func (in *instance) stop(tb testing.TB) {
 		return
 	}
 	in.done = true
-	ctx, cancel := context.WithTimeout(context.Background(), in.grace)
-	defer cancel()
-	if err := in.srv.Shutdown(ctx); err != nil && !in.lenient {
-		tb.Errorf("%s: shutdown: %v", in.name, err)
-	}
-	in.srv.Close(cutNow)
-	in.hs.CloseClientConnections()
-	in.hs.Close()
+	stopProxy(tb, in.p, in.grace, in.lenient)
 	in.nc.Close()
 }
 

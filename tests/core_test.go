@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -151,11 +152,12 @@ func TestClientGone(t *testing.T) {
 }
 
 type keyStatus struct {
-	Key        string `json:"key"`
-	State      string `json:"state"`
-	Generation int    `json:"generation"`
-	Events     int    `json:"events"`
-	Error      string `json:"error"`
+	Key        string        `json:"key"`
+	State      string        `json:"state"`
+	Generation int           `json:"generation"`
+	Events     int           `json:"events"`
+	Error      string        `json:"error"`
+	Usage      *resume.Usage `json:"usage"`
 }
 
 func getStatus(t testing.TB, e *env, key string) (keyStatus, int) {

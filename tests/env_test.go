@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,6 +17,8 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -28,12 +31,12 @@ type env struct {
 	dir string
 	opt envOptions
 
-	emb *journal.Embedded
-	nc  *nats.Conn
-	srv *stream.Server
-	reg *prometheus.Registry
-	hs  *httptest.Server
-	URL string
+	emb  *journal.Embedded
+	nc   *nats.Conn
+	p    *proxy.Proxy
+	reg  *prometheus.Registry
+	addr string // the proxy's listen address
+	URL  string
 
 	LLM    *mockllm.Server
 	llmSrv *httptest.Server
@@ -50,7 +53,7 @@ type envOptions struct {
 	// upstream replaces the fake model (tests of odd upstreams).
 	upstream http.Handler
 	// configure adjusts the proxy's config before it starts (policies, timeouts).
-	configure func(*stream.Config)
+	configure func(*proxy.Config)
 	// journal adjusts the journal's config.
 	journal func(*journal.Config)
 }
@@ -64,9 +67,9 @@ func withTokenDelay(d time.Duration) envOption { return func(o *envOptions) { o.
 func withAbandon() envOption                   { return func(o *envOptions) { o.abandon = true } }
 func withUpstream(h http.Handler) envOption    { return func(o *envOptions) { o.upstream = h } }
 
-// withConfig adjusts the proxy's stream.Config (e.g. set Policy, timeouts)
-// before each start.
-func withConfig(f func(*stream.Config)) envOption { return func(o *envOptions) { o.configure = f } }
+// withConfig adjusts the proxy's config (e.g. set Policy, timeouts) before
+// each start.
+func withConfig(f func(*proxy.Config)) envOption { return func(o *envOptions) { o.configure = f } }
 
 // withJournal adjusts the proxy's journal.Config.
 func withJournal(f func(*journal.Config)) envOption { return func(o *envOptions) { o.journal = f } }
@@ -116,65 +119,67 @@ func (e *env) natsURL() string { return e.emb.Server.ClientURL() }
 
 func (e *env) startProxy() {
 	e.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var jcfg journal.Config
-	if e.opt.journal != nil {
-		e.opt.journal(&jcfg)
-	}
-	j, err := journal.Open(ctx, e.nc, jcfg)
-	if err != nil {
-		e.tb.Fatal(err)
-	}
-	rm, err := resume.New(resume.Config{
-		Store: j,
-		Owner: "test-" + resume.NewKey()[3:11], Lease: e.opt.lease,
-		Salvage: stream.Salvage(j),
-	})
-	if err != nil {
-		e.tb.Fatal(err)
-	}
 	up, _ := url.Parse(e.llmSrv.URL)
 	e.reg = prometheus.NewRegistry()
-	cfg := stream.Config{
-		Journal: j, Resume: rm, Upstream: up, Secret: testSecret, Logger: testLogger(), Registerer: e.reg,
-		AttachWait: e.opt.attachWait, Heartbeat: 500 * time.Millisecond,
+	cfg := proxy.Config{
+		NATS: e.nc, Owner: "test-" + resume.NewKey()[3:11], Lease: e.opt.lease, Upstream: up,
+		Auth: auth.Config{Secret: testSecret}, Logger: testLogger(), Registerer: e.reg,
+		HTTP: stream.Settings{AttachWait: e.opt.attachWait, Heartbeat: 500 * time.Millisecond},
+	}
+	if e.opt.journal != nil {
+		e.opt.journal(&cfg.Journal)
 	}
 	if e.opt.configure != nil {
 		e.opt.configure(&cfg)
 	}
-	srv, err := stream.New(cfg)
-	if err != nil {
-		e.tb.Fatal(err)
-	}
-	e.srv = srv
-	e.hs = httptest.NewServer(srv)
-	e.URL = e.hs.URL
+	e.p, e.addr, e.URL = serveProxy(e.tb, cfg)
 }
 
-// cutNow is a context that has ended: Server.Close with it cuts every
-// reader at once, as CloseClientConnections does for net/http's.
-var cutNow = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
+// serveProxy builds a proxy from cfg and serves it on a loopback port.
+func serveProxy(tb testing.TB, cfg proxy.Config) (p *proxy.Proxy, addr, url string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := proxy.New(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go func() { _ = p.Serve(ln) }()
+	return p, ln.Addr().String(), "http://" + ln.Addr().String()
+}
 
-// stopProxy shuts the proxy down gracefully (running generations finish).
+// stopProxy shuts the proxy down gracefully (running generations finish);
+// with abandon, what still runs after a short grace is failed, and given
+// the time to record so.
+func stopProxy(tb testing.TB, p *proxy.Proxy, grace time.Duration, abandon bool) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := p.Shutdown(ctx)
+	if err == nil {
+		return
+	}
+	if !abandon {
+		tb.Errorf("shutdown: %v", err)
+	}
+	settle, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := p.Shutdown(settle); err != nil {
+		tb.Errorf("shutdown: generations cancelled at the end of the grace did not end within 15s: %v", err)
+	}
+}
+
 func (e *env) stopProxy() {
 	e.tb.Helper()
 	grace := 10 * time.Second
 	if e.opt.abandon {
 		grace = 200 * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := e.srv.Shutdown(ctx); err != nil && !e.opt.abandon {
-		e.tb.Errorf("shutdown: %v", err)
-	}
-	e.srv.Close(cutNow) // readers on connections taken over from net/http
-	e.hs.CloseClientConnections()
-	e.hs.Close()
+	stopProxy(e.tb, e.p, grace, e.opt.abandon)
 }
 
 // restart stops the proxy and JetStream and starts both again on the same

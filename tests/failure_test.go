@@ -13,7 +13,7 @@ import (
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // TestUpstreamErrorBeforeStream: a fatal upstream status reaches the client
@@ -269,7 +269,7 @@ func TestUpstreamIgnoresStream(t *testing.T) {
 // generations only; attaching to a running one still works, and a refused
 // key ends cleanly for its readers and may generate later.
 func TestTenantLimitSparesAttach(t *testing.T) {
-	e := newEnv(t, withConfig(func(c *stream.Config) { c.MaxTenantGenerations = 1 }))
+	e := newEnv(t, withConfig(func(c *proxy.Config) { c.Limits.MaxTenantGenerations = 1 }))
 	slow := chatBody(uniquePrompt(t, "[tokens=40] [delay=10ms]"), true)
 	first := readEvents(t, do(t, "POST", e.URL+chatPath, slow, "Idempotency-Key", "k-lim-a"), 2)
 	other := chatBody(uniquePrompt(t, "[tokens=3]"), true)

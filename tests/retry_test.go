@@ -22,7 +22,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/reprise-dev/reprise/classify"
-	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -34,19 +35,15 @@ import (
 
 // withPolicy sets the proxy's call policy, built over the proxy's client;
 // more adjusts the config first (client, upstream, timeouts).
-func withPolicy(tb testing.TB, pc classify.Config, more ...func(*stream.Config)) envOption {
-	return withConfig(func(cfg *stream.Config) {
+func withPolicy(tb testing.TB, pc classify.Config, more ...func(*proxy.Config)) envOption {
+	return withConfig(func(cfg *proxy.Config) {
 		for _, f := range more {
 			f(cfg)
 		}
 		if cfg.Client == nil {
-			cfg.Client = stream.DefaultClient(2*time.Second, 10*time.Second)
+			cfg.Client = engine.DefaultClient(2*time.Second, 10*time.Second)
 		}
-		p, err := classify.New(pc, cfg.Client)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		cfg.Policy = p
+		cfg.Policy = pc
 	})
 }
 
@@ -489,9 +486,9 @@ func TestRefusedConnectionRetried(t *testing.T) {
 		type first struct{ dialErr, listenErr error }
 		firstDial := make(chan first, 1)
 		pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
-		e := newEnv(t, withPolicy(t, pc, func(cfg *stream.Config) {
+		e := newEnv(t, withPolicy(t, pc, func(cfg *proxy.Config) {
 			cfg.Upstream = &url.URL{Scheme: "http", Host: addr}
-			cfg.Client = stream.DefaultClient(2*time.Second, 10*time.Second)
+			cfg.Client = engine.DefaultClient(2*time.Second, 10*time.Second)
 			tr := cfg.Client.Transport.(*http.Transport)
 			dial := tr.DialContext
 			tr.DialContext = func(ctx context.Context, network, a string) (net.Conn, error) {
@@ -534,8 +531,8 @@ func TestRefusedConnectionRetried(t *testing.T) {
 		var dials atomic.Int32
 		firstDial := make(chan error, 1)
 		pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
-		e := newEnv(t, withPolicy(t, pc, func(cfg *stream.Config) {
-			cfg.Client = stream.DefaultClient(2*time.Second, 10*time.Second)
+		e := newEnv(t, withPolicy(t, pc, func(cfg *proxy.Config) {
+			cfg.Client = engine.DefaultClient(2*time.Second, 10*time.Second)
 			tr := cfg.Client.Transport.(*http.Transport)
 			dial := tr.DialContext
 			tr.DialContext = func(ctx context.Context, network, a string) (net.Conn, error) {
@@ -574,9 +571,9 @@ func TestRefusedConnectionRetried(t *testing.T) {
 		addr := freeAddr(t)
 		var dials atomic.Int32
 		pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
-		e := newEnv(t, withPolicy(t, pc, func(cfg *stream.Config) {
+		e := newEnv(t, withPolicy(t, pc, func(cfg *proxy.Config) {
 			cfg.Upstream = &url.URL{Scheme: "http", Host: addr}
-			cfg.Client = stream.DefaultClient(2*time.Second, 10*time.Second)
+			cfg.Client = engine.DefaultClient(2*time.Second, 10*time.Second)
 			tr := cfg.Client.Transport.(*http.Transport)
 			dial := tr.DialContext
 			tr.DialContext = func(ctx context.Context, network, a string) (net.Conn, error) {
@@ -619,8 +616,8 @@ func TestAmbiguousTimeout(t *testing.T) {
 	policy := func(tb testing.TB, retryAmbiguous, idempotency bool) envOption {
 		pc := fastRetries()
 		pc.RetryAmbiguous = retryAmbiguous
-		return withPolicy(tb, pc, func(cfg *stream.Config) {
-			cfg.Client = stream.DefaultClient(2*time.Second, headTimeout)
+		return withPolicy(tb, pc, func(cfg *proxy.Config) {
+			cfg.Client = engine.DefaultClient(2*time.Second, headTimeout)
 			cfg.UpstreamIdempotency = idempotency
 		})
 	}
@@ -733,7 +730,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 // timeout is cut and failed (upstream_interrupted), never retried.
 func TestStalledStreamNotRetried(t *testing.T) {
 	const idle = 300 * time.Millisecond
-	e := newEnv(t, withPolicy(t, fastRetries(), func(cfg *stream.Config) { cfg.IdleTimeout = idle }))
+	e := newEnv(t, withPolicy(t, fastRetries(), func(cfg *proxy.Config) { cfg.Limits.IdleTimeout = idle }))
 	prompt := uniquePrompt(t, "[tokens=10] [hang_after=3]")
 	start := time.Now()
 	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-stall")
@@ -975,7 +972,10 @@ func TestRefusedWhenSaturated(t *testing.T) {
 	const queue = 200 * time.Millisecond
 	pc := fastRetries()
 	pc.MaxConcurrent, pc.QueueTimeout = 1, queue
-	e := newEnv(t, withPolicy(t, pc))
+	// The tenant limit defaults to the concurrency limit, which would
+	// refuse first (429): this is the instance's limit, as several tenants
+	// meet it.
+	e := newEnv(t, withPolicy(t, pc, func(cfg *proxy.Config) { cfg.Limits.MaxTenantGenerations = 10 }))
 	slow := uniquePrompt(t, "[tokens=40] [delay=20ms]")
 	// The slow generation holds the only place; its client leaves after
 	// the first event, the generation goes on.
@@ -1093,7 +1093,7 @@ func TestSDKRetryAttaches(t *testing.T) {
 	logAmplification(t, "keyless: 1 + SDK retry, 2 fresh, other tenant, late retry", e.LLM.Ledger().Get(prompt).Requests, clientRequests, "")
 
 	t.Run("window over", func(t *testing.T) {
-		e := newEnv(t, withConfig(func(cfg *stream.Config) { cfg.SDKRetryWindow = 300 * time.Millisecond }))
+		e := newEnv(t, withConfig(func(cfg *proxy.Config) { cfg.HTTP.SDKRetryWindow = 300 * time.Millisecond }))
 		prompt := uniquePrompt(t, "[tokens=3]")
 		body := chatBody(prompt, true)
 		readEvents(t, do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "0"), -1)
@@ -1105,7 +1105,7 @@ func TestSDKRetryAttaches(t *testing.T) {
 		}
 	})
 	t.Run("disabled", func(t *testing.T) {
-		e := newEnv(t, withConfig(func(cfg *stream.Config) { cfg.SDKRetryWindow = -1 }))
+		e := newEnv(t, withConfig(func(cfg *proxy.Config) { cfg.HTTP.SDKRetryWindow = -1 }))
 		prompt := uniquePrompt(t, "[tokens=3]")
 		body := chatBody(prompt, true)
 		readEvents(t, do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "0"), -1)

@@ -20,7 +20,8 @@ import (
 	"github.com/gorilla/websocket"
 	sse "github.com/tmaxmax/go-sse"
 
-	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -491,7 +492,7 @@ func TestSecurityForgedCapability(t *testing.T) {
 // TestSecurityExpiredCapability: a token past its TTL grants nothing; the
 // creator's credential still reads the key.
 func TestSecurityExpiredCapability(t *testing.T) {
-	e := newEnv(t, withConfig(func(c *stream.Config) { c.CapabilityTTL = time.Second }))
+	e := newEnv(t, withConfig(func(c *proxy.Config) { c.Auth.CapabilityTTL = time.Second }))
 	notFound := secNotFound(t, e)
 	t0 := time.Now()
 	resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), secHeaders([]string{"Idempotency-Key", "sec-exp"}, secBearer("alice"))...)
@@ -514,8 +515,8 @@ func TestSecurityExpiredCapability(t *testing.T) {
 func TestSecurityStaticAuth(t *testing.T) {
 	const upstreamKey = "sk-upstream-static-7777"
 	up := newSecUpstream(nil)
-	e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) {
-		c.Auth, c.ProxyKeys, c.UpstreamKey = stream.AuthStatic, []string{"pk-good-1", "pk-good-2"}, upstreamKey
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
+		c.Auth.Mode, c.Auth.ProxyKeys, c.Auth.UpstreamKey = auth.Static, []string{"pk-good-1", "pk-good-2"}, upstreamKey
 	}))
 	notFound := secNotFound(t, e)
 	body := chatBody(uniquePrompt(t, "[tokens=3]"), true)
@@ -584,7 +585,7 @@ func TestSecurityStaticAuth(t *testing.T) {
 // bearer goes upstream (and nothing when the caller has none).
 func TestSecurityPassthroughForwardsBearer(t *testing.T) {
 	up := newSecUpstream(nil)
-	e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) { c.UpstreamKey = "sk-never-used-in-passthrough" }))
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Auth.UpstreamKey = "sk-never-used-in-passthrough" }))
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), secBearer("sk-caller-alice")...), -1)
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), secBearer("sk-caller-bob")...), -1)
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true)), -1)
@@ -600,7 +601,7 @@ func TestSecurityPassthroughForwardsBearer(t *testing.T) {
 // configured key, never a caller's bearer.
 func TestSecurityNoneModeSharesTenant(t *testing.T) {
 	up := newSecUpstream(nil)
-	e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) { c.Auth, c.UpstreamKey = stream.AuthNone, "sk-up-none" }))
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Auth.Mode, c.Auth.UpstreamKey = auth.None, "sk-up-none" }))
 	prompt := uniquePrompt(t, "[tokens=3]")
 	body := chatBody(prompt, true)
 	readEvents(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-none"}, secBearer("alice"))...), -1)
@@ -628,7 +629,7 @@ func TestSecurityNoneModeSharesTenant(t *testing.T) {
 func TestSecurityTenantHeader(t *testing.T) {
 	const th = "X-Reprise-Tenant"
 	up := newSecUpstream(nil)
-	e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) { c.TenantHeader = th }))
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Auth.TenantHeader = th }))
 	notFound := secNotFound(t, e)
 	prompt := uniquePrompt(t, "[tokens=2]")
 	body := chatBody(prompt, true)
@@ -667,7 +668,7 @@ func TestSecurityStreamLimits(t *testing.T) {
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 		return true
 	})
-	e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) { c.MaxStreamEvents, c.MaxStreamBytes = 5, 2500 }))
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Limits.MaxStreamEvents, c.Limits.MaxStreamBytes = 5, 2500 }))
 
 	// Events: 10 tokens are 14 events.
 	evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=10]"), true), "Idempotency-Key", "sec-events"), -1)
@@ -701,7 +702,7 @@ func TestSecurityStreamLimits(t *testing.T) {
 // place comes back when the generation ends.
 func TestSecurityTenantGenerationLimit(t *testing.T) {
 	up := newSecUpstream(nil)
-	e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) { c.MaxTenantGenerations = 1 }))
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Limits.MaxTenantGenerations = 1 }))
 	slow := uniquePrompt(t, "[tokens=50] [delay=30ms]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(slow, true), secHeaders([]string{"Idempotency-Key", "sec-gen-1"}, secBearer("alice"))...), 2)
 
@@ -746,7 +747,7 @@ func TestSecurityTenantGenerationLimit(t *testing.T) {
 // TestSecurityReaderLimit: past MaxReadersPerKey a reader gets 429
 // too_many_readers (SSE and WebSocket); the place comes back when a reader leaves.
 func TestSecurityReaderLimit(t *testing.T) {
-	e := newEnv(t, withConfig(func(c *stream.Config) { c.MaxReadersPerKey = 1 }))
+	e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
 	prompt := uniquePrompt(t, "[tokens=60] [delay=25ms]")
 	first := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), secHeaders([]string{"Idempotency-Key", "sec-readers"}, secBearer("alice"))...)
 	loc := secLocation(t, first)
@@ -793,7 +794,7 @@ func TestSecurityReaderLimit(t *testing.T) {
 // never reaches the upstream.
 func TestSecurityMaxBody(t *testing.T) {
 	up := newSecUpstream(nil)
-	e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) { c.MaxBody = 4096 }))
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.HTTP.MaxBody = 4096 }))
 	big := chatBody(strings.Repeat("a", 5000), true)
 	secExpectError(t, do(t, "POST", e.URL+chatPath, big, "Idempotency-Key", "sec-big"), 413, "request_too_large")
 	secExpectError(t, do(t, "POST", e.URL+"/v1/audio/speech", speechBody(strings.Repeat("a", 5000), false)), 413, "request_too_large")
@@ -810,7 +811,7 @@ func TestSecurityMaxBody(t *testing.T) {
 // TestSecurityWebSocketMessageLimit: a client WebSocket message over
 // MaxWSMessage closes the connection; the generation goes on.
 func TestSecurityWebSocketMessageLimit(t *testing.T) {
-	e := newEnv(t, withConfig(func(c *stream.Config) { c.MaxWSMessage = 512 }))
+	e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxWSMessage = 512 }))
 	prompt := uniquePrompt(t, "[tokens=150] [delay=10ms]")
 	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "sec-ws")
 	loc := secLocation(t, resp)
@@ -904,8 +905,8 @@ func TestSecurityMaliciousUpstream(t *testing.T) {
 		}
 		return true
 	})
-	e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) {
-		c.MaxEventSize, c.IdleTimeout = 1024, 500*time.Millisecond
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
+		c.Limits.MaxEventSize, c.Limits.IdleTimeout = 1024, 500*time.Millisecond
 	}))
 	cases := []struct {
 		mode   string
@@ -1063,14 +1064,14 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 		_, _ = fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s","type":"invalid_request_error","code":"invalid_api_key"}}`, r.Header.Get("Authorization"))
 		return true
 	}
-	for _, mode := range []stream.AuthMode{stream.AuthPassthrough, stream.AuthStatic} {
+	for _, mode := range []auth.Mode{auth.Passthrough, auth.Static} {
 		t.Run(string(mode), func(t *testing.T) {
 			var buf secLogBuffer
 			up := newSecUpstream(echo)
-			e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) {
-				c.Auth = mode
-				if mode == stream.AuthStatic {
-					c.ProxyKeys, c.UpstreamKey = []string{bearer}, upstreamKey
+			e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
+				c.Auth.Mode = mode
+				if mode == auth.Static {
+					c.Auth.ProxyKeys, c.Auth.UpstreamKey = []string{bearer}, upstreamKey
 				}
 				c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			}))
@@ -1149,8 +1150,8 @@ func TestSecurityKnownGaps(t *testing.T) {
 			_, _ = fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s","type":"invalid_request_error","code":"invalid_api_key"}}`, r.Header.Get("Authorization"))
 			return true
 		})
-		e := newEnv(t, withUpstream(up), withConfig(func(c *stream.Config) {
-			c.Auth, c.ProxyKeys, c.UpstreamKey = stream.AuthStatic, []string{"pk-1"}, upstreamKey
+		e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
+			c.Auth.Mode, c.Auth.ProxyKeys, c.Auth.UpstreamKey = auth.Static, []string{"pk-1"}, upstreamKey
 		}))
 		resp := do(t, "POST", e.URL+chatPath, chatBody("x", true), "Authorization", "Bearer pk-1", "Idempotency-Key", "gap-echo")
 		if b := readBody(t, resp); strings.Contains(b, upstreamKey) {
@@ -1163,7 +1164,7 @@ func TestSecurityKnownGaps(t *testing.T) {
 	t.Run("non-streamed readers count against MaxReadersPerKey", func(t *testing.T) {
 		// GETs of a non-streamed key (awaitResult, serveResult) take no reader
 		// place: each polls the record and buffers the whole result.
-		e := newEnv(t, withConfig(func(c *stream.Config) { c.MaxReadersPerKey = 1 }))
+		e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
 		body := chatBody(uniquePrompt(t, "[tokens=30] [delay=20ms]"), false)
 		done := make(chan struct{})
 		go func() {

@@ -24,6 +24,9 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -61,9 +64,8 @@ type stack struct {
 	emb    *journal.Embedded
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	srv    *stream.Server
+	rep    *proxy.Proxy
 	reg    *prometheus.Registry
-	rep    *http.Server
 	RepURL string
 }
 
@@ -100,7 +102,7 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	// the same upstream transport settings as reprise.
 	rp := httputil.NewSingleHostReverseProxy(upURL)
 	rp.FlushInterval = -1
-	rp.Transport = stream.DefaultClient(stream.DefaultConnectTimeout, stream.DefaultHeaderTimeout).Transport
+	rp.Transport = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout).Transport
 	rp.ErrorLog = stdlog.New(io.Discard, "", 0) // clients check what they got
 	if s.pass, s.PassURL, err = serve(rp); err != nil {
 		return nil, err
@@ -125,40 +127,30 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	j, err := journal.Open(ctx, s.nc, journal.Config{Memory: cfg.memoryStorage}) // default: file storage, 24 h TTL, 1 replica
-	if err != nil {
-		return nil, err
-	}
-	rm, err := resume.New(resume.Config{
-		Store:   j,
-		Owner:   "bench-" + resume.NewKey()[3:11], // default lease
-		Salvage: stream.Salvage(j),
-	})
-	if err != nil {
-		return nil, err
-	}
-	client := stream.DefaultClient(stream.DefaultConnectTimeout, stream.DefaultHeaderTimeout)
-	policy, err := classify.New(classify.Config{MaxConcurrent: cfg.upstreamConcurrency}, client)
-	if err != nil {
-		return nil, err
-	}
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	s.reg = prometheus.NewRegistry()
-	s.srv, err = stream.New(stream.Config{
-		Journal: j, Resume: rm, Upstream: upURL, Client: client, Policy: policy,
-		Secret: secret, Logger: log, Registerer: s.reg,
-		Auth:             stream.AuthPassthrough, // the default; the tenant comes from the bearer token
-		MaxReadersPerKey: cfg.maxReadersPerKey,
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.rep, err = proxy.New(ctx, proxy.Config{
+		NATS:     s.nc,
+		Journal:  journal.Config{Memory: cfg.memoryStorage}, // default: file storage, 24 h TTL, 1 replica
+		Owner:    "bench-" + resume.NewKey()[3:11],          // default lease
+		Upstream: upURL,
+		Policy:   classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
+		HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReadersPerKey},
+		Auth:     auth.Config{Secret: secret, Mode: auth.Passthrough}, // the default; the tenant comes from the bearer token
+		Logger:   log, Registerer: s.reg,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if s.rep, s.RepURL, err = serve(s.srv); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		return nil, err
 	}
+	go func() { _ = s.rep.Serve(ln) }()
+	s.RepURL = "http://" + ln.Addr().String()
 	return s, nil
 }
 
@@ -211,13 +203,16 @@ func (s *stack) deleteConsumers(ctx context.Context) (int, error) {
 // close stops reprise (failing generations still running after a short
 // grace), the servers and JetStream, and removes the data directory.
 func (s *stack) close() {
-	if s.srv != nil {
+	if s.rep != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		_ = s.srv.Shutdown(ctx)
-		s.srv.Close(ctx) // readers on connections taken over from net/http
+		if s.rep.Shutdown(ctx) != nil { // generations still running were cancelled: let them record it
+			settle, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = s.rep.Shutdown(settle)
+			cancel()
+		}
 		cancel()
 	}
-	for _, hs := range []*http.Server{s.rep, s.pass, s.up} {
+	for _, hs := range []*http.Server{s.pass, s.up} {
 		if hs == nil {
 			continue
 		}

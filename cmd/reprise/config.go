@@ -13,100 +13,91 @@ import (
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // config is the command line. Every flag is also a REPRISE_* variable and
 // a config-file entry; a flag beats the variable, which beats the file.
+// What the proxy is built from is p; the rest is the command's own.
 type config struct {
-	listen         string
-	upstream       string
-	data           string
-	nats           string
-	ttl            time.Duration
-	lease          time.Duration
-	journalTimeout time.Duration
-	grace          time.Duration
-	replicas       int
-	secret         string
-	logLevel       slog.Level
+	p proxy.Config
 
-	// Toward the upstream (package classify).
-	upstreamIdempotency bool
-	policy              classify.Config
-	connectTimeout      time.Duration
-	headerTimeout       time.Duration
-	idleTimeout         time.Duration
-	maxGeneration       time.Duration
-	sdkRetryWindow      time.Duration
+	listen   string
+	upstream string
+	data     string
+	nats     string
+	grace    time.Duration
+	secret   string
+	logLevel slog.Level
 
-	// Security and limits.
-	auth           string
-	tenantHeader   string
+	connectTimeout time.Duration
+	headerTimeout  time.Duration
 	proxyKeys      string // file
-	upstreamKey    string
 	secretFile     string
 	tlsCert        string
 	tlsKey         string
 	natsCreds      string
 	natsCA         string
-	limits         stream.Config // the Max* fields and WriteTimeout
-	maxHeaderBytes int
 }
 
 var errUsage = errors.New("usage")
 
 func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
+	p := &c.p
 	fs := flag.NewFlagSet("reprise", flag.ContinueOnError)
 	fs.StringVar(file, "config", "", "settings `FILE`: one name = value line per setting, names as the flags (a flag beats REPRISE_*, which beats the file)")
 	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
 	fs.StringVar(&c.upstream, "upstream", "demo", "OpenAI-compatible base URL (http://host:port); demo = built-in fake model")
 	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret")
 	fs.StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
-	fs.DurationVar(&c.ttl, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept")
-	fs.DurationVar(&c.lease, "lease", 10*time.Second, "owner lease of a running generation; a dead owner's generation fails after it")
-	fs.DurationVar(&c.journalTimeout, "journal-timeout", journal.DefaultAppendTimeout, "how long a generation keeps trying to journal its events through NATS reconnects and leader elections before it fails")
+	fs.DurationVar(&p.Journal.TTL, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept")
+	fs.DurationVar(&p.Lease, "lease", resume.DefaultLease, "owner lease of a running generation; a dead owner's generation fails after it")
+	fs.DurationVar(&p.Journal.AppendTimeout, "journal-timeout", journal.DefaultAppendTimeout, "how long a generation keeps trying to journal its events through NATS reconnects and leader elections before it fails")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "on SIGTERM, how long running generations may finish journaling")
-	fs.IntVar(&c.replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
+	fs.IntVar(&p.Journal.Replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
 	fs.StringVar(&c.secret, "secret", "", "server secret for tenant ids (default: generated once under --data)")
 	fs.StringVar(level, "log-level", "info", "debug, info, warn or error")
 
-	fs.BoolVar(&c.upstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
-	fs.IntVar(&c.policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")
-	fs.DurationVar(&c.policy.BaseDelay, "retry-base-delay", classify.DefaultBaseDelay, "backoff base: wait before retry n is uniform in [0, min(max, base·2ⁿ⁻¹)]")
-	fs.DurationVar(&c.policy.MaxDelay, "retry-max-delay", classify.DefaultMaxDelay, "backoff cap")
-	fs.DurationVar(&c.policy.Deadline, "retry-deadline", classify.DefaultDeadline, "total time for attempts and waits until a response head; a wait that does not fit is not taken")
-	fs.Float64Var(&c.policy.BudgetRatio, "retry-budget", classify.DefaultBudgetRatio, "retries at most this share of calls over the budget window")
-	fs.UintVar(&c.policy.BudgetMin, "retry-budget-min", classify.DefaultBudgetMin, "retries always allowed per budget window, whatever the share")
-	fs.DurationVar(&c.policy.BudgetWindow, "retry-budget-window", classify.DefaultBudgetWindow, "sliding window of the retry budget")
-	fs.UintVar(&c.policy.BreakerFailures, "breaker-failures", classify.DefaultBreakerFailures, "consecutive upstream failures that open the circuit breaker")
-	fs.DurationVar(&c.policy.BreakerDelay, "breaker-delay", classify.DefaultBreakerDelay, "how long the breaker stays open before one probe")
-	fs.IntVar(&c.policy.MaxConcurrent, "upstream-concurrency", classify.DefaultMaxConcurrent, "generations in flight toward the upstream at most")
-	fs.DurationVar(&c.policy.QueueTimeout, "upstream-queue-timeout", classify.DefaultQueueTimeout, "how long a generation waits for a place before 503 upstream_saturated")
-	fs.DurationVar(&c.connectTimeout, "connect-timeout", stream.DefaultConnectTimeout, "connecting to the upstream (then the attempt is retryable)")
-	fs.DurationVar(&c.headerTimeout, "header-timeout", stream.DefaultHeaderTimeout, "waiting for a response head after the request was sent (then the attempt is ambiguous)")
-	fs.DurationVar(&c.idleTimeout, "idle-timeout", stream.DefaultIdleTimeout, "a stream with no event for this long is interrupted")
-	fs.DurationVar(&c.maxGeneration, "max-generation", stream.DefaultMaxGeneration, "one generation's total time at most")
-	fs.DurationVar(&c.sdkRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
+	fs.BoolVar(&p.UpstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
+	fs.IntVar(&p.Policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")
+	fs.DurationVar(&p.Policy.BaseDelay, "retry-base-delay", classify.DefaultBaseDelay, "backoff base: wait before retry n is uniform in [0, min(max, base·2ⁿ⁻¹)]")
+	fs.DurationVar(&p.Policy.MaxDelay, "retry-max-delay", classify.DefaultMaxDelay, "backoff cap")
+	fs.DurationVar(&p.Policy.Deadline, "retry-deadline", classify.DefaultDeadline, "total time for attempts and waits until a response head; a wait that does not fit is not taken")
+	fs.Float64Var(&p.Policy.BudgetRatio, "retry-budget", classify.DefaultBudgetRatio, "retries at most this share of calls over the budget window")
+	fs.UintVar(&p.Policy.BudgetMin, "retry-budget-min", classify.DefaultBudgetMin, "retries always allowed per budget window, whatever the share")
+	fs.DurationVar(&p.Policy.BudgetWindow, "retry-budget-window", classify.DefaultBudgetWindow, "sliding window of the retry budget")
+	fs.UintVar(&p.Policy.BreakerFailures, "breaker-failures", classify.DefaultBreakerFailures, "consecutive upstream failures that open the circuit breaker")
+	fs.DurationVar(&p.Policy.BreakerDelay, "breaker-delay", classify.DefaultBreakerDelay, "how long the breaker stays open before one probe")
+	fs.IntVar(&p.Policy.MaxConcurrent, "upstream-concurrency", classify.DefaultMaxConcurrent, "generations in flight toward the upstream at most")
+	fs.DurationVar(&p.Policy.QueueTimeout, "upstream-queue-timeout", classify.DefaultQueueTimeout, "how long a generation waits for a place before 503 upstream_saturated")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", engine.DefaultConnectTimeout, "connecting to the upstream (then the attempt is retryable)")
+	fs.DurationVar(&c.headerTimeout, "header-timeout", engine.DefaultHeaderTimeout, "waiting for a response head after the request was sent (then the attempt is ambiguous)")
+	fs.DurationVar(&p.Limits.IdleTimeout, "idle-timeout", engine.DefaultIdleTimeout, "a stream with no event for this long is interrupted")
+	fs.DurationVar(&p.Limits.MaxGeneration, "max-generation", engine.DefaultMaxGeneration, "one generation's total time at most")
+	fs.DurationVar(&p.HTTP.SDKRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
 
-	fs.StringVar(&c.auth, "auth", "passthrough", "passthrough (the caller's bearer goes upstream), static (callers use --proxy-keys; the upstream gets --upstream-key) or none (one anonymous tenant)")
-	fs.StringVar(&c.tenantHeader, "tenant-header", "", "derive the tenant from this header instead of the bearer token")
+	fs.StringVar((*string)(&p.Auth.Mode), "auth", string(auth.Passthrough), "passthrough (the caller's bearer goes upstream), static (callers use --proxy-keys; the upstream gets --upstream-key) or none (one anonymous tenant)")
+	fs.StringVar(&p.Auth.TenantHeader, "tenant-header", "", "derive the tenant from this header instead of the bearer token")
 	fs.StringVar(&c.proxyKeys, "proxy-keys", "", "static auth: a `FILE` of proxy keys, one per line (# comments)")
-	fs.StringVar(&c.upstreamKey, "upstream-key", "", "static and none auth: the upstream's API key (prefer REPRISE_UPSTREAM_KEY); never reaches clients")
+	fs.StringVar(&p.Auth.UpstreamKey, "upstream-key", "", "static and none auth: the upstream's API key (prefer REPRISE_UPSTREAM_KEY); never reaches clients")
 	fs.StringVar(&c.secretFile, "secret-file", "", "read the server secret from this `FILE`")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS with this certificate `FILE` (with --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the TLS private key `FILE`")
 	fs.StringVar(&c.natsCreds, "nats-creds", "", "NATS credentials `FILE` for an external cluster")
 	fs.StringVar(&c.natsCA, "nats-ca", "", "CA certificate `FILE` to verify an external cluster's TLS")
-	fs.Int64Var(&c.limits.MaxBody, "max-body", stream.DefaultMaxBody, "request body limit in bytes (413 above)")
-	fs.IntVar(&c.limits.MaxEventSize, "max-event-size", stream.DefaultMaxEventSize, "one upstream SSE event at most, bytes (larger: the generation fails)")
-	fs.IntVar(&c.limits.MaxStreamEvents, "max-stream-events", stream.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
-	fs.Int64Var(&c.limits.MaxStreamBytes, "max-stream-bytes", stream.DefaultMaxStreamBytes, "event bytes per generation at most (stream_too_large)")
-	fs.IntVar(&c.limits.MaxTenantGenerations, "max-tenant-generations", 0, "concurrent generations per tenant on this instance (429 above); 0: the same as --upstream-concurrency")
-	fs.IntVar(&c.limits.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
-	fs.Int64Var(&c.limits.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
-	fs.DurationVar(&c.limits.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "a client that does not take an event within this is disconnected")
-	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", 64<<10, "request header bytes at most (431 above)")
+	fs.Int64Var(&p.HTTP.MaxBody, "max-body", stream.DefaultMaxBody, "request body limit in bytes (413 above)")
+	fs.IntVar(&p.Limits.MaxEventSize, "max-event-size", engine.DefaultMaxEventSize, "one upstream SSE event at most, bytes (larger: the generation fails)")
+	fs.IntVar(&p.Limits.MaxStreamEvents, "max-stream-events", engine.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
+	fs.Int64Var(&p.Limits.MaxStreamBytes, "max-stream-bytes", engine.DefaultMaxStreamBytes, "event bytes per generation at most (stream_too_large)")
+	fs.IntVar(&p.Limits.MaxTenantGenerations, "max-tenant-generations", 0, "concurrent generations per tenant on this instance (429 above); 0: the same as --upstream-concurrency")
+	fs.IntVar(&p.HTTP.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
+	fs.Int64Var(&p.HTTP.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
+	fs.DurationVar(&p.HTTP.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "a client that does not take an event within this is disconnected")
+	fs.IntVar(&p.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "request header bytes at most (431 above)")
 	return fs
 }
 
@@ -163,41 +154,44 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 }
 
 func (c *config) validate(level string) error {
+	p := &c.p
 	if err := c.logLevel.UnmarshalText([]byte(level)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	switch {
-	case c.ttl < time.Minute:
-		return fmt.Errorf("--ttl %s: must be at least 1m", c.ttl)
-	case c.journalTimeout < time.Second:
-		return fmt.Errorf("--journal-timeout %s: must be at least 1s", c.journalTimeout)
-	case c.lease < 100*time.Millisecond:
-		return fmt.Errorf("--lease %s: must be at least 100ms", c.lease)
-	case c.connectTimeout <= 0 || c.headerTimeout <= 0 || c.idleTimeout <= 0 || c.maxGeneration <= 0:
+	case p.Journal.TTL < time.Minute:
+		return fmt.Errorf("--ttl %s: must be at least 1m", p.Journal.TTL)
+	case p.Journal.AppendTimeout < time.Second:
+		return fmt.Errorf("--journal-timeout %s: must be at least 1s", p.Journal.AppendTimeout)
+	case p.Lease < 100*time.Millisecond:
+		return fmt.Errorf("--lease %s: must be at least 100ms", p.Lease)
+	case c.connectTimeout <= 0 || c.headerTimeout <= 0 || p.Limits.IdleTimeout <= 0 || p.Limits.MaxGeneration <= 0:
 		return errors.New("timeouts must be positive")
-	case c.sdkRetryWindow < 0:
+	case p.HTTP.SDKRetryWindow < 0:
 		return errors.New("--sdk-retry-window must not be negative")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return errors.New("--tls-cert and --tls-key go together")
-	case c.limits.MaxBody <= 0 || c.limits.MaxEventSize <= 0 || c.limits.MaxStreamEvents <= 0 || c.limits.MaxStreamBytes <= 0 ||
-		c.limits.MaxTenantGenerations < 0 || c.limits.MaxReadersPerKey <= 0 || c.limits.MaxWSMessage <= 0 || c.limits.WriteTimeout <= 0 || c.maxHeaderBytes <= 0:
+	case p.HTTP.MaxBody <= 0 || p.Limits.MaxEventSize <= 0 || p.Limits.MaxStreamEvents <= 0 || p.Limits.MaxStreamBytes <= 0 ||
+		p.Limits.MaxTenantGenerations < 0 || p.HTTP.MaxReadersPerKey <= 0 || p.HTTP.MaxWSMessage <= 0 || p.HTTP.WriteTimeout <= 0 || p.MaxHeaderBytes <= 0:
 		return errors.New("limits must be positive")
 	}
-	switch stream.AuthMode(c.auth) {
-	case stream.AuthPassthrough, stream.AuthNone:
-	case stream.AuthStatic:
+	switch p.Auth.Mode {
+	case auth.Passthrough, auth.None:
+	case auth.Static:
 		if c.proxyKeys == "" {
 			return errors.New("--auth static needs --proxy-keys FILE")
 		}
 	default:
-		return fmt.Errorf("--auth %q: want passthrough, static or none", c.auth)
+		return fmt.Errorf("--auth %q: want passthrough, static or none", p.Auth.Mode)
 	}
-	if c.limits.MaxTenantGenerations == 0 { // a tenant may fill the instance
-		c.limits.MaxTenantGenerations = cmp.Or(c.policy.MaxConcurrent, classify.DefaultMaxConcurrent)
+	if p.Limits.MaxTenantGenerations == 0 { // a tenant may fill the instance
+		p.Limits.MaxTenantGenerations = cmp.Or(p.Policy.MaxConcurrent, classify.DefaultMaxConcurrent)
 	}
-	c.policy.RetryAmbiguous = c.upstreamIdempotency
-	probe := c.policy
-	if _, err := classify.New(probe, stream.DefaultClient(time.Second, time.Second)); err != nil {
+	if p.HTTP.SDKRetryWindow == 0 {
+		p.HTTP.SDKRetryWindow = -1 // --sdk-retry-window 0 turns SDK retry absorption off
+	}
+	p.Policy.RetryAmbiguous = p.UpstreamIdempotency
+	if _, err := classify.New(p.Policy, engine.DefaultClient(time.Second, time.Second)); err != nil {
 		return err
 	}
 	return nil

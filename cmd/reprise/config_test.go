@@ -19,22 +19,22 @@ func TestParseConfig(t *testing.T) {
 		wantErr bool
 	}{
 		{"defaults", nil, nil, func(c config) bool {
-			return c.listen == ":8080" && c.upstream == "demo" && c.data == "./data" && c.nats == "" && c.ttl == 24*time.Hour && c.replicas == 1
+			return c.listen == ":8080" && c.upstream == "demo" && c.data == "./data" && c.nats == "" && c.p.Journal.TTL == 24*time.Hour && c.p.Journal.Replicas == 1
 		}, false},
 		{"flags", []string{"--listen", "127.0.0.1:9", "--upstream", "http://u:1", "--ttl", "2h", "--nats", "nats://a:4222"}, nil, func(c config) bool {
-			return c.listen == "127.0.0.1:9" && c.upstream == "http://u:1" && c.ttl == 2*time.Hour && c.nats == "nats://a:4222"
+			return c.listen == "127.0.0.1:9" && c.upstream == "http://u:1" && c.p.Journal.TTL == 2*time.Hour && c.nats == "nats://a:4222"
 		}, false},
 		{"env", nil, map[string]string{"REPRISE_LISTEN": ":1", "REPRISE_TTL": "3h", "REPRISE_REPLICAS": "3", "REPRISE_DATA": "/d"}, func(c config) bool {
-			return c.listen == ":1" && c.ttl == 3*time.Hour && c.replicas == 3 && c.data == "/d"
+			return c.listen == ":1" && c.p.Journal.TTL == 3*time.Hour && c.p.Journal.Replicas == 3 && c.data == "/d"
 		}, false},
 		{"flag beats env", []string{"--listen", ":2"}, map[string]string{"REPRISE_LISTEN": ":1"}, func(c config) bool { return c.listen == ":2" }, false},
 		{"ttl too short", []string{"--ttl", "1s"}, nil, nil, true},
 		{"lease too short", []string{"--lease", "1ms"}, nil, nil, true},
 		{"journal timeout too short", []string{"--journal-timeout", "10ms"}, nil, nil, true},
-		{"journal timeout from env", nil, map[string]string{"REPRISE_JOURNAL_TIMEOUT": "45s"}, func(c config) bool { return c.journalTimeout == 45*time.Second }, false},
-		{"tenant generations follow the upstream concurrency", []string{"--upstream-concurrency", "900"}, nil, func(c config) bool { return c.limits.MaxTenantGenerations == 900 }, false},
-		{"tenant generations default", nil, nil, func(c config) bool { return c.limits.MaxTenantGenerations == 512 }, false},
-		{"tenant generations set", []string{"--max-tenant-generations", "8"}, nil, func(c config) bool { return c.limits.MaxTenantGenerations == 8 }, false},
+		{"journal timeout from env", nil, map[string]string{"REPRISE_JOURNAL_TIMEOUT": "45s"}, func(c config) bool { return c.p.Journal.AppendTimeout == 45*time.Second }, false},
+		{"tenant generations follow the upstream concurrency", []string{"--upstream-concurrency", "900"}, nil, func(c config) bool { return c.p.Limits.MaxTenantGenerations == 900 }, false},
+		{"tenant generations default", nil, nil, func(c config) bool { return c.p.Limits.MaxTenantGenerations == 512 }, false},
+		{"tenant generations set", []string{"--max-tenant-generations", "8"}, nil, func(c config) bool { return c.p.Limits.MaxTenantGenerations == 8 }, false},
 		{"tenant generations negative", []string{"--max-tenant-generations", "-1"}, nil, nil, true},
 		{"bad log level", []string{"--log-level", "loud"}, nil, nil, true},
 		{"stray argument", []string{"extra"}, nil, nil, true},
@@ -81,7 +81,7 @@ func TestConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.policy.MaxAttempts != 5 || c.listen != ":8" || c.policy.BreakerDelay != 3*time.Second || !c.upstreamIdempotency || !c.policy.RetryAmbiguous {
+	if c.p.Policy.MaxAttempts != 5 || c.listen != ":8" || c.p.Policy.BreakerDelay != 3*time.Second || !c.p.UpstreamIdempotency || !c.p.Policy.RetryAmbiguous {
 		t.Errorf("precedence flag > env > file broken: %+v", c)
 	}
 	for name, body := range map[string]string{

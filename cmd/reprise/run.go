@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,12 +17,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -34,72 +33,41 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		return err
 	}
 	defer closeNATS()
-
-	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute) // a new cluster may still elect its leader
-	j, err := journal.Open(openCtx, nc, journal.Config{TTL: cfg.ttl, Replicas: cfg.replicas, AppendTimeout: cfg.journalTimeout})
-	cancelOpen()
-	if err != nil {
+	pc := cfg.p
+	if pc.Auth.Secret, err = loadSecret(cfg); err != nil {
 		return err
 	}
-	secret, err := loadSecret(cfg)
-	if err != nil {
-		return err
+	if cfg.proxyKeys != "" {
+		if pc.Auth.ProxyKeys, err = readKeys(cfg.proxyKeys); err != nil {
+			return err
+		}
 	}
-	host, _ := os.Hostname()
-	rm, err := resume.New(resume.Config{
-		Store: j,
-		Owner: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), resume.NewKey()[3:11]), Lease: cfg.lease,
-		Salvage: stream.Salvage(j),
-	})
-	if err != nil {
-		return err
+	if cfg.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		pc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	upstream, stopDemo, err := upstreamURL(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopDemo()
-
-	sdkWindow := cfg.sdkRetryWindow
-	if sdkWindow == 0 {
-		sdkWindow = -1 // --sdk-retry-window 0 turns SDK retry absorption off
-	}
-	client := stream.DefaultClient(cfg.connectTimeout, cfg.headerTimeout)
-	policy, err := classify.New(cfg.policy, client)
+	pc.NATS, pc.Upstream, pc.Logger, pc.Registerer = nc, upstream, log, prometheus.DefaultRegisterer
+	pc.Client = engine.DefaultClient(cfg.connectTimeout, cfg.headerTimeout)
+	p, err := proxy.New(ctx, pc)
 	if err != nil {
 		return err
 	}
-	var proxyKeys []string
-	if cfg.proxyKeys != "" {
-		if proxyKeys, err = readKeys(cfg.proxyKeys); err != nil {
-			return err
-		}
-	}
-	sc := cfg.limits
-	sc.Journal, sc.Resume, sc.Upstream, sc.Client, sc.Policy = j, rm, upstream, client, policy
-	sc.UpstreamIdempotency, sc.IdleTimeout, sc.MaxGeneration, sc.SDKRetryWindow = cfg.upstreamIdempotency, cfg.idleTimeout, cfg.maxGeneration, sdkWindow
-	sc.Auth, sc.TenantHeader, sc.ProxyKeys, sc.UpstreamKey = stream.AuthMode(cfg.auth), cfg.tenantHeader, proxyKeys, cfg.upstreamKey
-	sc.CapabilityTTL, sc.Secret, sc.Logger, sc.Registerer = cfg.ttl, secret, log, prometheus.DefaultRegisterer
-	srv, err := stream.New(sc)
-	if err != nil {
-		return err
-	}
-	srv.Handle("GET /metrics", promhttp.Handler())
-	web.Mount(srv)
+	web.Mount(p)
 
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.listen, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: cfg.maxHeaderBytes}
 	errc := make(chan error, 1)
-	go func() {
-		if cfg.tlsCert != "" {
-			errc <- hs.ServeTLS(ln, cfg.tlsCert, cfg.tlsKey)
-			return
-		}
-		errc <- hs.Serve(ln)
-	}()
+	go func() { errc <- p.Serve(ln) }()
 	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "upstream", upstream.Redacted(), "data", cfg.data)
 	if ready != nil {
 		ready <- ln.Addr().String()
@@ -113,20 +81,14 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	log.Info("shutting down: letting running generations finish", "grace", cfg.grace)
 	grace, cancel := context.WithTimeout(context.Background(), cfg.grace)
 	defer cancel()
-	go func() { _ = hs.Shutdown(grace) }() // stop accepting; idle connections close
-	if err := srv.Shutdown(grace); err != nil {
+	if err := p.Shutdown(grace); err != nil {
+		// What still ran was cancelled: give it the journal's time to
+		// record that it failed, so its key may start afresh at once.
 		log.Warn("generations still running at the end of the grace period were failed", "err", err)
+		settle, cancel := context.WithTimeout(context.Background(), cfg.p.Journal.AppendTimeout)
+		defer cancel()
+		_ = p.Shutdown(settle)
 	}
-	// Readers still attached follow generations that are now complete in the
-	// journal; they can resume anywhere else.
-	closeCtx, cancelClose := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancelClose()
-	readersClosed := make(chan struct{})
-	go func() { srv.Close(closeCtx); close(readersClosed) }() // SSE readers net/http handed over
-	if err := hs.Shutdown(closeCtx); err != nil {
-		_ = hs.Close()
-	}
-	<-readersClosed
 	log.Info("reprise stopped")
 	return nil
 }

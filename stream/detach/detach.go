@@ -1,18 +1,10 @@
-package stream
-
-import (
-	"bufio"
-	"context"
-	"net"
-	"net/http"
-	"strconv"
-	"sync"
-	"time"
-)
-
+// Package detach serves long responses on HTTP/1 connections taken over
+// from net/http, so that an idle reader costs its socket and one goroutine
+// and nothing of net/http's per-connection state.
+//
 // An SSE reader of a stream's Location (GET) on HTTP/1.x is served on a
-// connection taken over from net/http: the handler returns, and with it net/http's state for the
-// connection — its 4 KiB read buffer, its 4 + 2 KiB write buffers, the
+// connection taken over from net/http: the handler returns, and with it
+// net/http's state for the connection — its 4 KiB read buffer, its 4 + 2 KiB write buffers, the
 // request, and the handler goroutine with the stack it grew deciding the
 // request. What an idle reader keeps is its socket, one goroutine following
 // the stream, one blocked in a one-byte read to notice the client leave,
@@ -26,10 +18,25 @@ import (
 // request on the same kept-alive connection, and a new TCP (and TLS)
 // handshake per request would cost more than the memory saved.
 // HTTP/2 connections cannot be taken over and are served by net/http.
+//
+// It owns the connections it takes and their response framing; it knows
+// nothing of what is streamed on them.
+package detach
 
-// detached readers, tracked so Close can end them: http.Server's Shutdown
-// and Close do not know connections taken over from them.
-type detached struct {
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Group tracks the connections taken over, so Close can end them:
+// http.Server's Shutdown and Close do not know connections taken over from
+// them.
+type Group struct {
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
@@ -37,14 +44,15 @@ type detached struct {
 	cut    context.CancelFunc
 }
 
-func newDetached() *detached {
-	d := &detached{}
+// NewGroup returns an empty Group.
+func NewGroup() *Group {
+	d := &Group{}
 	d.ctx, d.cut = context.WithCancel(context.Background())
 	return d
 }
 
 // add registers a reader; false once Close has begun.
-func (d *detached) add() bool {
+func (d *Group) add() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -54,18 +62,16 @@ func (d *detached) add() bool {
 	return true
 }
 
-// Close ends the SSE readers served on connections taken over from
-// net/http: it lets them finish on their own until ctx ends (readers of
-// generations that completed write their last events and leave), then cuts
-// the rest, and returns once all are gone. Call it after http.Server's
-// Shutdown, which does not see them; readers that arrive meanwhile are
-// served by net/http.
-func (s *Server) Close(ctx context.Context) {
-	d := s.detached
+// Close ends the responses served on connections taken over: it lets them
+// finish on their own until ctx ends (readers of generations that completed
+// write their last events and leave), then cuts the rest, and returns once
+// all are gone. Take refuses from then on. It is idempotent.
+func (d *Group) Close(ctx context.Context) {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
-	done := waited(&d.wg)
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return
@@ -75,11 +81,12 @@ func (s *Server) Close(ctx context.Context) {
 	<-done
 }
 
-// detach takes w's connection over from net/http for an SSE response; nil
-// when it cannot (HTTP/2, a writer that cannot hijack, Close begun). The
-// response head is w's headers, written with the first flush.
-func (s *Server) detach(w http.ResponseWriter, r *http.Request) *connWriter {
-	if r.ProtoMajor != 1 || !s.detached.add() {
+// Take takes w's connection over from net/http for a response; nil when it
+// cannot (HTTP/2, a writer that cannot hijack, Close begun). The response
+// head is w's headers, written with the first flush. Serve the response
+// with Go.
+func (d *Group) Take(w http.ResponseWriter, r *http.Request) *Conn {
+	if r.ProtoMajor != 1 || !d.add() {
 		return nil
 	}
 	header := w.Header().Clone()
@@ -88,41 +95,36 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request) *connWriter {
 	// client to send it again, as HTTP/1.1 asks of it.
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		s.detached.wg.Done()
+		d.wg.Done()
 		return nil
 	}
 	proto := "HTTP/1.1"
 	if r.ProtoMinor == 0 {
 		proto = "HTTP/1.0"
 	}
-	return &connWriter{conn: conn, header: header, proto: proto, left: make(chan struct{})}
+	return &Conn{conn: conn, header: header, proto: proto, left: make(chan struct{})}
 }
 
-// serveDetached follows a stream for a reader on c until it ends, the
-// client leaves or Close cuts it; it owns c and the reader's place.
-func (s *Server) serveDetached(c *connWriter, follow func(ctx context.Context, out eventWriter) error, release func()) {
-	defer s.detached.wg.Done()
-	defer release()
-	ctx, cancel := context.WithCancel(s.detached.ctx)
-	defer cancel()
-	go c.watch(cancel)
-	defer func() { _ = c.conn.Close(); <-c.left }()
-	out, err := newSSEWriter(c, detachedRequest, s.cfg.WriteTimeout)
-	if err != nil {
-		return
-	}
-	if err := follow(ctx, out); err != nil && ctx.Err() == nil {
-		s.cfg.Logger.Debug("client stream ended", "err", err)
-	}
-	_ = c.FlushError()
+// Go serves a response on c in a goroutine of its own: serve writes it
+// (c is its http.ResponseWriter) until it returns, the client leaves or
+// Close cuts it (ctx ends); then c is flushed and closed, and done is
+// called. The goroutine owns c from then on.
+func (d *Group) Go(c *Conn, serve func(ctx context.Context, w http.ResponseWriter), done func()) {
+	go func() {
+		defer d.wg.Done()
+		defer done()
+		ctx, cancel := context.WithCancel(d.ctx)
+		defer cancel()
+		go c.watch(cancel)
+		defer func() { _ = c.conn.Close(); <-c.left }()
+		serve(ctx, c)
+		_ = c.FlushError()
+	}()
 }
 
-// detachedRequest stands for the request go-sse's Upgrade reads (it only
-// looks at Last-Event-ID, which the stream was already positioned by).
-var detachedRequest = &http.Request{}
-
-// connWriter is the http.ResponseWriter of a detached SSE response.
-type connWriter struct {
+// Conn is the http.ResponseWriter of a response on a connection taken
+// over.
+type Conn struct {
 	conn     net.Conn
 	header   http.Header
 	proto    string
@@ -140,7 +142,7 @@ const maxTalk = 8 << 10
 
 // watch reads until the client closes the connection, or the connection is
 // closed here, or the client sent more than maxTalk; then it calls gone.
-func (c *connWriter) watch(gone func()) {
+func (c *Conn) watch(gone func()) {
 	defer close(c.left)
 	var b [512]byte
 	for talked := 0; talked <= maxTalk; {
@@ -153,22 +155,22 @@ func (c *connWriter) watch(gone func()) {
 	gone()
 }
 
-func (c *connWriter) Header() http.Header { return c.header }
+func (c *Conn) Header() http.Header { return c.header }
 
-func (c *connWriter) WriteHeader(status int) {
+func (c *Conn) WriteHeader(status int) {
 	if c.status == 0 {
 		c.status = status
 	}
 }
 
-func (c *connWriter) Write(p []byte) (int, error) {
+func (c *Conn) Write(p []byte) (int, error) {
 	c.borrow()
 	return c.buf.Write(p)
 }
 
 // FlushError sends what was written, the response head first, and gives
 // the buffer back (go-sse and http.ResponseController find it by name).
-func (c *connWriter) FlushError() error {
+func (c *Conn) FlushError() error {
 	if c.headSent && c.buf == nil {
 		return nil
 	}
@@ -181,9 +183,9 @@ func (c *connWriter) FlushError() error {
 }
 
 // SetWriteDeadline is found by http.ResponseController.
-func (c *connWriter) SetWriteDeadline(t time.Time) error { return c.conn.SetWriteDeadline(t) }
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.conn.SetWriteDeadline(t) }
 
-func (c *connWriter) borrow() {
+func (c *Conn) borrow() {
 	if c.buf != nil {
 		return
 	}
@@ -195,7 +197,7 @@ func (c *connWriter) borrow() {
 	}
 }
 
-func (c *connWriter) writeHead() {
+func (c *Conn) writeHead() {
 	status := c.status
 	if status == 0 {
 		status = http.StatusOK

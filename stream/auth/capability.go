@@ -1,4 +1,4 @@
-package stream
+package auth
 
 import (
 	"crypto/hmac"
@@ -18,8 +18,8 @@ import (
 // MAC = HMAC-SHA256(secret, "cap", tenant, key, expiry), 128 bits.
 const capVersion = "v1"
 
-func (s *Server) capMAC(tenant, key, exp string) string {
-	m := hmac.New(sha256.New, s.cfg.Secret)
+func (a *Auth) capMAC(tenant, key, exp string) string {
+	m := hmac.New(sha256.New, a.cfg.Secret)
 	for _, part := range []string{"cap", tenant, key, exp} {
 		m.Write([]byte(part))
 		m.Write([]byte{0})
@@ -27,14 +27,14 @@ func (s *Server) capMAC(tenant, key, exp string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
 }
 
-// capability returns a token granting reads of key in tenant until exp.
-func (s *Server) capability(tenant, key string, exp time.Time) string {
+// Capability returns a token granting reads of key in tenant until exp.
+func (a *Auth) Capability(tenant, key string, exp time.Time) string {
 	e := strconv.FormatInt(exp.Unix(), 36)
-	return capVersion + "." + e + "." + tenant + "." + s.capMAC(tenant, key, e)
+	return capVersion + "." + e + "." + tenant + "." + a.capMAC(tenant, key, e)
 }
 
-// verifyCapability returns the tenant a valid, unexpired token grants key in.
-func (s *Server) verifyCapability(token, key string, now time.Time) (string, bool) {
+// Verify returns the tenant a valid, unexpired token grants key in.
+func (a *Auth) Verify(token, key string, now time.Time) (string, bool) {
 	parts := strings.Split(token, ".")
 	if len(parts) != 4 || parts[0] != capVersion || len(token) > 256 {
 		return "", false
@@ -43,7 +43,7 @@ func (s *Server) verifyCapability(token, key string, now time.Time) (string, boo
 	if err != nil || now.Unix() > exp {
 		return "", false
 	}
-	want := s.capMAC(parts[2], key, parts[1])
+	want := a.capMAC(parts[2], key, parts[1])
 	if !hmac.Equal([]byte(want), []byte(parts[3])) {
 		return "", false
 	}

@@ -1,4 +1,4 @@
-package stream
+package engine
 
 import (
 	"sync/atomic"
@@ -14,8 +14,8 @@ import (
 // it is not (the store's answers). Removing an old generation keeps the
 // lease of a newer one of the same key.
 func TestRegistryOwned(t *testing.T) {
-	j := benchJournal(t)
-	ctx := benchCtx(t)
+	j := testJournal(t)
+	ctx := testCtx(t)
 	var skew atomic.Int64 // the lease heartbeats read the clock concurrently
 	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	m, err := resume.New(resume.Config{Store: j, Owner: "here", Now: now, Lease: 300 * time.Millisecond})

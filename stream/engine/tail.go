@@ -1,63 +1,71 @@
-package stream
+package engine
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
-// tail is the in-memory copy of a live generation on the instance that runs
+// Tail is the in-memory copy of a live generation on the instance that runs
 // it. Readers on this instance follow it instead of the journal: an event is
 // in the tail only after JetStream acknowledged it, so what a reader sees
 // here is exactly what any other instance can read back.
-type tail struct {
+type Tail struct {
 	mu      sync.Mutex
 	events  []journal.Event // offsets 1..n; the end marker last, once done
 	changed chan struct{}   // closed and replaced on every append
-	done    bool
 
 	head     chan struct{} // closed once the upstream answered
-	headResp *upstreamResponse
+	headResp *Head
 }
 
-// upstreamResponse is a non-streamed upstream answer (an error before any
-// event, or a non-streaming result) that the initiating client receives.
-type upstreamResponse struct {
-	status      int
-	contentType string
-	body        []byte
-	streaming   bool
-	attempts    int           // upstream requests made
-	retryAfter  time.Duration // known wait, for the client's Retry-After
+// Head is how the upstream first answered a generation, for its initiating
+// client: an event stream, or a whole answer (an error before any event, or
+// a non-streamed result) to pass on as it is.
+type Head struct {
+	Status      int
+	ContentType string
+	Body        []byte // the whole answer, unless Streaming
+	Streaming   bool
+	Attempts    int           // upstream requests made
+	RetryAfter  time.Duration // known wait, for the client's Retry-After
 }
 
-func newTail() *tail {
-	return &tail{changed: make(chan struct{}), head: make(chan struct{})}
+func newTail() *Tail {
+	return &Tail{changed: make(chan struct{}), head: make(chan struct{})}
 }
 
-func (t *tail) append(ev journal.Event) {
+func (t *Tail) append(ev journal.Event) {
 	t.mu.Lock()
 	t.events = append(t.events, ev)
-	if ev.IsEnd() {
-		t.done = true
-	}
 	close(t.changed)
 	t.changed = make(chan struct{})
 	t.mu.Unlock()
 }
 
-// last is the offset of the last event in the tail.
-func (t *tail) last() uint64 {
+// fail ends the tail with e after its last event: the reason its readers
+// get for a generation the journal could not end (its writer lost or
+// fenced).
+func (t *Tail) fail(e apierr.Error) {
+	last := t.Last()
+	t.append(journal.Event{Offset: last + 1, Type: TypeError, Data: e.Body()})
+	t.append(journal.Event{Offset: last + 2, End: journal.EndFailed})
+}
+
+// Last is the offset of the last event in the tail.
+func (t *Tail) Last() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return uint64(len(t.events))
 }
 
-// since returns the events after offset and a channel closed on the next
+// Since returns the events after offset and a channel closed on the next
 // append. The slice is shared: callers must not modify it.
-func (t *tail) since(after uint64) ([]journal.Event, <-chan struct{}) {
+func (t *Tail) Since(after uint64) ([]journal.Event, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if after >= uint64(len(t.events)) {
@@ -66,30 +74,40 @@ func (t *tail) since(after uint64) ([]journal.Event, <-chan struct{}) {
 	return t.events[after:], t.changed
 }
 
-func (t *tail) answer(r *upstreamResponse) {
-	t.headResp = r
+func (t *Tail) answer(h *Head) {
+	t.headResp = h
 	close(t.head)
+}
+
+// Head waits until the upstream answered, or ctx ends.
+func (t *Tail) Head(ctx context.Context) (*Head, error) {
+	select {
+	case <-t.head:
+		return t.headResp, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // registry maps live generations on this instance to their tails, and
 // each stream id to the lease of its generation running here.
 type registry struct {
 	mu     sync.Mutex
-	tails  map[journal.Ref]*tail
+	tails  map[journal.Ref]*Tail
 	leases map[string]*resume.Lease
 }
 
-func (r *registry) add(ref journal.Ref, t *tail, l *resume.Lease) {
+func (r *registry) add(ref journal.Ref, t *Tail, l *resume.Lease) {
 	r.mu.Lock()
 	if r.tails == nil {
-		r.tails, r.leases = map[journal.Ref]*tail{}, map[string]*resume.Lease{}
+		r.tails, r.leases = map[journal.Ref]*Tail{}, map[string]*resume.Lease{}
 	}
 	r.tails[ref] = t
 	r.leases[ref.ID] = l
 	r.mu.Unlock()
 }
 
-func (r *registry) get(ref journal.Ref) *tail {
+func (r *registry) get(ref journal.Ref) *Tail {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.tails[ref]

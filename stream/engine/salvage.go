@@ -1,4 +1,4 @@
-package stream
+package engine
 
 import (
 	"context"
@@ -6,7 +6,14 @@ import (
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
 )
+
+// Sealer is what salvage needs of the journal. journal.Journal implements it.
+type Sealer interface {
+	Seal(ctx context.Context, ref journal.Ref, ending func(last journal.Event, found bool) []journal.Event) (journal.Event, error)
+	First(ctx context.Context, ref journal.Ref) (journal.Event, error)
+}
 
 // Salvage is the resume.Config.Salvage of a proxy journaling into j: it
 // settles, in the journal, how a streamed generation whose owner's lease ran
@@ -17,16 +24,23 @@ import (
 // generated again. Anything else is sealed with an owner_lost error and a
 // failed end marker, which fences the owner if it is in fact still running
 // (a NATS outage kept it from renewing its lease, say): it can no longer
-// store a [DONE] its readers would take for a result the record denies.
-// Non-streamed answers are neither salvaged nor sealed: their status and
-// content type are only in the record, and nobody reads them before it.
-func Salvage(j *journal.Journal) func(context.Context, string, resume.Record) (resume.Result, bool, error) {
+// store a terminal event its readers would take for a result the record
+// denies. Non-streamed answers are neither salvaged nor sealed: their status
+// and content type are only in the record, and nobody reads them before it.
+// The record's path names the format that decides what is terminal.
+func Salvage(j Sealer) func(context.Context, string, resume.Record) (resume.Result, bool, error) {
 	return func(ctx context.Context, id string, rec resume.Record) (resume.Result, bool, error) {
 		if !rec.Stream {
 			return resume.Result{}, false, nil
 		}
+		proto, _ := ProtocolOf(rec.Path) // nil: a format this build does not serve has nothing terminal
 		ref := journal.Ref{ID: id, Gen: rec.Generation}
-		end, err := j.Seal(ctx, ref, ownerLostEnding)
+		end, err := j.Seal(ctx, ref, func(last journal.Event, found bool) []journal.Event {
+			if found && proto != nil && proto.Inspect(last.Type, last.Data).Terminal {
+				return []journal.Event{{End: journal.EndCompleted}}
+			}
+			return []journal.Event{{Type: TypeError, Data: apierr.New(apierr.OwnerLost).Body()}, {End: journal.EndFailed}}
+		})
 		if err != nil {
 			return resume.Result{}, false, err
 		}
@@ -35,18 +49,9 @@ func Salvage(j *journal.Journal) func(context.Context, string, resume.Record) (r
 		}
 		// A non-streamed answer (stored body chunks) completes too, but its
 		// status and content type are only in the record.
-		if first, err := j.First(ctx, ref); err != nil || first.Type == typeBody {
+		if first, err := j.First(ctx, ref); err != nil || first.Type == TypeBody {
 			return resume.Result{}, false, err
 		}
 		return resume.Result{State: resume.Completed, Events: end.Offset - 1, Status: http.StatusOK, ContentType: "text/event-stream"}, true, nil
 	}
-}
-
-// ownerLostEnding ends an abandoned generation: completed after the
-// upstream's terminal event, failed with owner_lost otherwise.
-func ownerLostEnding(last journal.Event, found bool) []journal.Event {
-	if found && isTerminal(last.Type, last.Data) {
-		return []journal.Event{{End: journal.EndCompleted}}
-	}
-	return []journal.Event{{Type: typeError, Data: errOwnerLost.body()}, {End: journal.EndFailed}}
 }

@@ -1,0 +1,28 @@
+package classify
+
+// Codes of the failures classify names itself (Error.Code). Each has its
+// status, type and message in the proxy's one error catalogue.
+const (
+	// CodeUnreachable: the request never reached the upstream (connect
+	// failure, a write that failed): retryable.
+	CodeUnreachable = "upstream_unreachable"
+	// CodeTimeout: the request was sent and no response head came in time.
+	CodeTimeout = "upstream_timeout"
+	// CodeNoResponse: the connection broke after the request was sent.
+	CodeNoResponse = "upstream_no_response"
+	// CodeBadResponse: a response began and broke before its head was whole.
+	CodeBadResponse = "upstream_bad_response"
+	// CodeTLS: the upstream's certificate is not trusted.
+	CodeTLS = "upstream_tls"
+	// CodeUnavailable: the circuit breaker is open.
+	CodeUnavailable = "upstream_unavailable"
+	// CodeSaturated: the concurrency limit toward the upstream is full.
+	CodeSaturated = "upstream_saturated"
+	// CodeInterrupted: a stream broke after its first event.
+	CodeInterrupted = "upstream_interrupted"
+)
+
+// Codes lists every code an Error of classify can carry.
+func Codes() []string {
+	return []string{CodeUnreachable, CodeTimeout, CodeNoResponse, CodeBadResponse, CodeTLS, CodeUnavailable, CodeSaturated, CodeInterrupted}
+}

@@ -1,0 +1,88 @@
+// Package apierr is reprise's one catalogue of the errors a client can see:
+// every code the proxy names itself, with its HTTP status, its type and its
+// message, and the JSON a client gets for it.
+//
+// It owns the table and the wire shape of an error, nothing else: it does
+// not decide when an error happens (the HTTP surface and the engine do) and
+// it does no I/O. Values are copied out of the table, so a caller that
+// adjusts one (a detail in the message, the upstream's status) cannot
+// change what the next caller gets.
+package apierr
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Error is a client-visible error: OpenAI's shape
+// {"error":{"message","type","code"}} plus the status and Retry-After that
+// go with it.
+type Error struct {
+	Status  int    `json:"-"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	// RetryAfter, when positive, is sent as Retry-After (seconds).
+	RetryAfter int `json:"-"`
+}
+
+func (e Error) Error() string { return e.Code + ": " + e.Message }
+
+// Body is the error as a JSON body (or an SSE error event's data).
+func (e Error) Body() []byte {
+	b, _ := json.Marshal(struct {
+		Error Error `json:"error"`
+	}{e})
+	return b
+}
+
+// WithMessage returns e with another message (a detail the table cannot know).
+func (e Error) WithMessage(msg string) Error {
+	e.Message = msg
+	return e
+}
+
+// Write answers w with e: its status, Retry-After and JSON body.
+func (e Error) Write(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(e.Body())
+}
+
+// TypeFor is OpenAI's error type for a status.
+func TypeFor(status int) string {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return "authentication_error"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+// New returns the catalogue's error for code. A code the catalogue does not
+// know (a defect: Known tells) is a 502 server_error that says so.
+func New(code string) Error {
+	if e, ok := catalogue[code]; ok {
+		e.Code = code
+		if e.Type == "" {
+			e.Type = TypeFor(e.Status)
+		}
+		return e
+	}
+	return Error{Status: http.StatusBadGateway, Type: "server_error", Code: code, Message: "the proxy failed (" + code + ")"}
+}
+
+// Known reports whether the catalogue has code.
+func Known(code string) bool {
+	_, ok := catalogue[code]
+	return ok
+}

@@ -1,0 +1,88 @@
+package apierr
+
+import (
+	"net/http"
+
+	"github.com/reprise-dev/reprise/classify"
+)
+
+// Codes the proxy answers requests with.
+const (
+	NotFound           = "not_found"
+	MethodNotAllowed   = "method_not_allowed"
+	KeyNotFound        = "key_not_found"
+	BadCursor          = "invalid_last_event_id"
+	BadKey             = "invalid_idempotency_key"
+	InvalidJSON        = "invalid_json"
+	InvalidRequest     = "invalid_request"
+	InvalidBody        = "invalid_body"
+	TooLarge           = "request_too_large"
+	MediaType          = "unsupported_media_type"
+	Mismatch           = "idempotency_key_mismatch"
+	InProgress         = "idempotency_key_in_progress"
+	NoKey              = "missing_api_key"
+	BadProxyKey        = "invalid_api_key"
+	TooManyGenerations = "too_many_generations"
+	TooManyReaders     = "too_many_readers"
+	BadRange           = "invalid_range"
+	Unsatisfiable      = "range_not_satisfiable"
+	Unavailable        = "journal_unavailable"
+	ShuttingDown       = "shutting_down"
+	NoStreaming        = "streaming_unsupported"
+)
+
+// Codes a generation ends with (in its error event and its record).
+const (
+	OwnerLost      = "owner_lost"
+	ProxyShutdown  = "proxy_shutdown"
+	JournalFailure = "journal_failure"
+	StreamTooLarge = "stream_too_large"
+	InvalidEvent   = "upstream_invalid_event"
+	UpstreamBody   = "upstream_invalid_response"
+	// UpstreamError is an upstream's own error answer that named no code;
+	// its status is the upstream's.
+	UpstreamError = "upstream_error"
+)
+
+// catalogue is every code's status, type (derived from the status when
+// empty) and message.
+var catalogue = map[string]Error{
+	NotFound:           {Status: http.StatusNotFound, Message: "no such route"},
+	MethodNotAllowed:   {Status: http.StatusMethodNotAllowed, Message: "method not allowed"},
+	KeyNotFound:        {Status: http.StatusNotFound, Message: "no stream for this key"},
+	BadCursor:          {Status: http.StatusBadRequest, Message: "Last-Event-ID is not a position this proxy issued"},
+	BadKey:             {Status: http.StatusBadRequest, Message: "Idempotency-Key must be 1-255 visible ASCII characters (bare or as a structured-field string)"},
+	InvalidJSON:        {Status: http.StatusBadRequest, Message: "request body is not valid JSON"},
+	InvalidRequest:     {Status: http.StatusBadRequest, Message: "request body must be a JSON object"},
+	InvalidBody:        {Status: http.StatusBadRequest, Message: "request body could not be read"},
+	TooLarge:           {Status: http.StatusRequestEntityTooLarge, Message: "request body is over the limit"},
+	MediaType:          {Status: http.StatusUnsupportedMediaType, Message: "Content-Type must be application/json"},
+	Mismatch:           {Status: http.StatusUnprocessableEntity, Message: "this Idempotency-Key was used with a different request body"},
+	InProgress:         {Status: http.StatusConflict, Type: "invalid_request_error", Message: "a request with this Idempotency-Key is still in progress; retry later", RetryAfter: 1},
+	NoKey:              {Status: http.StatusUnauthorized, Message: "this proxy needs an API key: Authorization: Bearer <key>"},
+	BadProxyKey:        {Status: http.StatusUnauthorized, Message: "the API key is not valid for this proxy"},
+	TooManyGenerations: {Status: http.StatusTooManyRequests, Message: "too many generations are running for this caller; retry later", RetryAfter: 1},
+	TooManyReaders:     {Status: http.StatusTooManyRequests, Message: "too many readers are connected to this key", RetryAfter: 1},
+	BadRange:           {Status: http.StatusBadRequest, Message: "the Range header is malformed; want bytes=<first>-[<last>] or bytes=-<suffix>"},
+	Unsatisfiable:      {Status: http.StatusRequestedRangeNotSatisfiable, Message: "the Range is outside the stored result"},
+	Unavailable:        {Status: http.StatusServiceUnavailable, Message: "the journal is not available", RetryAfter: 1},
+	ShuttingDown:       {Status: http.StatusServiceUnavailable, Message: "this instance is shutting down", RetryAfter: 1},
+	NoStreaming:        {Status: http.StatusInternalServerError, Message: "the connection cannot stream"},
+
+	OwnerLost:      {Status: http.StatusBadGateway, Message: "the instance running this generation stopped before it completed"},
+	ProxyShutdown:  {Status: http.StatusServiceUnavailable, Message: "the proxy shut down before the generation completed"},
+	JournalFailure: {Status: http.StatusServiceUnavailable, Message: "the journal could not store the stream"},
+	StreamTooLarge: {Status: http.StatusBadGateway, Message: "the upstream stream exceeded the proxy's events or bytes limit; no result was stored"},
+	InvalidEvent:   {Status: http.StatusBadGateway, Message: "the upstream sent an event that is not valid UTF-8 SSE; no result was stored"},
+	UpstreamBody:   {Status: http.StatusBadGateway, Message: "the upstream response could not be read"},
+	UpstreamError:  {Status: http.StatusBadGateway, Message: "the upstream answered with an error"},
+
+	classify.CodeUnreachable: {Status: http.StatusBadGateway, Message: "the upstream could not be reached"},
+	classify.CodeTimeout:     {Status: http.StatusGatewayTimeout, Message: "the upstream did not answer in time after the request was sent"},
+	classify.CodeNoResponse:  {Status: http.StatusBadGateway, Message: "the connection to the upstream broke after the request was sent"},
+	classify.CodeBadResponse: {Status: http.StatusBadGateway, Message: "the upstream's response broke before its head was complete"},
+	classify.CodeTLS:         {Status: http.StatusBadGateway, Message: "the upstream's TLS certificate is not trusted"},
+	classify.CodeUnavailable: {Status: http.StatusServiceUnavailable, Message: "the upstream is failing; the circuit breaker is open"},
+	classify.CodeSaturated:   {Status: http.StatusServiceUnavailable, Message: "too many generations are running toward the upstream"},
+	classify.CodeInterrupted: {Status: http.StatusBadGateway, Message: "the upstream stream broke before it completed; no result was stored"},
+}

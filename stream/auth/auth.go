@@ -1,0 +1,181 @@
+// Package auth says who a caller is and what reaches the upstream on its
+// behalf: the tenant a request's credential names (an HMAC under the server
+// secret, so credentials are never stored), the capability tokens that let
+// a Location URL be read without headers, and the credential the upstream
+// gets in each auth mode.
+//
+// It does no I/O and knows nothing of keys' records or streams; it must
+// never log or return a credential.
+package auth
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Mode says who may call the proxy and what reaches the upstream.
+type Mode string
+
+// Auth modes.
+const (
+	// Passthrough forwards the caller's Authorization to the upstream; the
+	// tenant is derived from it (no credential: the anonymous tenant).
+	Passthrough Mode = "passthrough"
+	// Static accepts only the configured proxy keys; the upstream gets
+	// Config.UpstreamKey, which never reaches clients.
+	Static Mode = "static"
+	// None serves one anonymous tenant (the demo); the upstream gets
+	// Config.UpstreamKey if set.
+	None Mode = "none"
+)
+
+// Anonymous is the tenant of callers without a credential (and of every
+// caller in None).
+const Anonymous = "anonymous"
+
+// DefaultCapabilityTTL is how long a capability token is valid by default.
+const DefaultCapabilityTTL = 24 * time.Hour
+
+// ErrInvalidOption wraps every configuration error.
+var ErrInvalidOption = errors.New("auth: invalid option")
+
+// ErrNoKey is returned by Tenant in Static mode for a request without a
+// credential.
+var ErrNoKey = errors.New("auth: no API key")
+
+// ErrBadKey is returned by Tenant in Static mode for a credential that is
+// not one of the proxy keys.
+var ErrBadKey = errors.New("auth: API key not valid for this proxy")
+
+// Config configures an Auth.
+type Config struct {
+	// Mode is the auth mode. Default Passthrough.
+	Mode Mode
+	// Secret keys tenant ids and capabilities. Required, at least 16 bytes.
+	Secret []byte
+	// TenantHeader, when set, names the header whose value is the caller's
+	// credential instead of the bearer token. Default "" (Authorization).
+	TenantHeader string
+	// ProxyKeys are the keys callers must present in Static mode.
+	ProxyKeys []string
+	// UpstreamKey is sent to the upstream as a bearer token in Static and
+	// None. It never reaches clients. Default none.
+	UpstreamKey string
+	// CapabilityTTL is how long a Location's capability token is valid.
+	// Default DefaultCapabilityTTL.
+	CapabilityTTL time.Duration
+}
+
+// Auth derives tenants and upstream credentials under one configuration.
+type Auth struct {
+	cfg       Config
+	proxyKeys map[string]bool // tenant ids of the static proxy keys
+}
+
+// New returns an Auth.
+func New(cfg Config) (*Auth, error) {
+	if len(cfg.Secret) < 16 {
+		return nil, fmt.Errorf("%w: secret must be at least 16 bytes", ErrInvalidOption)
+	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = Passthrough
+	case Passthrough, None:
+	case Static:
+		if len(cfg.ProxyKeys) == 0 {
+			return nil, fmt.Errorf("%w: auth static needs proxy keys", ErrInvalidOption)
+		}
+	default:
+		return nil, fmt.Errorf("%w: auth mode %q (passthrough, static or none)", ErrInvalidOption, cfg.Mode)
+	}
+	if cfg.CapabilityTTL <= 0 {
+		cfg.CapabilityTTL = DefaultCapabilityTTL
+	}
+	a := &Auth{cfg: cfg, proxyKeys: map[string]bool{}}
+	for _, k := range cfg.ProxyKeys {
+		a.proxyKeys[a.TenantOf(k)] = true
+	}
+	return a, nil
+}
+
+// CapabilityTTL is how long the capabilities Capability issues are valid.
+func (a *Auth) CapabilityTTL() time.Duration { return a.cfg.CapabilityTTL }
+
+// credential returns the caller's credential: the configured tenant header,
+// or the bearer token.
+func (a *Auth) credential(r *http.Request) string {
+	if a.cfg.TenantHeader != "" {
+		return strings.TrimSpace(r.Header.Get(a.cfg.TenantHeader))
+	}
+	// RFC 9110: the scheme is case-insensitive, any whitespace separates it.
+	v := strings.TrimSpace(r.Header.Get("Authorization"))
+	i := strings.IndexAny(v, " \t")
+	if i < 0 || !strings.EqualFold(v[:i], "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(v[i+1:])
+}
+
+// TenantOf derives a tenant id from a credential: HMAC-SHA256 under the
+// server secret, so the credential itself is never stored.
+func (a *Auth) TenantOf(credential string) string {
+	m := hmac.New(sha256.New, a.cfg.Secret)
+	m.Write([]byte("tenant\x00"))
+	m.Write([]byte(credential))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// Tenant returns the caller's tenant; ErrNoKey or ErrBadKey when Static
+// mode refuses it.
+func (a *Auth) Tenant(r *http.Request) (string, error) {
+	switch a.cfg.Mode {
+	case None:
+		return Anonymous, nil
+	case Static:
+		c := a.credential(r)
+		if c == "" {
+			return "", ErrNoKey
+		}
+		t := a.TenantOf(c)
+		if !a.proxyKeys[t] {
+			return "", ErrBadKey
+		}
+		return t, nil
+	}
+	if c := a.credential(r); c != "" {
+		return a.TenantOf(c), nil
+	}
+	return Anonymous, nil
+}
+
+// Decorate sets the upstream's credential on req: the caller's in
+// Passthrough, the configured key otherwise.
+func (a *Auth) Decorate(req *http.Request, caller http.Header) {
+	switch {
+	case a.cfg.Mode == Passthrough:
+		// The caller's own account: its credential, organization and project.
+		for _, h := range []string{"Authorization", "OpenAI-Organization", "OpenAI-Project"} {
+			if v := caller.Values(h); len(v) > 0 {
+				req.Header[h] = v
+			}
+		}
+	case a.cfg.UpstreamKey != "":
+		req.Header.Set("Authorization", "Bearer "+a.cfg.UpstreamKey)
+	}
+}
+
+// Redact removes the proxy's own upstream key from what a client may see
+// (an upstream error body that echoes the request's credential).
+func (a *Auth) Redact(b []byte) []byte {
+	if a.cfg.Mode == Passthrough || a.cfg.UpstreamKey == "" {
+		return b
+	}
+	return bytes.ReplaceAll(b, []byte(a.cfg.UpstreamKey), []byte("[redacted]"))
+}

@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"encoding/json"
+
+	"github.com/reprise-dev/reprise/resume"
+)
+
+// Chat is OpenAI chat completions: "stream": true asks for SSE, whose
+// terminal event is data: [DONE]; an error arrives as data
+// {"error":{...}}; usage is in the last chunk (stream_options.include_usage)
+// or the answer's "usage".
+type Chat struct{}
+
+// Path implements Protocol.
+func (Chat) Path() string { return "/v1/chat/completions" }
+
+// Streams implements Protocol.
+func (Chat) Streams(body []byte) (bool, error) {
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	err := json.Unmarshal(body, &req)
+	return req.Stream, err
+}
+
+// Inspect implements Protocol.
+func (Chat) Inspect(_ string, data []byte) Inspection {
+	if string(data) == "[DONE]" {
+		return Inspection{Terminal: true}
+	}
+	if f := upstreamFailure(data); f != nil {
+		return Inspection{Failure: f}
+	}
+	if u, ok := chatUsage(data); ok {
+		return Inspection{Usage: &u}
+	}
+	return Inspection{}
+}
+
+// Result implements Protocol.
+func (Chat) Result(_ string, body []byte) (resume.Usage, bool) { return chatUsage(body) }
+
+// chatUsage reads {"usage":{"prompt_tokens","completion_tokens","total_tokens"}}.
+func chatUsage(data []byte) (resume.Usage, bool) {
+	if !hasObject(data, "usage") {
+		return resume.Usage{}, false
+	}
+	var v struct {
+		Usage *resume.Usage `json:"usage"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.Usage == nil {
+		return resume.Usage{}, false
+	}
+	return v.Usage.Filled(), true
+}

@@ -1,0 +1,313 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+)
+
+// Defaults for Limits and the upstream client.
+const (
+	DefaultMaxEventSize    = 512 << 10
+	DefaultMaxResult       = 64 << 20
+	DefaultIdleTimeout     = 60 * time.Second
+	DefaultMaxGeneration   = 30 * time.Minute
+	DefaultMaxStreamEvents = 200_000
+	DefaultMaxStreamBytes  = 256 << 20
+	// DefaultMaxTenantGenerations lets one tenant fill the upstream
+	// concurrency limit.
+	DefaultMaxTenantGenerations = classify.DefaultMaxConcurrent
+	// DefaultConnectTimeout bounds connecting to the upstream.
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultHeaderTimeout bounds the wait for a response head once the
+	// request was sent (then the attempt is ambiguous).
+	DefaultHeaderTimeout = 60 * time.Second
+)
+
+// ErrInvalidOption wraps every configuration error.
+var ErrInvalidOption = errors.New("engine: invalid option")
+
+// ErrShuttingDown is returned by Start once Shutdown has begun.
+var ErrShuttingDown = errors.New("engine: shutting down")
+
+// ErrTooManyGenerations is returned by Start when the tenant runs
+// Limits.MaxTenantGenerations generations on this instance already.
+var ErrTooManyGenerations = errors.New("engine: too many generations for this tenant")
+
+// DefaultClient is an upstream client with connect and response-head
+// timeouts and no overall timeout (streams are long).
+func DefaultClient(connect, head time.Duration) *http.Client {
+	return &http.Client{
+		// The upstream is configuration: never follow it elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   connect,
+			ResponseHeaderTimeout: head,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+		}}
+}
+
+// Journal is what the engine needs of the journal: a writer per generation.
+// journal.Journal implements it.
+type Journal interface {
+	NewWriter(ref journal.Ref, sink func(journal.Event)) *journal.Writer
+	// AppendTimeout bounds how long a writer tries to store a message.
+	AppendTimeout() time.Duration
+}
+
+// Decorator sets what the upstream gets on behalf of a caller (its
+// credential), and takes out of upstream answers what a caller must not
+// see. auth.Auth implements it.
+type Decorator interface {
+	Decorate(req *http.Request, caller http.Header)
+	Redact(body []byte) []byte
+}
+
+// Metrics is what the engine reports. metrics.Metrics implements it.
+type Metrics interface {
+	GenerationStarted()
+	GenerationEnded(state resume.State)
+	EventJournaled()
+	UpstreamRequests(n int)
+}
+
+// Upstream is the model API and how it is called.
+type Upstream struct {
+	// URL is the base URL; request paths are joined to it. Required.
+	URL *url.URL
+	// Policy is the call policy (retries, budget, breaker, concurrency
+	// limit). Required.
+	Policy *classify.Policy
+	// Decorator sets the caller's credential. Required.
+	Decorator Decorator
+	// Idempotency: the upstream honours Idempotency-Key, so each
+	// generation's key is forwarded. Required when the policy retries
+	// ambiguous failures. Default false.
+	Idempotency bool
+}
+
+// Limits bound what one generation may cost.
+type Limits struct {
+	// MaxEventSize is the largest upstream SSE event. Default DefaultMaxEventSize (512 KiB).
+	MaxEventSize int
+	// MaxStreamEvents and MaxStreamBytes cap one generation; past them it
+	// fails with stream_too_large. Defaults DefaultMaxStreamEvents
+	// (200,000) and DefaultMaxStreamBytes (256 MiB).
+	MaxStreamEvents int
+	MaxStreamBytes  int64
+	// MaxResult is the largest non-streamed upstream body. Default DefaultMaxResult (64 MiB).
+	MaxResult int64
+	// IdleTimeout fails a stream that sends no event for this long
+	// (upstream_interrupted). Default DefaultIdleTimeout (60 s).
+	IdleTimeout time.Duration
+	// MaxGeneration caps one generation's total time. Default DefaultMaxGeneration (30 min).
+	MaxGeneration time.Duration
+	// MaxTenantGenerations caps a tenant's concurrent generations on this
+	// instance. Default DefaultMaxTenantGenerations (512).
+	MaxTenantGenerations int
+}
+
+func (l *Limits) fill() {
+	setDefault(&l.MaxEventSize, DefaultMaxEventSize)
+	setDefault(&l.MaxStreamEvents, DefaultMaxStreamEvents)
+	setDefault(&l.MaxStreamBytes, DefaultMaxStreamBytes)
+	setDefault(&l.MaxResult, DefaultMaxResult)
+	setDefault(&l.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&l.MaxGeneration, DefaultMaxGeneration)
+	setDefault(&l.MaxTenantGenerations, DefaultMaxTenantGenerations)
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+// Config configures an Engine.
+type Config struct {
+	// Journal stores the events. Required.
+	Journal Journal
+	// Upstream is the model API. Required.
+	Upstream Upstream
+	// Limits bound each generation. Zero fields take their defaults.
+	Limits Limits
+	// Metrics takes the engine's counts. Default: none kept.
+	Metrics Metrics
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Engine runs generations: one pump per generation, detached from any
+// client, that calls the upstream and journals its answer.
+type Engine struct {
+	cfg  Config
+	live registry
+
+	pumps   sync.WaitGroup
+	pumpCtx context.Context
+	stop    context.CancelFunc
+
+	mu      sync.Mutex
+	closing bool
+	gens    map[string]int // running generations per tenant
+}
+
+// New returns an Engine.
+func New(cfg Config) (*Engine, error) {
+	up := cfg.Upstream
+	if cfg.Journal == nil || up.URL == nil || up.Policy == nil || up.Decorator == nil {
+		return nil, fmt.Errorf("%w: journal, upstream URL, policy and decorator are required", ErrInvalidOption)
+	}
+	if up.Policy.RetriesAmbiguous() && !up.Idempotency {
+		return nil, fmt.Errorf("%w: retrying ambiguous failures without forwarding Idempotency-Key could bill twice", ErrInvalidOption)
+	}
+	cfg.Limits.fill()
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	e := &Engine{cfg: cfg, gens: map[string]int{}}
+	e.pumpCtx, e.stop = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Limits returns the limits in force (defaults filled in).
+func (e *Engine) Limits() Limits { return e.cfg.Limits }
+
+// Generation is a generation to run: resume decided it starts, and its
+// caller holds the lease.
+type Generation struct {
+	Tenant   string
+	Ref      journal.Ref
+	Lease    *resume.Lease
+	Protocol Protocol
+	// Path, Body and Header are the client's request, sent upstream.
+	Path   string
+	Body   []byte
+	Header http.Header
+}
+
+// Start runs g in a pump of its own and returns its tail. It refuses
+// (ErrTooManyGenerations, ErrShuttingDown) by ending the generation as
+// failed, so its readers end and the key may start afresh.
+func (e *Engine) Start(g Generation) (*Tail, error) {
+	t := newTail()
+	p := &pump{e: e, g: g, tail: t, log: e.cfg.Logger.With("key_id", g.Ref.ID)}
+	if err := e.startPump(p); err != nil {
+		code := apierr.TooManyGenerations
+		if errors.Is(err, ErrShuttingDown) {
+			code = apierr.ShuttingDown
+		}
+		e.abandon(g, apierr.New(code))
+		return nil, err
+	}
+	return t, nil
+}
+
+func (e *Engine) startPump(p *pump) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.closing:
+		return ErrShuttingDown
+	case e.gens[p.g.Tenant] >= e.cfg.Limits.MaxTenantGenerations:
+		return ErrTooManyGenerations
+	}
+	e.gens[p.g.Tenant]++
+	e.live.add(p.g.Ref, p.tail, p.g.Lease)
+	e.pumps.Add(1)
+	e.cfg.Metrics.GenerationStarted()
+	go p.run(e.pumpCtx)
+	return nil
+}
+
+// done unregisters a pump's generation.
+func (e *Engine) done(p *pump, state resume.State) {
+	e.live.remove(p.g.Ref)
+	e.cfg.Metrics.GenerationEnded(state)
+	e.mu.Lock()
+	if e.gens[p.g.Tenant]--; e.gens[p.g.Tenant] <= 0 {
+		delete(e.gens, p.g.Tenant)
+	}
+	e.mu.Unlock()
+	e.pumps.Done()
+}
+
+// abandon ends a generation that never started: its journal holds the
+// error and an end marker, like any failed generation (so its readers end),
+// and the key is failed, so the next request with it starts afresh.
+func (e *Engine) abandon(g Generation, why apierr.Error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w := e.cfg.Journal.NewWriter(g.Ref, func(journal.Event) {})
+	err := w.Append(ctx, TypeError, why.Body())
+	if err == nil {
+		err = w.End(ctx, journal.EndFailed)
+	} else {
+		w.Abort()
+	}
+	if ferr := g.Lease.Finish(ctx, resume.Result{State: resume.Failed, Events: 1, Status: why.Status, Error: why.Code}); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		e.cfg.Logger.Warn("abandoning a generation", "err", err)
+	}
+}
+
+// Closing reports whether Shutdown has begun.
+func (e *Engine) Closing() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closing
+}
+
+// Tail returns the tail of ref's generation while it runs here.
+func (e *Engine) Tail(ref journal.Ref) *Tail { return e.live.get(ref) }
+
+// Owned returns the record of id as this instance, its owner, last wrote
+// it, while the key's generation runs here and its lease holds.
+func (e *Engine) Owned(id string) (resume.Record, bool) { return e.live.owned(id) }
+
+// Shutdown refuses new generations and waits until the running ones have
+// finished journaling or ctx ends. Then it cancels what is left — those
+// generations fail (proxy_shutdown) and record so on their own, bounded by
+// the journal's timeouts — and returns ctx's error; a later Shutdown waits
+// for them again. It is idempotent.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() { e.pumps.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		e.stop()
+		return ctx.Err()
+	}
+}
+
+type noMetrics struct{}
+
+func (noMetrics) GenerationStarted()           {}
+func (noMetrics) GenerationEnded(resume.State) {}
+func (noMetrics) EventJournaled()              {}
+func (noMetrics) UpstreamRequests(int)         {}

@@ -1,0 +1,21 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/journal/journaltest"
+)
+
+func testJournal(tb testing.TB) *journal.Journal {
+	tb.Helper()
+	return journaltest.New(tb, journal.Config{})
+}
+
+func testCtx(tb testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	tb.Cleanup(cancel)
+	return ctx
+}

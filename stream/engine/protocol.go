@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+)
+
+// A Protocol is what the engine knows of one upstream API format: which
+// request asks for a stream, which event completes a stream (a result),
+// which event carries an error (no result), and where the usage is. The
+// pump, the tail and salvage are the same for every format; a new format
+// is a new Protocol in a file of its own, listed in Protocols.
+type Protocol interface {
+	// Path is the request path the format is served at, e.g.
+	// /v1/chat/completions.
+	Path() string
+	// Streams reports whether a request body (a JSON object) asks for an
+	// event stream; an error names a field of the wrong type.
+	Streams(body []byte) (bool, error)
+	// Inspect says what one upstream event is. It runs for every event of
+	// every stream: it must be cheap for the common event.
+	Inspect(typ string, data []byte) Inspection
+	// Result reads the usage of a non-streamed answer.
+	Result(contentType string, body []byte) (resume.Usage, bool)
+}
+
+// Inspection is what an upstream event means.
+type Inspection struct {
+	// Terminal: the event completes the stream; it is the last journaled.
+	Terminal bool
+	// Failure, when set, is the upstream's error the event carries: the
+	// stream ends as no result, and readers get Failure as an error event
+	// instead of the upstream's own.
+	Failure *apierr.Error
+	// Usage, when set, is the token usage the event reports (it may come
+	// in parts: a field it leaves zero keeps what was seen before).
+	Usage *resume.Usage
+}
+
+// Protocols lists the formats the engine serves, one per path.
+func Protocols() []Protocol { return []Protocol{Chat{}, Speech{}} }
+
+// ProtocolOf returns the format served at path.
+func ProtocolOf(path string) (Protocol, bool) {
+	for _, p := range Protocols() {
+		if p.Path() == path {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// upstreamFailure reads an error an upstream put in an event's data, in
+// OpenAI's shape {"error":{"message","type","code"}} or as a typed event
+// {"type":"error", "message", "code"} / {"type":"error","error":{...}}.
+// The cheap checks first: most events are not errors.
+func upstreamFailure(data []byte) *apierr.Error {
+	if len(data) == 0 || data[0] != '{' || !bytes.Contains(data, []byte(`"error"`)) {
+		return nil
+	}
+	type detail struct {
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Code    json.RawMessage `json:"code"`
+	}
+	var v struct {
+		Type  string  `json:"type"`
+		Error *detail `json:"error"`
+		detail
+	}
+	if json.Unmarshal(data, &v) != nil {
+		return nil
+	}
+	d := v.Error
+	if d == nil {
+		if v.Type != "error" {
+			return nil
+		}
+		d = &v.detail
+		d.Type = ""
+	}
+	e := apierr.New(apierr.UpstreamError)
+	if d.Message != "" {
+		e.Message = d.Message
+	}
+	if d.Type != "" {
+		e.Type = d.Type
+	}
+	if code := codeString(d.Code); code != "" {
+		e.Code = code
+	}
+	return &e
+}
+
+// codeString is an error code given as a JSON string or number; "" for
+// null or anything else.
+func codeString(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return n.String()
+	}
+	return ""
+}
+
+// hasObject reports whether data may hold "field": {…}: a cheap check
+// before a JSON decode on the per-event path.
+func hasObject(data []byte, field string) bool {
+	i := bytes.Index(data, []byte(`"`+field+`"`))
+	if i < 0 {
+		return false
+	}
+	rest := bytes.TrimLeft(data[i+len(field)+2:], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	return len(rest) > 0 && rest[0] == '{'
+}

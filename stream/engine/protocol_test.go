@@ -1,0 +1,145 @@
+package engine
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+)
+
+func TestInspect(t *testing.T) {
+	usage := func(p, c, total int64) *resume.Usage {
+		return &resume.Usage{PromptTokens: p, CompletionTokens: c, TotalTokens: total}
+	}
+	tests := []struct {
+		name      string
+		proto     Protocol
+		typ, data string
+		terminal  bool
+		failure   string // the failure's code, "" for none
+		usage     *resume.Usage
+	}{
+		{"chat done", Chat{}, "", "[DONE]", true, "", nil},
+		{"chat chunk", Chat{}, "", `{"choices":[]}`, false, "", nil},
+		{"chat chunk with null usage", Chat{}, "", `{"choices":[{"delta":{"content":"hi"}}],"usage":null}`, false, "", nil},
+		{"chat usage chunk", Chat{}, "", `{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`, false, "", usage(5, 7, 12)},
+		{"chat usage without total", Chat{}, "", `{"choices":[],"usage" : {"prompt_tokens":5,"completion_tokens":7}}`, false, "", usage(5, 7, 12)},
+		{"chat DONE with spaces", Chat{}, "", " [DONE]", false, "", nil},
+		{"chat speech done is not terminal", Chat{}, "", `{"type":"speech.audio.done"}`, false, "", nil},
+		{"chat error chunk", Chat{}, "", `{"error":{"message":"overloaded","type":"server_error","code":"overloaded"}}`, false, "overloaded", nil},
+		{"chat error chunk, null code", Chat{}, "", `{"error":{"message":"boom","type":"server_error","code":null}}`, false, apierr.UpstreamError, nil},
+		{"chat content mentioning error", Chat{}, "", `{"choices":[{"delta":{"content":"\"error\": no"}}]}`, false, "", nil},
+		{"chat error as a typed event", Chat{}, "", `{"type":"error","message":"m","code":"c"}`, false, "c", nil},
+		{"speech done", Speech{}, "", `{"type":"speech.audio.done","usage":{"input_tokens":3,"output_tokens":9,"total_tokens":12}}`, true, "", usage(3, 9, 12)},
+		{"speech done as event type", Speech{}, "speech.audio.done", `{}`, true, "", nil},
+		{"speech delta", Speech{}, "", `{"type":"speech.audio.delta","audio":"AAA="}`, false, "", nil},
+		{"speech mention is not the type", Speech{}, "", `{"type":"x","note":"speech.audio.done"}`, false, "", nil},
+		{"speech DONE is not terminal", Speech{}, "", "[DONE]", false, "", nil},
+		{"speech error", Speech{}, "", `{"type":"error","error":{"message":"m","type":"server_error"}}`, false, apierr.UpstreamError, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.proto.Inspect(tc.typ, []byte(tc.data))
+			if in.Terminal != tc.terminal {
+				t.Errorf("Terminal = %v, want %v", in.Terminal, tc.terminal)
+			}
+			switch {
+			case tc.failure == "" && in.Failure != nil:
+				t.Errorf("Failure = %+v, want none", in.Failure)
+			case tc.failure != "" && (in.Failure == nil || in.Failure.Code != tc.failure || in.Failure.Message == ""):
+				t.Errorf("Failure = %+v, want code %s with a message", in.Failure, tc.failure)
+			}
+			switch {
+			case tc.usage == nil && in.Usage != nil:
+				t.Errorf("Usage = %+v, want none", in.Usage)
+			case tc.usage != nil && (in.Usage == nil || *in.Usage != *tc.usage):
+				t.Errorf("Usage = %+v, want %+v", in.Usage, tc.usage)
+			}
+		})
+	}
+}
+
+func TestStreams(t *testing.T) {
+	tests := []struct {
+		proto   Protocol
+		body    string
+		want    bool
+		wantErr bool
+	}{
+		{Chat{}, `{"stream":true}`, true, false},
+		{Chat{}, `{"stream":false,"stream_format":"sse"}`, false, false},
+		{Chat{}, `{}`, false, false},
+		{Chat{}, `{"stream":"yes"}`, false, true},
+		{Speech{}, `{"stream_format":"sse"}`, true, false},
+		{Speech{}, `{"stream":true}`, false, false},
+		{Speech{}, `{"stream_format":1}`, false, true},
+	}
+	for _, tc := range tests {
+		got, err := tc.proto.Streams([]byte(tc.body))
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("%s.Streams(%s) = %v, %v; want %v, error %v", tc.proto.Path(), tc.body, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestResultUsage(t *testing.T) {
+	u, ok := Chat{}.Result("application/json", []byte(`{"id":"x","usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}}`))
+	want := resume.Usage{PromptTokens: 2, CompletionTokens: 3, TotalTokens: 5}
+	if !ok || u != want {
+		t.Errorf("chat result usage = %+v, %v", u, ok)
+	}
+	if _, ok := (Speech{}).Result("audio/wav", []byte("RIFF....")); ok {
+		t.Error("an audio answer reported usage")
+	}
+}
+
+func TestProtocolOf(t *testing.T) {
+	for _, p := range Protocols() {
+		if got, ok := ProtocolOf(p.Path()); !ok || got.Path() != p.Path() {
+			t.Errorf("ProtocolOf(%s) = %v, %v", p.Path(), got, ok)
+		}
+	}
+	if _, ok := ProtocolOf("/v1/embeddings"); ok {
+		t.Error("a format for /v1/embeddings")
+	}
+}
+
+func TestUpstreamError(t *testing.T) {
+	e := upstreamError(&classify.Error{Status: http.StatusTooManyRequests, Body: []byte(`{"error":{"message":"slow down","type":"rate_limit_error","code":"rate_limited"}}`)})
+	if e.Status != 429 || e.Message != "slow down" || e.Code != "rate_limited" || e.Type != "rate_limit_error" {
+		t.Errorf("kept error %+v", e)
+	}
+	e = upstreamError(&classify.Error{Status: http.StatusBadGateway, Body: []byte(`<html>bad gateway</html>`)})
+	if e.Status != 502 || e.Code != "upstream_error" || e.Type != "server_error" || e.Message == "" {
+		t.Errorf("wrapped error %+v", e)
+	}
+	e = upstreamError(&classify.Error{Status: http.StatusBadRequest, Body: []byte(`{"error":{"message":"m"}}`)})
+	if e.Code != "upstream_error" || e.Type != "invalid_request_error" || e.Status != 400 {
+		t.Errorf("filled error %+v", e)
+	}
+	e = upstreamError(&classify.Error{Status: 503, Code: classify.CodeUnavailable, RetryAfter: 1500 * time.Millisecond})
+	if e.Code != classify.CodeUnavailable || e.Message == "" || e.RetryAfter != 2 || e.Type != "server_error" || e.Status != 503 {
+		t.Errorf("proxy error %+v", e)
+	}
+}
+
+// TestCodesCatalogued: every code classify and the engine can end a
+// generation with has its status, type and message in the catalogue.
+func TestCodesCatalogued(t *testing.T) {
+	for _, code := range Codes() {
+		if !apierr.Known(code) {
+			t.Errorf("%s is not in the catalogue", code)
+			continue
+		}
+		e := apierr.New(code)
+		if e.Status < 400 || e.Message == "" || e.Type == "" || e.Code != code {
+			t.Errorf("%s: %+v", code, e)
+		}
+	}
+	if got := upstreamError(&classify.Error{Status: 502, Code: classify.CodeBadResponse}); got.Message == "" {
+		t.Errorf("upstream_bad_response reaches clients with no message: %+v", got)
+	}
+}

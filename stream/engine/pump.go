@@ -1,0 +1,278 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+)
+
+// Journal event types the engine writes besides the upstream's own.
+const (
+	// TypeBody is the type of a stored non-streamed body's chunks.
+	TypeBody = "reprise.body"
+	// TypeError is the type of the error event that ends a generation
+	// without a result.
+	TypeError = "error"
+	chunkSize = 256 << 10
+)
+
+// headers passed to the upstream; everything else stays at the proxy (the
+// credential is set by the decorator).
+var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Beta", "User-Agent"}
+
+// pump runs one generation, detached from any client: it calls the upstream,
+// journals every event, and records how the generation ended.
+type pump struct {
+	e    *Engine
+	g    Generation
+	tail *Tail
+	log  *slog.Logger
+}
+
+func (p *pump) run(ctx context.Context) {
+	res := resume.Result{State: resume.Failed}
+	defer func() { p.e.done(p, res.State) }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lease := p.g.Lease
+	go func() {
+		select {
+		case <-lease.Lost():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	w := p.e.cfg.Journal.NewWriter(p.g.Ref, func(ev journal.Event) {
+		p.tail.append(ev)
+		if !ev.IsEnd() {
+			lease.SetEvents(ev.Offset)
+			p.e.cfg.Metrics.EventJournaled()
+		}
+	})
+	res = p.generate(ctx, w)
+	if ctx.Err() != nil && res.State == resume.Failed && res.Error == "" {
+		res.Error = apierr.ProxyShutdown
+	}
+	select {
+	case <-lease.Lost():
+		w.Abort()
+		p.tail.fail(apierr.New(apierr.OwnerLost))
+		res = resume.Result{State: resume.Failed, Error: apierr.OwnerLost}
+		p.log.Warn("generation lost its lease", "gen", p.g.Ref.Gen)
+		return
+	default:
+	}
+	res = p.end(ctx, w, res)
+}
+
+// end appends the end marker and records the result. The end marker may
+// meet a NATS failover: the writer keeps trying for the journal's
+// AppendTimeout.
+func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) resume.Result {
+	endCtx, endCancel := context.WithTimeout(context.WithoutCancel(ctx), p.e.cfg.Journal.AppendTimeout()+10*time.Second)
+	defer endCancel()
+	end := journal.EndCompleted
+	if res.State != resume.Completed {
+		end = journal.EndFailed
+	}
+	if err := w.End(endCtx, end); err != nil {
+		code := apierr.JournalFailure
+		if errors.Is(err, journal.ErrFenced) {
+			// Another instance found the lease run out (renewals were
+			// lost) and sealed the generation with owner_lost right after
+			// the last event stored: readers here end the same way.
+			code = apierr.OwnerLost
+			p.log.Warn("generation sealed by another instance", "gen", p.g.Ref.Gen)
+		} else {
+			p.log.Error("journal append failed", "gen", p.g.Ref.Gen, "err", err)
+		}
+		res = resume.Result{State: resume.Failed, Error: code}
+		// Readers here get the reason, though this writer could not store it.
+		p.tail.fail(apierr.New(code))
+	}
+	res.Events = countEvents(w.Appended())
+	if res.Error == apierr.JournalFailure {
+		res.Events = min(res.Events, w.Stored()) // only what a reader can get
+	}
+	if err := p.g.Lease.Finish(endCtx, res); err != nil && res.Error != apierr.OwnerLost {
+		p.log.Error("finishing generation", "gen", p.g.Ref.Gen, "err", err)
+	}
+	p.log.Debug("generation ended", "gen", p.g.Ref.Gen, "state", res.State, "events", res.Events, "code", res.Error)
+	return res
+}
+
+// countEvents is the number of data events given the number of appends
+// including the end marker.
+func countEvents(appended uint64) uint64 {
+	if appended == 0 {
+		return 0
+	}
+	return appended - 1
+}
+
+// generate calls the upstream through the call policy and journals its
+// answer. It returns the result to record; the end marker is appended by
+// the caller.
+func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
+	policy := p.e.cfg.Upstream.Policy
+	release, err := policy.Acquire(ctx)
+	if err != nil {
+		return p.refuse(ctx, w, err, 0)
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, p.e.cfg.Limits.MaxGeneration)
+	defer cancel()
+	// The stream is read under its own context, so the idle watchdog can
+	// cut a stalled upstream.
+	streamCtx, stall := context.WithCancelCause(ctx)
+	defer stall(nil)
+	resp, attempts, err := policy.Do(streamCtx, p.newRequest)
+	p.e.cfg.Metrics.UpstreamRequests(attempts)
+	if err != nil {
+		return p.refuse(ctx, w, err, attempts)
+	}
+	defer resp.Body.Close()
+
+	ct := resp.Header.Get("Content-Type")
+	if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" {
+		p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Streaming: true, Attempts: attempts})
+		return p.events(ctx, streamCtx, w, resp.Body, stall)
+	}
+	return p.result(ctx, w, resp, ct, attempts)
+}
+
+// refuse records a call that produced no answer to journal: the initiating
+// client gets the upstream's status and body (or the proxy's error), every
+// other reader the error event.
+func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempts int) resume.Result {
+	var ce *classify.Error
+	if errors.As(err, &ce) {
+		ce.Body = p.e.cfg.Upstream.Decorator.Redact(ce.Body)
+	} else {
+		ce = &classify.Error{Kind: classify.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: apierr.ProxyShutdown, Err: err}
+		if ctx.Err() == nil {
+			ce.Kind, ce.Status, ce.Code = classify.ErrRetryable, http.StatusBadGateway, classify.CodeUnreachable
+		}
+	}
+	p.log.Warn("upstream call failed", "attempts", attempts, "status", ce.Status, "code", ce.Code, "err", err)
+	e := upstreamError(ce)
+	body, ct := ce.Body, ce.ContentType
+	if len(body) == 0 {
+		body, ct = e.Body(), "application/json"
+	}
+	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.Body())
+	p.tail.answer(&Head{Status: ce.Status, ContentType: ct, Body: body, Attempts: attempts, RetryAfter: ce.RetryAfter})
+	return resume.Result{State: resume.Failed, Status: ce.Status, ContentType: ct, Error: e.Code}
+}
+
+func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
+	up := p.e.cfg.Upstream
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, up.URL.JoinPath(p.g.Path).String(), bytes.NewReader(p.g.Body))
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range forwardHeaders {
+		if v := p.g.Header.Values(h); len(v) > 0 {
+			req.Header[h] = v
+		}
+	}
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	up.Decorator.Decorate(req, p.g.Header)
+	if up.Idempotency {
+		// The upstream deduplicates by key: a retried ambiguous attempt
+		// cannot bill twice. One key per generation.
+		req.Header.Set("Idempotency-Key", p.g.Ref.ID+"-"+strconv.FormatUint(p.g.Ref.Gen, 10))
+	}
+	return req, nil
+}
+
+// errStalled cuts an upstream stream that sent nothing for the idle timeout.
+var errStalled = errors.New("engine: upstream sent no event within the idle timeout")
+
+// events journals an upstream SSE stream. Only a stream that reached its
+// format's terminal event counts as completed; one that breaks, stalls for
+// the idle timeout, reports an error or runs past the generation cap is no
+// result, never retried.
+func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io.Reader, stall context.CancelCauseFunc) resume.Result {
+	idleTimeout := p.e.cfg.Limits.IdleTimeout
+	idle := time.AfterFunc(idleTimeout, func() { stall(errStalled) })
+	defer idle.Stop()
+	lim := upstreamLimits{maxEvent: p.e.cfg.Limits.MaxEventSize, maxEvents: p.e.cfg.Limits.MaxStreamEvents, maxBytes: p.e.cfg.Limits.MaxStreamBytes}
+	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte) error {
+		// The upstream is idle only while it is read: time spent journaling
+		// (a first append through a NATS failover) is not its silence.
+		idle.Stop()
+		defer idle.Reset(idleTimeout)
+		return w.Append(ctx, typ, data)
+	})
+	if err == nil {
+		return resume.Result{State: resume.Completed, Status: http.StatusOK, ContentType: "text/event-stream", Usage: usage}
+	}
+	e := p.streamError(ctx, streamCtx, w, err)
+	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
+	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.Body())
+	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
+}
+
+// streamError is the error a stream that ended without a result ends with.
+func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, err error) apierr.Error {
+	var failed *failure
+	switch {
+	case errors.Is(w.Err(), journal.ErrFenced):
+		return apierr.New(apierr.OwnerLost) // sealed by another instance: see end
+	case w.Err() != nil:
+		return apierr.New(apierr.JournalFailure)
+	case errors.As(err, &failed):
+		return failed.e
+	case errors.Is(err, errOverLimit), errors.Is(err, errTooLong):
+		return apierr.New(apierr.StreamTooLarge)
+	case errors.Is(err, errNotUTF8):
+		return apierr.New(apierr.InvalidEvent)
+	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return apierr.New(apierr.ProxyShutdown)
+	case errors.Is(context.Cause(streamCtx), errStalled):
+		return apierr.New(classify.CodeInterrupted).WithMessage("the upstream sent no event for " + p.e.cfg.Limits.IdleTimeout.String() + "; no result was stored")
+	}
+	return upstreamError(classify.Interrupted(err))
+}
+
+// result journals a non-streamed upstream body in chunks.
+func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Response, ct string, attempts int) resume.Result {
+	maxResult := p.e.cfg.Limits.MaxResult
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResult+1))
+	if err != nil || int64(len(body)) > maxResult {
+		e := apierr.New(apierr.UpstreamBody)
+		_ = w.Append(context.WithoutCancel(ctx), TypeError, e.Body())
+		p.tail.answer(&Head{Status: e.Status, ContentType: "application/json", Body: e.Body(), Attempts: attempts})
+		return resume.Result{State: resume.Failed, Status: e.Status, Error: e.Code}
+	}
+	for off := 0; off < len(body) || off == 0; off += chunkSize {
+		chunk := body[off:min(off+chunkSize, len(body))]
+		if err := w.Append(ctx, TypeBody, chunk); err != nil {
+			break
+		}
+		if len(body) == 0 {
+			break
+		}
+	}
+	p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Body: body, Attempts: attempts})
+	res := resume.Result{State: resume.Completed, Status: resp.StatusCode, ContentType: ct}
+	if u, ok := p.g.Protocol.Result(ct, body); ok {
+		res.Usage = &u
+	}
+	return res
+}

@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+)
+
+// Reasons an upstream stream is no result.
+var (
+	errNoTerminal = errors.New("engine: upstream stream ended without its terminal event")
+	errOverLimit  = errors.New("engine: upstream stream over the events or bytes limit")
+	errNotUTF8    = errors.New("engine: upstream event is not valid UTF-8")
+	// errTooLong is go-sse's error for an event over its size limit.
+	errTooLong = bufio.ErrTooLong
+)
+
+// failure is an upstream's own error event: the stream ends with it.
+type failure struct{ e apierr.Error }
+
+func (f *failure) Error() string { return "engine: upstream reported an error: " + f.e.Error() }
+
+// upstreamLimits bound what one generation may journal.
+type upstreamLimits struct {
+	maxEvent  int   // bytes of one event (go-sse's parser limit)
+	maxEvents int   // events per generation
+	maxBytes  int64 // data bytes per generation
+}
+
+// readUpstream parses an upstream SSE body of format proto and hands every
+// event to emit, up to and including the terminal one. It returns nil only
+// when the terminal event arrived, with the usage the stream reported;
+// anything else — a read error, a clean end without the terminal event, an
+// error event (a *failure, not emitted), an oversized or invalid event, a
+// limit — is an error, and the events already emitted are not a result.
+func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(typ string, data []byte) error) (n int, usage *resume.Usage, err error) {
+	var bytes int64
+	for ev, rerr := range sse.Read(body, &sse.ReadConfig{MaxEventSize: lim.maxEvent}) {
+		if rerr != nil {
+			return n, nil, rerr
+		}
+		data := []byte(ev.Data)
+		if !utf8.Valid(data) || !utf8.ValidString(ev.Type) {
+			return n, nil, errNotUTF8
+		}
+		bytes += int64(len(data))
+		if n >= lim.maxEvents || bytes > lim.maxBytes {
+			return n, nil, errOverLimit
+		}
+		in := proto.Inspect(ev.Type, data)
+		if in.Failure != nil {
+			return n, nil, &failure{*in.Failure}
+		}
+		if in.Usage != nil {
+			u := in.Usage.Filled()
+			if usage != nil {
+				u = usage.Merge(*in.Usage)
+			}
+			usage = &u
+		}
+		if err := emit(ev.Type, data); err != nil {
+			return n, nil, err
+		}
+		n++
+		if in.Terminal {
+			return n, usage, nil // nothing after the terminal event counts
+		}
+	}
+	return n, nil, errNoTerminal
+}
+
+// upstreamError is the client-visible error for a classified failure: the
+// upstream's own error when it answered with one, else the catalogue's.
+func upstreamError(ce *classify.Error) apierr.Error {
+	if ce.Code != "" {
+		e := apierr.New(ce.Code)
+		e.RetryAfter = seconds(ce.RetryAfter)
+		return e
+	}
+	var v struct {
+		Error *apierr.Error `json:"error"`
+	}
+	if json.Unmarshal(ce.Body, &v) == nil && v.Error != nil && v.Error.Message != "" {
+		e := *v.Error
+		e.Status = ce.Status
+		if e.Code == "" {
+			e.Code = apierr.UpstreamError
+		}
+		if e.Type == "" {
+			e.Type = apierr.TypeFor(ce.Status)
+		}
+		e.RetryAfter = seconds(ce.RetryAfter)
+		return e
+	}
+	e := apierr.New(apierr.UpstreamError).WithMessage("upstream answered " + http.StatusText(ce.Status))
+	e.Status, e.Type = ce.Status, apierr.TypeFor(ce.Status)
+	e.RetryAfter = seconds(ce.RetryAfter)
+	return e
+}
+
+// seconds rounds a wait up to whole seconds for Retry-After.
+func seconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// Codes lists every code the engine can end a generation with, besides the
+// upstream's own error codes: its own and classify's.
+func Codes() []string {
+	return append([]string{apierr.OwnerLost, apierr.ProxyShutdown, apierr.JournalFailure, apierr.StreamTooLarge,
+		apierr.InvalidEvent, apierr.UpstreamBody, apierr.UpstreamError, apierr.ShuttingDown, apierr.TooManyGenerations}, classify.Codes()...)
+}

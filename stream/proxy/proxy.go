@@ -1,0 +1,246 @@
+// Package proxy assembles one reprise instance from one Config — journal →
+// resume → classify → engine → HTTP surface — serves it, and stops it with
+// one Shutdown. The binary, the benchmark, the chaos tool and the test
+// environments all build their proxies here.
+//
+// It owns the wiring and the order of stopping, nothing else: every
+// behaviour lives in the package it assembles. It neither starts nor closes
+// the NATS connection it is given.
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/stream/metrics"
+)
+
+// Defaults for Config.
+const (
+	// DefaultMaxHeaderBytes bounds a request's headers (431 above).
+	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultOpenTimeout bounds New's wait for JetStream (a new cluster
+	// may still be electing its leader).
+	DefaultOpenTimeout = time.Minute
+)
+
+// ErrInvalidOption wraps every configuration error.
+var ErrInvalidOption = errors.New("proxy: invalid option")
+
+// Config is everything one instance is built from. Zero fields take the
+// defaults of the package they configure.
+type Config struct {
+	// NATS is the connection to JetStream. Required. The proxy does not
+	// close it.
+	NATS *nats.Conn
+	// Journal configures the JetStream assets (TTL, replicas, append
+	// timeout). Defaults: journal's.
+	Journal journal.Config
+	// Owner names this instance in key records. Default
+	// <hostname>-<pid>-<random>.
+	Owner string
+	// Lease is the owner lease of a running generation. Default
+	// resume.DefaultLease (10 s).
+	Lease time.Duration
+	// Upstream is the model API's base URL; request paths are joined to
+	// it. Required.
+	Upstream *url.URL
+	// Client calls the upstream. Default engine.DefaultClient with
+	// engine.DefaultConnectTimeout and engine.DefaultHeaderTimeout.
+	Client *http.Client
+	// Policy is the call policy toward the upstream (retries, budget,
+	// breaker, concurrency limit). Defaults: classify's.
+	Policy classify.Config
+	// UpstreamIdempotency: the upstream honours Idempotency-Key, so each
+	// generation's key is forwarded and ambiguous failures may be retried
+	// (Policy.RetryAmbiguous is set with it). Default false.
+	UpstreamIdempotency bool
+	// Limits bound each generation. Defaults: engine's; MaxTenantGenerations
+	// defaults to Policy.MaxConcurrent.
+	Limits engine.Limits
+	// HTTP are the HTTP surface's limits and timings. Defaults: stream's.
+	HTTP stream.Settings
+	// Auth is the auth mode, the server secret (required) and the keys.
+	Auth auth.Config
+	// MaxHeaderBytes bounds a request's headers. Default DefaultMaxHeaderBytes (64 KiB).
+	MaxHeaderBytes int
+	// TLS, when set, makes Serve serve HTTPS with it. Default nil (HTTP).
+	TLS *tls.Config
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer takes the Prometheus metrics; when it is also a
+	// prometheus.Gatherer, GET /metrics serves them. Default: a private
+	// registry, served on /metrics.
+	Registerer prometheus.Registerer
+}
+
+// Proxy is one assembled instance.
+type Proxy struct {
+	journal *journal.Journal
+	engine  *engine.Engine
+	srv     *stream.Server
+	hs      *http.Server
+	log     *slog.Logger
+
+	serving  sync.WaitGroup
+	stopOnce sync.Once
+	stopped  chan struct{} // closed once the HTTP server stops taking requests
+}
+
+// New opens the journal on cfg.NATS (waiting up to DefaultOpenTimeout or
+// until ctx ends) and assembles the instance. It does not serve yet.
+func New(ctx context.Context, cfg Config) (*Proxy, error) {
+	if cfg.NATS == nil || cfg.Upstream == nil {
+		return nil, fmt.Errorf("%w: NATS and upstream are required", ErrInvalidOption)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a, err := auth.New(cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+	octx, cancel := context.WithTimeout(ctx, DefaultOpenTimeout)
+	defer cancel()
+	j, err := journal.Open(octx, cfg.NATS, cfg.Journal)
+	if err != nil {
+		return nil, err
+	}
+	rm, err := resume.New(resume.Config{Store: j, Owner: owner(cfg.Owner), Lease: cfg.Lease, Salvage: engine.Salvage(j)})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Client == nil {
+		cfg.Client = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout)
+	}
+	cfg.Policy.RetryAmbiguous = cfg.Policy.RetryAmbiguous || cfg.UpstreamIdempotency
+	policy, err := classify.New(cfg.Policy, cfg.Client)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Limits.MaxTenantGenerations == 0 {
+		cfg.Limits.MaxTenantGenerations = cfg.Policy.MaxConcurrent // 0: the engine's default, classify's
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := metrics.New(reg, policy.BreakerOpen, j.Stats)
+	eng, err := engine.New(engine.Config{
+		Journal:  j,
+		Upstream: engine.Upstream{URL: cfg.Upstream, Policy: policy, Decorator: a, Idempotency: cfg.UpstreamIdempotency},
+		Limits:   cfg.Limits, Metrics: m, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Engine: eng, Auth: a, Metrics: m, Settings: cfg.HTTP, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		srv.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	p := &Proxy{journal: j, engine: eng, srv: srv, log: cfg.Logger, stopped: make(chan struct{})}
+	p.hs = &http.Server{
+		Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: cfg.MaxHeaderBytes, TLSConfig: cfg.TLS,
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+	}
+	return p, nil
+}
+
+// owner is name, or one made of the host, the process and a random part.
+func owner(name string) string {
+	if name != "" {
+		return name
+	}
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Handle mounts another handler (the demo page) on the proxy's routes.
+func (p *Proxy) Handle(pattern string, h http.Handler) { p.srv.Handle(pattern, h) }
+
+// ServeHTTP serves the proxy's routes: for a caller that runs its own
+// http.Server (Serve and Shutdown then do not know its connections).
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.srv.ServeHTTP(w, r) }
+
+// Journal is the proxy's journal (for tests that look inside it).
+func (p *Proxy) Journal() *journal.Journal { return p.journal }
+
+// Serve serves HTTP (or HTTPS, with Config.TLS) on ln until Shutdown; it
+// returns nil then, or the error that stopped it.
+func (p *Proxy) Serve(ln net.Listener) error {
+	p.serving.Add(1)
+	defer p.serving.Done()
+	var err error
+	if p.hs.TLSConfig != nil {
+		err = p.hs.ServeTLS(ln, "", "")
+	} else {
+		err = p.hs.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops the instance within ctx. It stops taking connections,
+// refuses new generations (503 shutting_down) and lets the running ones
+// finish journaling; then readers end on their own as their generations
+// end. When ctx ends first, what is left is cut: generations still running
+// are cancelled (they end failed, proxy_shutdown, and record so in the
+// background, bounded by the journal's timeouts: a later Shutdown waits for
+// them), connections are closed, and ctx's error is returned. It is
+// idempotent.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.stopOnce.Do(func() {
+		go func() {
+			// Stop accepting and close idle connections; active ones end
+			// as their answers do.
+			_ = p.hs.Shutdown(context.WithoutCancel(ctx))
+			close(p.stopped)
+		}()
+	})
+	err := p.engine.Shutdown(ctx)
+	// Readers still attached follow generations that are now complete in
+	// the journal, or run elsewhere; they can resume anywhere else.
+	p.srv.Close(ctx)
+	select {
+	case <-p.stopped:
+	case <-ctx.Done():
+		_ = p.hs.Close()
+		<-p.stopped
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return err
+}

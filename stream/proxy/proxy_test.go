@@ -1,0 +1,105 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/journal/journaltest"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/web/mockllm"
+)
+
+var secret = []byte("an example secret, 32 bytes long")
+
+// start serves a proxy in front of the demo model on a fresh embedded
+// JetStream.
+func start(tb testing.TB) (*proxy.Proxy, string) {
+	tb.Helper()
+	nc := journaltest.Connect(tb, journaltest.Server(tb, ""))
+	model := httptest.NewServer(mockllm.New(mockllm.Config{TokenDelay: time.Millisecond}))
+	tb.Cleanup(model.Close)
+	up, _ := url.Parse(model.URL)
+	p, err := proxy.New(context.Background(), proxy.Config{
+		NATS: nc, Upstream: up, Auth: auth.Config{Secret: secret}, Journal: journal.Config{Memory: true},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go func() { _ = p.Serve(ln) }()
+	return p, "http://" + ln.Addr().String()
+}
+
+func post(tb testing.TB, base, key, prompt string) *http.Response {
+	tb.Helper()
+	req, _ := http.NewRequest("POST", base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"demo","stream":true,"messages":[{"role":"user","content":"`+prompt+`"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp
+}
+
+// TestShutdownHonoursContext: Shutdown returns when its context ends, even
+// with a generation that never ends; that generation is cancelled and
+// records its failure, which a second Shutdown waits for; a third returns
+// at once.
+func TestShutdownHonoursContext(t *testing.T) {
+	p, base := start(t)
+	resp := post(t, base, "k-hang", "stall [hang_after=1]")
+	defer resp.Body.Close()
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatalf("the stream did not start: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := p.Shutdown(ctx)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with a stalled generation: %v, want its context's deadline", err)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("Shutdown took %s past its 300ms context", took)
+	}
+	settle, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := p.Shutdown(settle); err != nil {
+		t.Fatalf("second Shutdown: %v", err)
+	}
+	// The proxy does not close the NATS connection it was given: its
+	// journal still answers, and holds the cancelled generation's failure.
+	val, _, found, err := p.Journal().Get(settle, resume.StreamID(auth.Anonymous, "k-hang"))
+	var rec resume.Record
+	if err != nil || !found || json.Unmarshal(val, &rec) != nil {
+		t.Fatalf("record after Shutdown: found %v, %v", found, err)
+	}
+	if rec.State != resume.Failed || rec.Error != apierr.ProxyShutdown {
+		t.Fatalf("record after Shutdown: %s %q, want failed with proxy_shutdown", rec.State, rec.Error)
+	}
+	start = time.Now()
+	if err := p.Shutdown(context.Background()); err != nil || time.Since(start) > time.Second {
+		t.Fatalf("third Shutdown: %v after %s", err, time.Since(start))
+	}
+}
