@@ -54,13 +54,15 @@ func newBenchSSE(b *testing.B) (*sseWriter, *discardWriter) {
 	return sw, dw
 }
 
-func benchCtx(b testing.TB) context.Context {
+func benchCtx(tb testing.TB) context.Context {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	b.Cleanup(cancel)
+	tb.Cleanup(cancel)
 	return ctx
 }
 
 func eventsPerSecond(b *testing.B, n int, elapsed time.Duration) {
+	b.Helper()
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
 }
 

@@ -94,6 +94,13 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		}
 	}
 	s.metrics.Decision(out.Decision.String())
+	s.answer(w, r, tenant, key, out, t, cur)
+}
+
+// answer serves what resume decided for a POST: the new generation t
+// follows, the one in progress, or the completed one.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key string, out resume.Outcome, t *engine.Tail, cur resume.Position) {
+	rec, id := out.Record, resume.StreamID(tenant, key)
 	h := w.Header()
 	h.Set("Idempotency-Key", key)
 	h.Set("Location", streamURL(key)+"?token="+s.auth.Capability(tenant, key, time.Now().Add(s.auth.CapabilityTTL())))

@@ -105,26 +105,8 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 		return err
 	}
 	defer s.metrics.Reader("journal")()
-
-	rctx, stop := context.WithCancel(ctx)
-	events := make(chan journalRead, flushEvery)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(events)
-		for {
-			ev, err := rd.Next(rctx)
-			select {
-			case events <- journalRead{ev, err}:
-			case <-rctx.Done():
-				return
-			}
-			if err != nil || ev.IsEnd() {
-				return
-			}
-		}
-	}()
-	defer func() { stop(); <-done; rd.Close() }()
+	events, stop := feed(ctx, rd)
+	defer stop()
 
 	idle := time.NewTicker(min(s.cfg.Heartbeat, s.resume.Lease()/2))
 	defer idle.Stop()
@@ -149,11 +131,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 					return err
 				}
 				if lost != nil { // a second tick with the owner gone and nothing stored
-					e := journal.Event{Offset: after + 1, Type: engine.TypeError, Data: lost.Body()}
-					if err := out.send(eventID(ref, e), e); err != nil {
-						return err
-					}
-					return out.flush()
+					return sendError(out, ref, after, *lost, true)
 				}
 				lost = s.ownerLost(ctx, ref)
 				continue
@@ -161,32 +139,15 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 				return ctx.Err()
 			}
 		}
-		if !ok {
+		switch {
+		case !ok:
 			return ctx.Err()
-		}
-		if r.err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			// The journal failed this reader: say so, rather than end the
-			// stream as if it were complete. A gap ends the generation for
-			// good; an outage does not, so its error carries no id: the
-			// client's cursor stays on the last event it got, and a resume
-			// continues from there.
-			e := journal.Event{Offset: after + 1, Type: engine.TypeError, Data: apierr.New(apierr.Unavailable).Body()}
-			id := ""
-			if errors.Is(r.err, journal.ErrGap) {
-				e.Data, id = apierr.New(apierr.JournalFailure).Body(), eventID(ref, e)
-			}
-			if serr := out.send(id, e); serr == nil {
-				_ = out.flush()
-			}
-			return r.err
-		}
-		lost = nil
-		if r.ev.IsEnd() {
+		case r.err != nil:
+			return readFailed(ctx, out, ref, after, r.err)
+		case r.ev.IsEnd():
 			return out.flush()
 		}
+		lost = nil
 		if err := out.send(eventID(ref, r.ev), r.ev); err != nil {
 			return err
 		}
@@ -208,6 +169,62 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 type journalRead struct {
 	ev  journal.Event
 	err error
+}
+
+// feed reads rd in a goroutine of its own, so that the connection's
+// goroutine selects over events, the idle tick and the client: a slow
+// journal read is never cut by the tick. The channel closes after the end
+// marker or an error; stop ends the reading and closes rd.
+func feed(ctx context.Context, rd *journal.Reader) (events <-chan journalRead, stop func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	ch := make(chan journalRead, flushEvery)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		for {
+			ev, err := rd.Next(rctx)
+			select {
+			case ch <- journalRead{ev, err}:
+			case <-rctx.Done():
+				return
+			}
+			if err != nil || ev.IsEnd() {
+				return
+			}
+		}
+	}()
+	return ch, func() { cancel(); <-done; rd.Close() }
+}
+
+// readFailed tells the reader the journal failed it, rather than end the
+// stream as if it were complete. A gap ends the generation for good; an
+// outage does not, so its error carries no id: the client's cursor stays
+// on the last event it got, and a resume continues from there.
+func readFailed(ctx context.Context, out eventWriter, ref journal.Ref, after uint64, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, journal.ErrGap) {
+		_ = sendError(out, ref, after, apierr.New(apierr.JournalFailure), true)
+	} else {
+		_ = sendError(out, ref, after, apierr.New(apierr.Unavailable), false)
+	}
+	return err
+}
+
+// sendError writes e as the error event after offset after, with its id
+// when it ends the generation for good, and flushes.
+func sendError(out eventWriter, ref journal.Ref, after uint64, e apierr.Error, final bool) error {
+	ev := journal.Event{Offset: after + 1, Type: engine.TypeError, Data: e.Body()}
+	id := ""
+	if final {
+		id = eventID(ref, ev)
+	}
+	if err := out.send(id, ev); err != nil {
+		return err
+	}
+	return out.flush()
 }
 
 // ownerLost reports why ref's generation can no longer end with its end

@@ -222,7 +222,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, id string, rec 
 	if err != nil {
 		return // the upgrader answered the client
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	conn.SetReadLimit(s.cfg.MaxWSMessage)

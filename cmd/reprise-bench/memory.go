@@ -43,7 +43,7 @@ func (b *bench) memory() error {
 		resp.Body.Close()
 		cancel()
 		if err != nil || n < 1 {
-			return fmt.Errorf("slow stream: no first event: %v", err)
+			return fmt.Errorf("slow stream: no first event: %w", err)
 		}
 	}
 	exe, err := os.Executable()
@@ -155,7 +155,7 @@ func (b *bench) memRound(exe string, locs []string, n int) (*memResult, error) {
 	case err := <-exited:
 		exited <- err
 		stopChild()
-		return nil, fmt.Errorf("client process ended before it was ready: %v", err)
+		return nil, fmt.Errorf("client process ended before it was ready: %w", err)
 	case <-ctx.Done():
 		stopChild()
 		return nil, ctx.Err()

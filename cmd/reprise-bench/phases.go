@@ -276,7 +276,7 @@ func (b *bench) resumeOnce(loc string, k int) (time.Duration, error) {
 	id, n, err := readTo(resp.Body, k)
 	resp.Body.Close() // the drop: the connection is closed mid-stream
 	if err != nil || n < k {
-		return 0, fmt.Errorf("reading to event %d: got %d: %v", k, n, err)
+		return 0, fmt.Errorf("reading to event %d: got %d: %w", k, n, err)
 	}
 	// Reconnect once reprise has let the dropped reader go (as any real
 	// client's reconnect delay allows), so the old reader's teardown is not
@@ -295,7 +295,7 @@ func (b *bench) resumeOnce(loc string, k int) (time.Duration, error) {
 	d := time.Since(t0)
 	resp.Body.Close()
 	if err != nil || n < 1 {
-		return 0, fmt.Errorf("resuming after %s: %v", id, err)
+		return 0, fmt.Errorf("resuming after %s: %w", id, err)
 	}
 	if p, err := resume.ParsePosition(got); err != nil || p.Offset != uint64(k)+1 {
 		return 0, fmt.Errorf("resumed after %s at %q, want offset %d", id, got, k+1)
@@ -335,7 +335,7 @@ func (b *bench) liveKey(key, prompt string, h int) (string, error) {
 	defer resp.Body.Close() // the generation goes on without this client
 	loc := b.st.RepURL + resp.Header.Get("Location")
 	if _, n, err := readTo(resp.Body, h); err != nil || n < h {
-		return "", fmt.Errorf("read %d of %d events: %v", n, h, err)
+		return "", fmt.Errorf("read %d of %d events: %w", n, h, err)
 	}
 	return loc, nil
 }
@@ -353,7 +353,7 @@ func (b *bench) completedKey(key, prompt string, want int) (string, error) {
 	n, done, err := readEvents(resp.Body, nil)
 	resp.Body.Close()
 	if err != nil || n != want || !done {
-		return "", fmt.Errorf("generation: %d events (done %v), want %d: %v", n, done, want, err)
+		return "", fmt.Errorf("generation: %d events (done %v), want %d: %w", n, done, want, err)
 	}
 	for {
 		st, err := b.status(ctx, loc)
@@ -429,7 +429,7 @@ func (b *bench) replayOnce(loc string, want int) (float64, error) {
 	n, done, err := readEvents(resp.Body, nil)
 	d := time.Since(t0)
 	if err != nil || n != want || !done {
-		return 0, fmt.Errorf("%d events (done %v), want %d: %v", n, done, want, err)
+		return 0, fmt.Errorf("%d events (done %v), want %d: %w", n, done, want, err)
 	}
 	return float64(n) / d.Seconds(), nil
 }

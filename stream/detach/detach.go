@@ -203,11 +203,11 @@ func (c *Conn) writeHead() {
 		status = http.StatusOK
 	}
 	b := c.buf
-	b.WriteString(c.proto + " " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
+	_, _ = b.WriteString(c.proto + " " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
 	c.header.Set("Connection", "close")
 	if c.header.Get("Date") == "" {
 		c.header.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	}
 	_ = c.header.Write(b)
-	b.WriteString("\r\n")
+	_, _ = b.WriteString("\r\n") // a write error shows at the flush
 }

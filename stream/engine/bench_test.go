@@ -145,5 +145,6 @@ func benchSend(ref journal.Ref, ev journal.Event) error {
 }
 
 func eventsPerSecond(b *testing.B, n int, elapsed time.Duration) {
+	b.Helper()
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
 }

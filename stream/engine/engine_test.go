@@ -15,6 +15,7 @@ func testJournal(tb testing.TB) *journal.Journal {
 }
 
 func testCtx(tb testing.TB) context.Context {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	tb.Cleanup(cancel)
 	return ctx

@@ -65,16 +65,16 @@ type Browser struct {
 
 // Start launches a headless Chromium as c says and returns its tab. It fails
 // the test when the browser does not start within c.StartTimeout. When the
-// test ends, t.Cleanup stops the browser and removes its profile, so a test
+// test ends, tb.Cleanup stops the browser and removes its profile, so a test
 // should close the servers the page talks to after that (in a Cleanup
 // registered before Start) or leave the page first.
-func Start(t testing.TB, c Config) *Browser {
-	t.Helper()
+func Start(tb testing.TB, c Config) *Browser {
+	tb.Helper()
 	dir, err := os.MkdirTemp("", c.TempDirPrefix)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		// Chromium's child processes can write into the directory for a
 		// moment after the browser stops.
 		for range 50 {
@@ -103,9 +103,9 @@ func Start(t testing.TB, c Config) *Browser {
 		chromedp.Flag("disable-renderer-backgrounding", true),
 	}, c.Options...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
+	tb.Cleanup(cancelAlloc)
 	ctx, cancelCtx := chromedp.NewContext(allocCtx)
-	t.Cleanup(cancelCtx)
+	tb.Cleanup(cancelCtx)
 
 	// Start the browser with a bounded wait, but without a timeout on the
 	// context of the first action (that would stop the browser when it ends).
@@ -114,10 +114,10 @@ func Start(t testing.TB, c Config) *Browser {
 	select {
 	case err := <-started:
 		if err != nil {
-			t.Fatalf("start Chromium (%s): %v", c.ExecPath, err)
+			tb.Fatalf("start Chromium (%s): %v", c.ExecPath, err)
 		}
 	case <-time.After(c.StartTimeout):
-		t.Fatalf("Chromium did not start within %v", c.StartTimeout)
+		tb.Fatalf("Chromium did not start within %v", c.StartTimeout)
 	}
 
 	b := &Browser{Ctx: ctx}
@@ -138,8 +138,8 @@ func Start(t testing.TB, c Config) *Browser {
 // the page's #log, newest first, then the console (see [Browser.DumpConsole]).
 // It evaluates in ctx, which the caller may bound; when that fails, it logs
 // the console only.
-func (b *Browser) Dump(t testing.TB, ctx context.Context, ids ...string) {
-	t.Helper()
+func (b *Browser) Dump(tb testing.TB, ctx context.Context, ids ...string) {
+	tb.Helper()
 	var js strings.Builder
 	js.WriteString("JSON.stringify({\n")
 	for _, id := range ids {
@@ -148,17 +148,17 @@ func (b *Browser) Dump(t testing.TB, ctx context.Context, ids ...string) {
 	js.WriteString("\tlog: Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).reverse(),\n})")
 	state, err := chromedp.Run(ctx, chromedp.Evaluate[string](js.String()))
 	if err == nil {
-		t.Logf("page state: %s", state)
+		tb.Logf("page state: %s", state)
 	}
-	b.DumpConsole(t)
+	b.DumpConsole(tb)
 }
 
 // DumpConsole logs every console message the browser has seen so far.
-func (b *Browser) DumpConsole(t testing.TB) {
-	t.Helper()
+func (b *Browser) DumpConsole(tb testing.TB) {
+	tb.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, m := range b.console {
-		t.Logf("console: %s", m)
+		tb.Logf("console: %s", m)
 	}
 }
