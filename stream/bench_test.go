@@ -128,29 +128,29 @@ func BenchmarkReplay(b *testing.B) {
 }
 
 // benchServer is a Server on j whose upstream is never called.
-func benchServer(b testing.TB, j *journal.Journal) (*Server, *resume.Manager) {
-	b.Helper()
+func benchServer(tb testing.TB, j *journal.Journal) (*Server, *resume.Manager) {
+	tb.Helper()
 	m, err := resume.New(resume.Config{Store: j, Owner: "bench"})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	up, _ := url.Parse("http://127.0.0.1:1")
 	client := engine.DefaultClient(time.Second, time.Second)
 	policy, err := classify.New(classify.Config{}, client)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	a, err := auth.New(auth.Config{Secret: []byte("bench-secret-0123456789")})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	e, err := engine.New(engine.Config{Journal: j, Upstream: engine.Upstream{URL: up, Policy: policy, Decorator: a}})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	s, err := New(Config{Journal: j, Resume: m, Engine: e, Auth: a})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s, m
 }
