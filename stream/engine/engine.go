@@ -188,9 +188,6 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Limits returns the limits in force (defaults filled in).
-func (e *Engine) Limits() Limits { return e.cfg.Limits }
-
 // Generation is a generation to run: resume decided it starts, and its
 // caller holds the lease.
 type Generation struct {
