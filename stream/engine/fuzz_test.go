@@ -97,3 +97,30 @@ func FuzzReadUpstream(f *testing.F) {
 		}
 	})
 }
+
+// FuzzInspect: every format's Inspect takes any event without panicking; a
+// failure always names a code and a message; chat's terminal event is
+// exactly [DONE]; an event is never both terminal and a failure.
+func FuzzInspect(f *testing.F) {
+	for _, s := range []string{
+		"[DONE]", `{"choices":[]}`, `{"usage":{"prompt_tokens":1}}`, `{"usage" :null}`, `{"error":{"message":"m","code":7}}`,
+		`{"error":null}`, `{"type":"error"}`, `{"type":"speech.audio.done","usage":{"input_tokens":-1}}`, `{"error":{"code":{}}}`,
+	} {
+		f.Add("", s)
+	}
+	f.Add("speech.audio.done", "{}")
+	f.Fuzz(func(t *testing.T, typ, data string) {
+		for _, p := range Protocols() {
+			in := p.Inspect(typ, []byte(data))
+			if in.Terminal && in.Failure != nil {
+				t.Fatalf("%s: %q %q is terminal and a failure", p.Path(), typ, data)
+			}
+			if in.Failure != nil && (in.Failure.Code == "" || in.Failure.Message == "" || in.Failure.Status < 400) {
+				t.Fatalf("%s: %q %q: failure %+v without a code, message or status", p.Path(), typ, data, in.Failure)
+			}
+		}
+		if got := (Chat{}).Inspect(typ, []byte(data)).Terminal; got != (data == "[DONE]") {
+			t.Fatalf("chat: %q terminal = %v", data, got)
+		}
+	})
+}
