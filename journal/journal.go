@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -138,23 +140,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 		storage = jetstream.MemoryStorage
 	}
 	// A fresh cluster may still be electing its leader, and replicas
-	// starting together race to create the same assets: retry until ctx ends.
+	// starting together race to create the same assets: retry until ctx
+	// ends. create's own last outcome decides: failsafe would answer ctx's
+	// error even after a create that succeeded.
 	var st jetstream.Stream
 	var kv jetstream.KeyValue
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+	rp := retrypolicy.NewBuilder[any]().
+		HandleIf(func(_ any, err error) bool { return err != nil && !errors.Is(err, ErrInvalidOption) }).
+		WithBackoff(100*time.Millisecond, 2*time.Second).
+		WithMaxAttempts(-1).
+		Build()
+	_ = failsafe.With(rp).WithContext(ctx).Run(func() error {
 		st, kv, err = create(ctx, js, cfg, storage)
-		if err == nil {
-			return &Journal{cfg: cfg, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}, nil
-		}
-		if errors.Is(err, ErrInvalidOption) {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(wait):
-		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &Journal{cfg: cfg, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}, nil
 }
 
 func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jetstream.StorageType) (jetstream.Stream, jetstream.KeyValue, error) {
