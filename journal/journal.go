@@ -140,13 +140,13 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 		storage = jetstream.MemoryStorage
 	}
 	// A fresh cluster may still be electing its leader, and replicas
-	// starting together race to create the same assets: retry until ctx
-	// ends. create's own last outcome decides: failsafe would answer ctx's
-	// error even after a create that succeeded.
+	// starting together race to create the same assets: retry any error
+	// until ctx ends (the options were checked by fill). create's own last
+	// outcome decides: failsafe would answer ctx's error even after a
+	// create that succeeded.
 	var st jetstream.Stream
 	var kv jetstream.KeyValue
 	rp := retrypolicy.NewBuilder[any]().
-		HandleIf(func(_ any, err error) bool { return err != nil && !errors.Is(err, ErrInvalidOption) }).
 		WithBackoff(100*time.Millisecond, 2*time.Second).
 		WithMaxAttempts(-1).
 		Build()
