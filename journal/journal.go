@@ -22,9 +22,6 @@ const (
 	DefaultReplicas = 1
 	// DefaultMaxPending bounds unacknowledged asynchronous publishes.
 	DefaultMaxPending = 16384
-	// DefaultStallWait is how long an append waits for room among the
-	// pending ones (backpressure) before it fails.
-	DefaultStallWait = 10 * time.Second
 	// DefaultAckTimeout bounds the wait for one append's acknowledgement.
 	DefaultAckTimeout = 10 * time.Second
 	// DefaultAppendTimeout is how long a Writer keeps trying to store a
@@ -255,6 +252,3 @@ func storedFrame(m *jetstream.RawStreamMsg, err error) (frame, error) {
 
 // AppendTimeout is how long a Writer keeps trying to store a message.
 func (j *Journal) AppendTimeout() time.Duration { return j.cfg.AppendTimeout }
-
-// TTL is the retention of events and records.
-func (j *Journal) TTL() time.Duration { return j.cfg.TTL }
