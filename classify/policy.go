@@ -191,25 +191,28 @@ func (p *Policy) Do(ctx context.Context, newRequest func(context.Context) (*http
 		AbortIf(func(_ *http.Response, err error) bool { return ctx.Err() != nil || c.abort(err) }).
 		AbortOnErrors(circuitbreaker.ErrOpen).
 		WithMaxAttempts(p.cfg.MaxAttempts).
-		WithDelayFunc(func(failsafe.ExecutionAttempt[*http.Response]) time.Duration { return c.wait }).
+		WithDelayFunc(func(exec failsafe.ExecutionAttempt[*http.Response]) time.Duration { return c.delay(exec.LastError()) }).
 		ReturnLastFailure().
 		Build()
 	resp, err = failsafe.With[*http.Response](rp, p.breaker).WithContext(ctx).
 		GetWithExecution(func(exec failsafe.Execution[*http.Response]) (*http.Response, error) {
 			c.attempts++
+			c.jitter = rand.Float64()
 			return c.attempt(exec.Context(), newRequest)
 		})
 	return resp, c.attempts, c.final(err)
 }
 
-// call is one Do: its attempts, its last classified failure and the wait
-// chosen before the next attempt.
+// call is one Do: its attempts and its last classified failure.
 type call struct {
 	p        *Policy
 	deadline time.Time
 	attempts int
 	last     *Error
-	wait     time.Duration
+	// jitter, drawn as each attempt starts, places the backoff after it
+	// within its range: abort (deciding whether the wait fits the deadline)
+	// and the delay function then see the same wait.
+	jitter float64
 }
 
 // errDeadline cuts an attempt still waiting for its response head when the
@@ -267,21 +270,29 @@ func (c *call) retryable(err error) bool {
 	return errors.Is(err, ErrRetryable) || (c.p.cfg.RetryAmbiguous && errors.Is(err, ErrAmbiguous))
 }
 
-// abort decides, before every wait, whether the next attempt may happen:
-// attempts must be left, the wait (Retry-After, or backoff with full jitter)
-// must fit the deadline, and the retry budget must allow one more.
+// delay is the wait before the retry that follows err: the answer's
+// Retry-After, else backoff with full jitter, uniform in
+// [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)] after attempt n.
+func (c *call) delay(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		return e.RetryAfter
+	}
+	ceil := min(c.p.cfg.MaxDelay, c.p.cfg.BaseDelay<<min(c.attempts-1, 20))
+	return min(time.Duration(c.jitter*float64(ceil+1)), ceil)
+}
+
+// abort decides, after every failed attempt, whether the call stops
+// instead of retrying: attempts must be left, the wait (delay) must fit
+// the deadline, and the retry budget must allow one more. Taking from the
+// budget is its one side effect, and the budget cannot be asked first and
+// charged later (concurrent calls would all see the same room): it is
+// charged here, last, so only for a retry that is then scheduled.
 func (c *call) abort(err error) bool {
 	if !c.retryable(err) || c.attempts >= c.p.cfg.MaxAttempts {
 		return false
 	}
-	var e *Error
-	if errors.As(err, &e) && e.RetryAfter > 0 {
-		c.wait = e.RetryAfter
-	} else {
-		ceil := min(c.p.cfg.MaxDelay, c.p.cfg.BaseDelay<<min(c.attempts-1, 20))
-		c.wait = time.Duration(rand.Int64N(int64(ceil) + 1))
-	}
-	if c.p.cfg.Now().Add(c.wait).After(c.deadline) {
+	if c.p.cfg.Now().Add(c.delay(err)).After(c.deadline) {
 		return true
 	}
 	return !c.p.budget.retry()

@@ -724,6 +724,28 @@ func TestPolicyBudget(t *testing.T) {
 	}
 }
 
+// TestPolicyBudgetChargedPerRetry: the budget pays for retries made, and
+// only for those: not for a wait that does not fit the deadline, nor for
+// the last attempt's failure.
+func TestPolicyBudgetChargedPerRetry(t *testing.T) {
+	up := newScripted(t,
+		reply{status: 429, header: map[string]string{"Retry-After": "100"}}, // call 1: the wait does not fit
+		reply{status: 503}, reply{status: 503}, // call 2: one retry, then no attempt left
+		reply{status: 503}, okReply, // call 3: the budget's second retry
+		reply{status: 503}, // call 4: the budget is spent
+	)
+	p := newPolicy(t, fastRetries(classify.Config{MaxAttempts: 2, Deadline: 2 * time.Second, BudgetRatio: 0.001, BudgetMin: 2}), nil)
+	for i, want := range []struct {
+		attempts int
+		err      error
+	}{{1, classify.ErrRetryable}, {2, classify.ErrRetryable}, {2, nil}, {1, classify.ErrRetryable}} {
+		_, attempts, err := call(t, p, up.URL)
+		if attempts != want.attempts || !errors.Is(err, want.err) || (err == nil) != (want.err == nil) {
+			t.Errorf("call %d: %d attempts, %v; want %d, %v", i+1, attempts, err, want.attempts, want.err)
+		}
+	}
+}
+
 func TestAcquire(t *testing.T) {
 	p := newPolicy(t, classify.Config{MaxConcurrent: 1, QueueTimeout: 50 * time.Millisecond}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -20,9 +22,6 @@ const (
 	DefaultReplicas = 1
 	// DefaultMaxPending bounds unacknowledged asynchronous publishes.
 	DefaultMaxPending = 16384
-	// DefaultStallWait is how long an append waits for room among the
-	// pending ones (backpressure) before it fails.
-	DefaultStallWait = 10 * time.Second
 	// DefaultAckTimeout bounds the wait for one append's acknowledgement.
 	DefaultAckTimeout = 10 * time.Second
 	// DefaultAppendTimeout is how long a Writer keeps trying to store a
@@ -138,23 +137,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 		storage = jetstream.MemoryStorage
 	}
 	// A fresh cluster may still be electing its leader, and replicas
-	// starting together race to create the same assets: retry until ctx ends.
+	// starting together race to create the same assets: retry any error
+	// until ctx ends (the options were checked by fill). create's own last
+	// outcome decides: failsafe would answer ctx's error even after a
+	// create that succeeded.
 	var st jetstream.Stream
 	var kv jetstream.KeyValue
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+	rp := retrypolicy.NewBuilder[any]().
+		WithBackoff(100*time.Millisecond, 2*time.Second).
+		WithMaxAttempts(-1).
+		Build()
+	_ = failsafe.With(rp).WithContext(ctx).Run(func() error {
 		st, kv, err = create(ctx, js, cfg, storage)
-		if err == nil {
-			return &Journal{cfg: cfg, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}, nil
-		}
-		if errors.Is(err, ErrInvalidOption) {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(wait):
-		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &Journal{cfg: cfg, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}, nil
 }
 
 func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jetstream.StorageType) (jetstream.Stream, jetstream.KeyValue, error) {
@@ -252,6 +252,3 @@ func storedFrame(m *jetstream.RawStreamMsg, err error) (frame, error) {
 
 // AppendTimeout is how long a Writer keeps trying to store a message.
 func (j *Journal) AppendTimeout() time.Duration { return j.cfg.AppendTimeout }
-
-// TTL is the retention of events and records.
-func (j *Journal) TTL() time.Duration { return j.cfg.TTL }

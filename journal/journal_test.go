@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -683,12 +684,20 @@ func TestOpenInvalidConfig(t *testing.T) {
 			if err := j.Ready(ctx); err != nil {
 				t.Fatalf("Ready: %v", err)
 			}
-			want := tc.cfg.TTL
-			if want == 0 {
-				want = journal.DefaultTTL
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if j.TTL() != want {
-				t.Fatalf("TTL() = %s, want %s", j.TTL(), want)
+			st, err := js.Stream(ctx, cmp.Or(tc.cfg.Stream, journal.DefaultStream))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := cmp.Or(tc.cfg.TTL, journal.DefaultTTL); info.Config.MaxAge != want {
+				t.Fatalf("the stream keeps events %s, want %s", info.Config.MaxAge, want)
 			}
 		})
 	}

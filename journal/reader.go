@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -44,6 +46,7 @@ type Reader struct {
 	seq     uint64    // sequence of the last message read
 	failing time.Time // when the consumer's current run of failures began
 
+	retry      retrypolicy.RetryPolicy[any] // consumerRetry, made with the first consumer
 	opening    chan opened
 	stopOpen   context.CancelFunc
 	it         jetstream.MessagesContext
@@ -73,7 +76,7 @@ func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64) (*Reader,
 func (r *Reader) open(seq uint64) {
 	r.closeConsumer()
 	// A create request lost in a failover (the meta leader gone with it)
-	// is never answered: bounded, it is made again (retryLater).
+	// is never answered: bounded, it is made again (consumerRetry).
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	ch := make(chan opened, 1)
 	r.opening, r.stopOpen, r.consumerAt, r.checkCons = ch, cancel, seq, seq > 1
@@ -153,32 +156,34 @@ func (r *Reader) fromStart() {
 	r.check, r.hint, r.next, r.direct, r.consumerAt, r.seq = false, 0, 1, directMax, 1, 0
 }
 
-// retryLater decides about a consumer failure: within readRetry the
-// consumer is dropped, and made again after a pause, behind the last
-// message read.
-func (r *Reader) retryLater(ctx context.Context, err error) bool {
-	if errors.Is(err, ErrClosed) {
-		return false
-	}
-	now := time.Now()
-	if r.failing.IsZero() {
-		r.failing = now
-	}
-	if now.Sub(r.failing) > readRetry {
-		return false
-	}
-	r.j.readRetries.Add(1)
-	r.closeConsumer()
-	if r.seq > 0 {
-		r.consumerAt, r.checkCons = r.seq+1, true
-	}
-	wait := min(50*time.Millisecond<<min(now.Sub(r.failing)/time.Second, 4), time.Second)
-	select {
-	case <-time.After(wait):
-		return true
-	case <-ctx.Done():
-		return false
-	}
+// consumerRetry is how a Reader rides out a NATS failover: a consumer
+// that failed is dropped and made again behind the last message read,
+// after a pause that grows with the time since the failures began (50 ms
+// in the first second, doubling each second to 800 ms from the fifth on),
+// until readRetry has passed. A closed reader is not retried.
+func (r *Reader) consumerRetry() retrypolicy.RetryPolicy[any] {
+	return retrypolicy.NewBuilder[any]().
+		HandleIf(func(_ any, err error) bool { return err != nil && !errors.Is(err, ErrClosed) }).
+		// failsafe calls OnFailure before AbortIf: the run has begun by
+		// the time its length is measured.
+		OnFailure(func(failsafe.ExecutionEvent[any]) {
+			if r.failing.IsZero() {
+				r.failing = time.Now()
+			}
+		}).
+		AbortIf(func(any, error) bool { return time.Since(r.failing) > readRetry }).
+		WithMaxAttempts(-1).
+		WithDelayFunc(func(failsafe.ExecutionAttempt[any]) time.Duration {
+			return 50 * time.Millisecond << min(time.Since(r.failing)/time.Second, 4)
+		}).
+		OnRetryScheduled(func(failsafe.ExecutionScheduledEvent[any]) {
+			r.j.readRetries.Add(1)
+			r.closeConsumer()
+			if r.seq > 0 {
+				r.consumerAt, r.checkCons = r.seq+1, true
+			}
+		}).
+		Build()
 }
 
 // hintWrong reports whether nothing follows the hint because the hint does
@@ -219,44 +224,22 @@ func (r *Reader) read(ctx context.Context) ([]Event, error) {
 			return nil, nil
 		}
 	}
-	if r.it == nil {
-		if r.opening == nil {
-			r.open(r.consumerAt)
-		}
-		select {
-		case o := <-r.opening:
-			r.opening = nil
-			if o.err != nil {
-				if r.retryLater(ctx, o.err) {
-					return nil, nil
-				}
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				return nil, o.err
-			}
-			r.it = o.it
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	// failsafe answers ctx's error once ctx has ended, even for an attempt
+	// that got a message: the message is kept, or the next Next would find
+	// it missing.
+	if r.retry == nil { // a short resume never gets here
+		r.retry = r.consumerRetry()
 	}
-	m, err := r.it.Next(jetstream.NextContext(ctx))
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-			return nil, ErrClosed
-		}
-		err = fmt.Errorf("journal: read: %w", err)
-		if r.retryLater(ctx, err) {
-			return nil, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+	var m jetstream.Msg
+	err := failsafe.With(r.retry).WithContext(ctx).Run(func() (err error) {
+		m, err = r.consume(ctx)
+		return err
+	})
+	if m == nil {
 		return nil, err
 	}
+	// A run of failures may span calls (a ctx that ends leaves the Reader
+	// usable): a message ends it.
 	r.failing = time.Time{}
 	meta, err := m.Metadata()
 	if err != nil {
@@ -265,6 +248,36 @@ func (r *Reader) read(ctx context.Context) ([]Event, error) {
 	r.seq = meta.Sequence.Stream
 	f, _ := decode(m.Headers(), m.Data(), meta.Sequence.Stream)
 	return f.events, nil
+}
+
+// consume returns the next message from the consumer, made first if the
+// reader has none.
+func (r *Reader) consume(ctx context.Context) (jetstream.Msg, error) {
+	if r.it == nil {
+		if r.opening == nil {
+			r.open(r.consumerAt)
+		}
+		select {
+		case o := <-r.opening:
+			r.opening = nil
+			if o.err != nil {
+				return nil, o.err
+			}
+			r.it = o.it
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	m, err := r.it.Next(jetstream.NextContext(ctx))
+	switch {
+	case err == nil:
+		return m, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+		return nil, ErrClosed
+	}
+	return nil, fmt.Errorf("journal: read: %w", err)
 }
 
 // Close stops the reader.

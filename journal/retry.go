@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 )
 
 // tries bounds how an operation is tried again through a NATS failover.
@@ -13,27 +16,42 @@ type tries struct {
 	count  *atomic.Uint64 // attempts made again
 }
 
+// pause is the wait before the retry that follows n others: 50 ms,
+// doubling up to 1 s.
+func pause(n int) time.Duration {
+	return min(50*time.Millisecond<<min(n, 5), time.Second)
+}
+
 // retry runs op, each attempt bounded by t.each and the budget, again
-// (after a growing pause) while retryable says so, until the budget or ctx
-// ends. It returns op's last error.
+// (after pause) while retryable says so, until ctx ends or the next pause
+// does not fit the budget. It returns op's last error.
 func retry(ctx context.Context, t tries, retryable func(error) bool, op func(context.Context) error) error {
 	deadline := time.Now().Add(t.budget)
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		try := time.Now().Add(t.each)
-		if try.After(deadline) {
-			try = deadline
-		}
-		tctx, cancel := context.WithDeadline(ctx, try)
-		err := op(tctx)
-		cancel()
-		if err == nil || ctx.Err() != nil || !retryable(err) || !time.Now().Add(wait).Before(deadline) {
-			return err
-		}
-		t.count.Add(1)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return err
-		}
-	}
+	// The policy is this call's alone: retries is the retries it scheduled,
+	// which the abort predicate (shown no execution) needs to know the next
+	// pause.
+	retries := 0
+	rp := retrypolicy.NewBuilder[any]().
+		HandleIf(func(_ any, err error) bool { return err != nil && retryable(err) }).
+		AbortIf(func(any, error) bool { return !time.Now().Add(pause(retries)).Before(deadline) }).
+		WithMaxAttempts(-1).
+		WithDelayFunc(func(failsafe.ExecutionAttempt[any]) time.Duration { return pause(retries) }).
+		OnRetryScheduled(func(failsafe.ExecutionScheduledEvent[any]) {
+			retries++
+			t.count.Add(1)
+		}).
+		Build()
+	// failsafe answers ctx's error once ctx has ended, even for an attempt
+	// that succeeded; op's own outcome is what callers classify. An attempt
+	// is bounded by its context's deadline, not by a timeout policy: op then
+	// sees DeadlineExceeded (readRetryable's), not failsafe's own error, and
+	// the last attempt gets what is left of the budget.
+	var last error
+	_ = failsafe.With(rp).WithContext(ctx).Run(func() error {
+		tctx, cancel := context.WithTimeout(ctx, min(t.each, time.Until(deadline)))
+		defer cancel()
+		last = op(tctx)
+		return last
+	})
+	return last
 }

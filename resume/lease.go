@@ -7,6 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 )
 
 // Lease is an owner's claim on one generation. It heartbeats until Finish;
@@ -141,16 +144,20 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	// ctx ends: a generation whose result is not recorded is lost once the
 	// lease runs out. An update whose answer was lost shows as a finished
 	// record on the next try: it is ours if it carries our attempt.
-	err := l.update(ctx, change)
-	for wait := 100 * time.Millisecond; err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrContended); wait = min(2*wait, 2*time.Second) {
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-			err = l.update(ctx, change)
-			continue
-		}
-		break
-	}
+	rp := retrypolicy.NewBuilder[any]().
+		HandleIf(func(_ any, err error) bool {
+			return err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrContended)
+		}).
+		WithBackoff(100*time.Millisecond, 2*time.Second).
+		WithMaxAttempts(-1).
+		Build()
+	// failsafe answers ctx's error once ctx has ended, even for an update
+	// that was applied: the update's own outcome decides.
+	var err error
+	_ = failsafe.With(rp).WithContext(ctx).Run(func() error {
+		err = l.update(ctx, change)
+		return err
+	})
 	if errors.Is(err, ErrFenced) && l.finishedAs(ctx, res.State) {
 		err = nil
 	}
