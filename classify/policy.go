@@ -164,7 +164,7 @@ func (p *Policy) Acquire(ctx context.Context) (release func(), err error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &Error{Kind: ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "upstream_saturated", RetryAfter: time.Second, Err: err}
+		return nil, &Error{Kind: ErrUnavailable, Status: http.StatusServiceUnavailable, Code: CodeSaturated, RetryAfter: time.Second, Err: err}
 	}
 	var once sync.Once
 	return func() { once.Do(p.limit.ReleasePermit) }, nil
@@ -238,7 +238,7 @@ func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*h
 		}
 		c.last = Transport(err, &t)
 		if cut && c.last.Kind != ErrFatal {
-			c.last.Status, c.last.Code = http.StatusGatewayTimeout, "upstream_timeout"
+			c.last.Status, c.last.Code = http.StatusGatewayTimeout, CodeTimeout
 		}
 		return nil, c.last
 	}
@@ -309,7 +309,7 @@ func (c *call) final(err error) error {
 			return c.last // the breaker opened during our retries: the answer we had
 		}
 		ra := c.p.breaker.RemainingDelay()
-		return &Error{Kind: ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "upstream_unavailable",
+		return &Error{Kind: ErrUnavailable, Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			RetryAfter: max(ra, time.Second), Attempts: c.attempts, Err: err}
 	}
 	var e *Error
