@@ -106,7 +106,7 @@ func silentAfterRequest(s *rawServer, c *net.TCPConn) {
 	if s.readRequest(c) {
 		_, _ = io.Copy(io.Discard, c)
 	}
-	c.Close()
+	_ = c.Close()
 }
 
 // holdOpen reads whatever comes and keeps the connection open, never
@@ -114,7 +114,7 @@ func silentAfterRequest(s *rawServer, c *net.TCPConn) {
 func holdOpen(s *rawServer, c *net.TCPConn) {
 	_, _ = io.Copy(io.Discard, c)
 	<-s.done
-	c.Close()
+	_ = c.Close()
 }
 
 // refusedURL returns a loopback URL nothing listens on.

@@ -213,9 +213,9 @@ func TestTransportResetBeforeRead(t *testing.T) {
 			t.Fatalf("round trip %d to a resetting server succeeded", i)
 		}
 		if tr.Wrote() && !writeFailed(err) {
-			wantKind(t, classify.Transport(err, tr), classify.ErrAmbiguous, http.StatusBadGateway, "upstream_no_response")
+			_ = wantKind(t, classify.Transport(err, tr), classify.ErrAmbiguous, http.StatusBadGateway, "upstream_no_response")
 		} else {
-			wantKind(t, classify.Transport(err, tr), classify.ErrRetryable, http.StatusBadGateway, "upstream_unreachable")
+			_ = wantKind(t, classify.Transport(err, tr), classify.ErrRetryable, http.StatusBadGateway, "upstream_unreachable")
 		}
 		t.Logf("attempt %d: wrote=%v err=%v", i, tr.Wrote(), err)
 	}
@@ -243,9 +243,9 @@ func TestTransportResetBeforeWrite(t *testing.T) {
 			t.Fatal("server read a request")
 		}
 		if tr.Wrote() && !writeFailed(err) {
-			wantKind(t, classify.Transport(err, tr), classify.ErrAmbiguous, http.StatusBadGateway, "upstream_no_response")
+			_ = wantKind(t, classify.Transport(err, tr), classify.ErrAmbiguous, http.StatusBadGateway, "upstream_no_response")
 		} else {
-			wantKind(t, classify.Transport(err, tr), classify.ErrRetryable, http.StatusBadGateway, "upstream_unreachable")
+			_ = wantKind(t, classify.Transport(err, tr), classify.ErrRetryable, http.StatusBadGateway, "upstream_unreachable")
 		}
 		t.Logf("attempt %d: wrote=%v err=%v", i, tr.Wrote(), err)
 	}
@@ -280,10 +280,10 @@ func TestTransportWriteFailsAfterWroteRequest(t *testing.T) {
 		// Rarely, under load, Go's read loop reports the dead connection
 		// before the failed write does: nothing then tells this call apart
 		// from a sent request, and ambiguous is the safe answer.
-		wantKind(t, classify.Transport(err, tr), classify.ErrAmbiguous, http.StatusBadGateway, "upstream_no_response")
+		_ = wantKind(t, classify.Transport(err, tr), classify.ErrAmbiguous, http.StatusBadGateway, "upstream_no_response")
 		return
 	}
-	wantKind(t, classify.Transport(err, tr), classify.ErrRetryable, http.StatusBadGateway, "upstream_unreachable")
+	_ = wantKind(t, classify.Transport(err, tr), classify.ErrRetryable, http.StatusBadGateway, "upstream_unreachable")
 }
 
 func TestTransportResetAfterRequest(t *testing.T) {
@@ -318,7 +318,7 @@ func TestTransportResponseHeaderTimeout(t *testing.T) {
 	if !tr.Wrote() {
 		t.Fatal("Wrote() = false although the server read the whole request")
 	}
-	wantKind(t, classify.Transport(err, tr), classify.ErrAmbiguous, http.StatusGatewayTimeout, "upstream_timeout")
+	_ = wantKind(t, classify.Transport(err, tr), classify.ErrAmbiguous, http.StatusGatewayTimeout, "upstream_timeout")
 	var ne net.Error
 	if !errors.As(classify.Transport(err, tr), &ne) || !ne.Timeout() {
 		t.Errorf("classified error does not unwrap to a timeout net.Error: %v", err)
@@ -390,7 +390,7 @@ func newTLSUpstream(tb testing.TB) *httptest.Server {
 func TestInterrupted(t *testing.T) {
 	cause := io.ErrUnexpectedEOF
 	e := classify.Interrupted(cause)
-	wantKind(t, e, classify.ErrInterrupted, http.StatusBadGateway, "upstream_interrupted")
+	_ = wantKind(t, e, classify.ErrInterrupted, http.StatusBadGateway, "upstream_interrupted")
 	if !errors.Is(e, io.ErrUnexpectedEOF) || errors.Unwrap(e) != cause {
 		t.Errorf("Interrupted does not wrap its cause: %v", e)
 	}

@@ -136,13 +136,14 @@ func New(cfg Config, client *http.Client) (*Policy, error) {
 	}
 	p := &Policy{cfg: cfg, client: client}
 	p.budget = newBudget(cfg.BudgetRatio, int(cfg.BudgetMin), cfg.BudgetWindow, cfg.Now)
+	//nolint:bodyclose // builders typed by *http.Response: no response is made here
 	p.breaker = circuitbreaker.NewBuilder[*http.Response]().
 		HandleIf(func(_ *http.Response, err error) bool { return breakerFailure(err) }).
 		WithFailureThreshold(cfg.BreakerFailures).
 		WithDelay(cfg.BreakerDelay).
 		WithSuccessThreshold(1).
 		Build()
-	p.limit = bulkhead.NewBuilder[*http.Response](uint(cfg.MaxConcurrent)).WithMaxWaitTime(cfg.QueueTimeout).Build()
+	p.limit = bulkhead.NewBuilder[*http.Response](uint(cfg.MaxConcurrent)).WithMaxWaitTime(cfg.QueueTimeout).Build() //nolint:bodyclose // a builder, no response
 	return p, nil
 }
 
@@ -153,7 +154,7 @@ func breakerFailure(err error) bool {
 	if !errors.As(err, &e) {
 		return false // the caller's cancellation or a request it could not build
 	}
-	return (e.Kind == ErrRetryable || e.Kind == ErrAmbiguous) && e.Status != http.StatusTooManyRequests
+	return (errors.Is(e, ErrRetryable) || errors.Is(e, ErrAmbiguous)) && e.Status != http.StatusTooManyRequests
 }
 
 // Acquire takes a place under the concurrency limit, waiting up to the
@@ -237,7 +238,7 @@ func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*h
 			return nil, ctx.Err()
 		}
 		c.last = Transport(err, &t)
-		if cut && c.last.Kind != ErrFatal {
+		if cut && !errors.Is(c.last, ErrFatal) {
 			c.last.Status, c.last.Code = http.StatusGatewayTimeout, CodeTimeout
 		}
 		return nil, c.last
@@ -247,7 +248,7 @@ func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*h
 		return resp, nil
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	cancel(nil)
 	c.last = Response(resp, body, c.p.cfg.Now())
 	return nil, c.last

@@ -313,7 +313,7 @@ func TestPolicyBackoff(t *testing.T) {
 	up := newScripted(t, reply{status: 503})
 	p := newPolicy(t, fastRetries(classify.Config{MaxAttempts: 10, BaseDelay: base, MaxDelay: maxDelay}), nil)
 	_, attempts, err := call(t, p, up.URL)
-	wantKind(t, err, classify.ErrRetryable, 503, "")
+	_ = wantKind(t, err, classify.ErrRetryable, 503, "")
 	if attempts != 10 || up.requests() != 10 {
 		t.Fatalf("attempts %d, requests %d; want 10, 10", attempts, up.requests())
 	}
@@ -346,7 +346,7 @@ func TestPolicyAmbiguous(t *testing.T) {
 			s := newRawServer(t, resetAfterRequest)
 			p := newPolicy(t, fastRetries(tt.cfg), nil)
 			_, attempts, err := call(t, p, s.URL)
-			wantKind(t, err, classify.ErrAmbiguous, http.StatusBadGateway, "upstream_no_response")
+			_ = wantKind(t, err, classify.ErrAmbiguous, http.StatusBadGateway, "upstream_no_response")
 			if got := int(s.requests.Load()); got != tt.requests || attempts != tt.requests {
 				t.Errorf("upstream read %d requests, attempts %d; want %d", got, attempts, tt.requests)
 			}
@@ -367,14 +367,15 @@ func TestPolicyTransport(t *testing.T) {
 	}{
 		{
 			name:    "connection refused is retried",
-			url:     func(t *testing.T) string { return refusedURL(t) },
+			url:     func(t *testing.T) string { t.Helper(); return refusedURL(t) },
 			cfg:     classify.Config{MaxAttempts: 3},
 			wantErr: classify.ErrRetryable, status: 502, code: "upstream_unreachable", attempts: 3,
 		},
 		{
 			name: "no response head in time",
-			url:  func(t *testing.T) string { return newRawServer(t, silentAfterRequest).URL },
+			url:  func(t *testing.T) string { t.Helper(); return newRawServer(t, silentAfterRequest).URL },
 			client: func(t *testing.T) *http.Client {
+				t.Helper()
 				return newClient(t, &http.Transport{ResponseHeaderTimeout: 100 * time.Millisecond})
 			},
 			cfg:     classify.Config{MaxAttempts: 3},
@@ -382,7 +383,7 @@ func TestPolicyTransport(t *testing.T) {
 		},
 		{
 			name:    "untrusted TLS",
-			url:     func(t *testing.T) string { return newTLSUpstream(t).URL },
+			url:     func(t *testing.T) string { t.Helper(); return newTLSUpstream(t).URL },
 			cfg:     classify.Config{MaxAttempts: 3},
 			wantErr: classify.ErrFatal, status: 502, code: "upstream_tls", attempts: 1,
 		},
@@ -466,7 +467,7 @@ func TestPolicyBreaker(t *testing.T) {
 			t.Fatalf("breaker open after %d failures", i)
 		}
 		_, _, err := call(t, p, up.URL)
-		wantKind(t, err, classify.ErrRetryable, 500, "")
+		_ = wantKind(t, err, classify.ErrRetryable, 500, "")
 	}
 	if !p.BreakerOpen() {
 		t.Fatal("breaker closed after 3 consecutive 500s")
@@ -494,7 +495,7 @@ func TestPolicyBreakerProbe(t *testing.T) {
 	up := newScripted(t, reply{status: 503}, reply{status: 503}, okReply)
 	p := newPolicy(t, classify.Config{MaxAttempts: 1, BreakerFailures: 2, BreakerDelay: 100 * time.Millisecond}, nil)
 	for range 2 {
-		call(t, p, up.URL)
+		_, _, _ = call(t, p, up.URL)
 	}
 	if !p.BreakerOpen() {
 		t.Fatal("breaker closed after 2 consecutive 503s")
@@ -555,12 +556,12 @@ func TestPolicyBreakerConsecutive(t *testing.T) {
 	up := newScripted(t, reply{status: 500}, reply{status: 500}, reply{status: 400}, reply{status: 500}, reply{status: 500}, reply{status: 500})
 	p := newPolicy(t, classify.Config{MaxAttempts: 1, BreakerFailures: 3, BreakerDelay: time.Minute}, nil)
 	for i := range 5 {
-		call(t, p, up.URL)
+		_, _, _ = call(t, p, up.URL)
 		if p.BreakerOpen() {
 			t.Fatalf("breaker open after call %d", i+1)
 		}
 	}
-	call(t, p, up.URL)
+	_, _, _ = call(t, p, up.URL)
 	if !p.BreakerOpen() {
 		t.Error("breaker closed after three 500s in a row")
 	}
@@ -913,5 +914,5 @@ func TestPolicyDeadlineBoundsAttempt(t *testing.T) {
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("Do took %v with a 200ms deadline", el)
 	}
-	wantKind(t, err, classify.ErrAmbiguous, http.StatusGatewayTimeout, "upstream_timeout")
+	_ = wantKind(t, err, classify.ErrAmbiguous, http.StatusGatewayTimeout, "upstream_timeout")
 }

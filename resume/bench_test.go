@@ -19,14 +19,15 @@ import (
 // benchFrame is a chat chunk as the fake upstream writes it (~190 bytes).
 var benchFrame = []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"bench","choices":[{"index":0,"delta":{"content":" lorem"},"finish_reason":null}]}` + "\n\n")
 
-func benchJournal(b testing.TB) *journal.Journal {
-	b.Helper()
-	return journaltest.New(b, journal.Config{}) // file storage, as cmd/reprise runs it
+func benchJournal(tb testing.TB) *journal.Journal {
+	tb.Helper()
+	return journaltest.New(tb, journal.Config{}) // file storage, as cmd/reprise runs it
 }
 
-func benchCtx(b testing.TB) context.Context {
+func benchCtx(tb testing.TB) context.Context {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	b.Cleanup(cancel)
+	tb.Cleanup(cancel)
 	return ctx
 }
 

@@ -44,14 +44,14 @@ func unquote(v string) (string, error) {
 	var b strings.Builder
 	for i := 0; i < len(in); i++ {
 		c := in[i]
-		switch {
-		case c == '\\':
+		switch c {
+		case '\\':
 			i++
 			if i == len(in) || (in[i] != '"' && in[i] != '\\') {
 				return "", ErrInvalidKey
 			}
 			b.WriteByte(in[i])
-		case c == '"':
+		case '"':
 			return "", ErrInvalidKey
 		default:
 			b.WriteByte(c)

@@ -192,6 +192,7 @@ func TestBeginDecisions(t *testing.T) {
 		{
 			name: "in progress, same request",
 			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				t.Helper()
 				mustStart(t, m, req)
 			},
 			want:    resume.Attach,
@@ -200,6 +201,7 @@ func TestBeginDecisions(t *testing.T) {
 		{
 			name: "in progress, lease about to run out",
 			setup: func(t *testing.T, m *resume.Manager, clk *clock, req resume.Request) {
+				t.Helper()
 				mustStart(t, m, req)
 				clk.Advance(lease) // not after LeaseUntil yet
 			},
@@ -209,6 +211,7 @@ func TestBeginDecisions(t *testing.T) {
 		{
 			name: "in progress, other request",
 			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				t.Helper()
 				mustStart(t, m, req)
 			},
 			body:    "another body",
@@ -217,6 +220,7 @@ func TestBeginDecisions(t *testing.T) {
 		{
 			name: "completed",
 			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				t.Helper()
 				l := mustStart(t, m, req)
 				if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 9, Status: 200}); err != nil {
 					t.Fatal(err)
@@ -229,6 +233,7 @@ func TestBeginDecisions(t *testing.T) {
 		{
 			name: "completed, other request",
 			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				t.Helper()
 				l := mustStart(t, m, req)
 				if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 9, Status: 200}); err != nil {
 					t.Fatal(err)
@@ -240,6 +245,7 @@ func TestBeginDecisions(t *testing.T) {
 		{
 			name: "failed",
 			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				t.Helper()
 				l := mustStart(t, m, req)
 				if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed, Events: 3, Error: "upstream"}); err != nil {
 					t.Fatal(err)
@@ -251,6 +257,7 @@ func TestBeginDecisions(t *testing.T) {
 		{
 			name: "failed twice",
 			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				t.Helper()
 				for range 2 {
 					l := mustStart(t, m, req)
 					if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed}); err != nil {
@@ -264,6 +271,7 @@ func TestBeginDecisions(t *testing.T) {
 		{
 			name: "failed, other request",
 			setup: func(t *testing.T, m *resume.Manager, _ *clock, req resume.Request) {
+				t.Helper()
 				l := mustStart(t, m, req)
 				if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed}); err != nil {
 					t.Fatal(err)
@@ -275,6 +283,7 @@ func TestBeginDecisions(t *testing.T) {
 		{
 			name: "in progress, lease expired",
 			setup: func(t *testing.T, m *resume.Manager, clk *clock, req resume.Request) {
+				t.Helper()
 				mustStart(t, m, req)
 				clk.Advance(lease + time.Millisecond)
 			},
@@ -550,12 +559,14 @@ func TestLost(t *testing.T) {
 		take func(t *testing.T, other *resume.Manager, req resume.Request)
 	}{
 		{"another owner starts a new generation", func(t *testing.T, other *resume.Manager, req resume.Request) {
+			t.Helper()
 			out, err := begin(t, other, req)
 			if err != nil || out.Decision != resume.Start || out.Record.Generation != 2 {
 				t.Fatalf("takeover Begin = %s gen %d, %v; want start gen 2", out.Decision, out.Record.Generation, err)
 			}
 		}},
 		{"another instance marks the owner lost", func(t *testing.T, other *resume.Manager, req resume.Request) {
+			t.Helper()
 			rec, err := other.Get(waitCtx(t), req.ID)
 			if err != nil || rec.State != resume.Failed || rec.Error != resume.OwnerLost {
 				t.Fatalf("Get = %+v, %v; want failed owner_lost", rec, err)

@@ -131,7 +131,7 @@ func (b *bench) memRound(exe string, locs []string, n int) (*memResult, error) {
 	exited := make(chan error, 1)
 	stopChild := func() {
 		_ = stdin.Close() // the child exits when its stdin closes
-		var err error // how it exited does not matter once the round is measured
+		var err error     // how it exited does not matter once the round is measured
 		select {
 		case err = <-exited:
 		case <-time.After(30 * time.Second):
