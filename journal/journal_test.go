@@ -15,45 +15,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/journal/journaltest"
 )
 
 // waitTimeout bounds every wait in these tests.
 const waitTimeout = 10 * time.Second
 
-// startServer starts an embedded nats-server with JetStream storing in dir
-// and shuts it down when the test ends.
-func startServer(tb testing.TB, dir string) *journal.Embedded {
-	tb.Helper()
-	e, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
-	if err != nil {
-		tb.Fatalf("StartEmbedded: %v", err)
-	}
-	tb.Cleanup(e.Shutdown)
-	return e
-}
-
-// connect opens a client connection to e, closed when the test ends.
-func connect(tb testing.TB, e *journal.Embedded) *nats.Conn {
-	tb.Helper()
-	nc, err := e.Connect(tb.Name())
-	if err != nil {
-		tb.Fatalf("Connect: %v", err)
-	}
-	tb.Cleanup(nc.Close)
-	return nc
-}
-
-// openJournal opens a journal with cfg on nc.
-func openJournal(tb testing.TB, nc *nats.Conn, cfg journal.Config) *journal.Journal {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	j, err := journal.Open(ctx, nc, cfg)
-	if err != nil {
-		tb.Fatalf("Open: %v", err)
-	}
-	return j
-}
+// startServer, connect and openJournal are journaltest's, which the
+// packages above the journal use too.
+var (
+	startServer = journaltest.Server
+	connect     = journaltest.Connect
+	openJournal = journaltest.Open
+)
 
 // newJournal starts a fresh embedded server and opens an in-memory journal on it.
 func newJournal(tb testing.TB) *journal.Journal {

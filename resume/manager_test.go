@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/journal/journaltest"
 	"github.com/reprise-dev/reprise/resume"
 )
 
@@ -42,21 +43,7 @@ func (c *clock) Advance(d time.Duration) {
 // journal on it; both are shut down when the test ends.
 func newStore(tb testing.TB) *journal.Journal {
 	tb.Helper()
-	e, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: tb.TempDir()})
-	if err != nil {
-		tb.Fatalf("StartEmbedded: %v", err)
-	}
-	tb.Cleanup(e.Shutdown)
-	nc, err := e.Connect(tb.Name())
-	if err != nil {
-		tb.Fatalf("Connect: %v", err)
-	}
-	tb.Cleanup(nc.Close)
-	j, err := journal.Open(waitCtx(tb), nc, journal.Config{Memory: true})
-	if err != nil {
-		tb.Fatalf("journal.Open: %v", err)
-	}
-	return j
+	return journaltest.New(tb, journal.Config{Memory: true})
 }
 
 // newManager returns a Manager on store named owner. lease 0 is the default;
