@@ -60,14 +60,17 @@ func (e *Error) Is(target error) bool { return target == e.Kind }
 // Unwrap returns the transport error.
 func (e *Error) Unwrap() error { return e.Err }
 
+// StatusOverloaded is Anthropic's 529: the API is overloaded.
+const StatusOverloaded = 529
+
 // Status classifies an upstream answer's status code: nil for 2xx,
-// ErrRetryable for 429, 500, 502, 503 and 504, ErrFatal otherwise.
+// ErrRetryable for 429, 500, 502, 503, 504 and 529, ErrFatal otherwise.
 func Status(code int) error {
 	switch {
 	case code >= 200 && code < 300:
 		return nil
 	case code == http.StatusTooManyRequests, code == http.StatusInternalServerError, code == http.StatusBadGateway,
-		code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout:
+		code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout, code == StatusOverloaded:
 		return ErrRetryable
 	}
 	return ErrFatal

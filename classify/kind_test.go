@@ -20,7 +20,7 @@ import (
 )
 
 func TestStatusEveryCode(t *testing.T) {
-	retryable := map[int]bool{429: true, 500: true, 502: true, 503: true, 504: true}
+	retryable := map[int]bool{429: true, 500: true, 502: true, 503: true, 504: true, 529: true}
 	for code := 100; code <= 599; code++ {
 		var want error
 		switch {
@@ -70,7 +70,7 @@ func TestStatus(t *testing.T) {
 		{"504 gateway timeout", 504, classify.ErrRetryable},
 		{"505 version", 505, classify.ErrFatal},
 		{"507 insufficient storage", 507, classify.ErrFatal},
-		{"529 overloaded", 529, classify.ErrFatal},
+		{"529 overloaded (Anthropic)", 529, classify.ErrRetryable},
 		{"599", 599, classify.ErrFatal},
 		{"0", 0, classify.ErrFatal},
 		{"600 out of range", 600, classify.ErrFatal},

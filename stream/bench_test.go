@@ -12,6 +12,7 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/journal/journaltest"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
 	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/engine"
 )
@@ -116,7 +117,7 @@ func BenchmarkReplay(b *testing.B) {
 	for b.Loop() {
 		sw, dw := newBenchSSE(b)
 		start := time.Now()
-		if err := s.followJournal(ctx, sw, ref, 0, 0); err != nil {
+		if err := s.followJournal(ctx, sw, ref, apierr.OpenAI, 0, 0); err != nil {
 			b.Fatal(err)
 		}
 		total += time.Since(start)

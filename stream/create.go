@@ -25,12 +25,12 @@ func (s *Server) create(proto engine.Protocol) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		tenant, err := s.auth.Tenant(r)
 		if err != nil {
-			authError(err).Write(w)
+			fail(w, r, authError(err))
 			return
 		}
 		body, stream, apiErr := s.readCreate(w, r, proto)
 		if apiErr != nil {
-			apiErr.Write(w)
+			fail(w, r, *apiErr)
 			return
 		}
 		s.begin(w, r, tenant, proto, body, stream)
@@ -43,17 +43,17 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	if v := r.Header.Get("Idempotency-Key"); v != "" {
 		var err error
 		if key, err = resume.ParseKey(v); err != nil {
-			apierr.New(apierr.BadKey).Write(w)
+			fail(w, r, apierr.New(apierr.BadKey))
 			return
 		}
 	}
 	cur, err := resume.ParsePosition(r.Header.Get("Last-Event-ID"))
 	if err != nil {
-		apierr.New(apierr.BadCursor).Write(w)
+		fail(w, r, apierr.New(apierr.BadCursor))
 		return
 	}
 	if s.engine.Closing() {
-		apierr.New(apierr.ShuttingDown).Write(w)
+		fail(w, r, apierr.New(apierr.ShuttingDown))
 		return
 	}
 	fp := resume.Fingerprint(r.URL.Path, body)
@@ -72,11 +72,11 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	switch {
 	case errors.Is(err, resume.ErrMismatch):
 		s.metrics.Decision("mismatch")
-		apierr.New(apierr.Mismatch).Write(w)
+		fail(w, r, apierr.New(apierr.Mismatch))
 		return
 	case err != nil:
 		s.log.Error("resume decision failed", "err", err)
-		apierr.New(apierr.Unavailable).Write(w)
+		fail(w, r, apierr.New(apierr.Unavailable))
 		return
 	}
 	rec := out.Record
@@ -89,7 +89,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 			Path: r.URL.Path, Body: body, Header: r.Header.Clone(),
 		})
 		if err != nil {
-			startError(err).Write(w)
+			fail(w, r, startError(err))
 			return
 		}
 	}
@@ -108,7 +108,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 	case out.Decision == resume.Start && cur.Gen >= rec.Generation:
 		cur = resume.Position{} // a cursor into a key that had no such generation: start over
 	case out.Decision != resume.Start && cur.Gen > rec.Generation:
-		apierr.New(apierr.BadCursor).Write(w)
+		fail(w, r, apierr.New(apierr.BadCursor))
 		return
 	}
 	switch out.Decision {
@@ -232,6 +232,18 @@ func seconds(d time.Duration) int {
 	return int((d + time.Second - 1) / time.Second)
 }
 
+// fail answers r with e in its caller's error shape (the format its path
+// names; OpenAI's elsewhere).
+func fail(w http.ResponseWriter, r *http.Request, e apierr.Error) {
+	e.WriteIn(w, engine.ShapeOf(r.URL.Path))
+}
+
+// failFor answers a reader of rec's key with e in the shape of the key's
+// format.
+func failFor(w http.ResponseWriter, rec resume.Record, e apierr.Error) {
+	e.WriteIn(w, engine.ShapeOf(rec.Path))
+}
+
 // authError is the answer to a caller auth refused.
 func authError(err error) apierr.Error {
 	if errors.Is(err, auth.ErrBadKey) {
@@ -263,7 +275,7 @@ func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, id s
 ) {
 	release, ok := s.takeReader(id)
 	if !ok {
-		apierr.New(apierr.TooManyReaders).Write(w)
+		failFor(w, rec, apierr.New(apierr.TooManyReaders))
 		return
 	}
 	defer release()
@@ -274,7 +286,7 @@ func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, id s
 func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
 	rd, err := s.journal.Read(r.Context(), journal.Ref{ID: id, Gen: rec.Generation}, 0, 0)
 	if err != nil {
-		apierr.New(apierr.Unavailable).Write(w)
+		failFor(w, rec, apierr.New(apierr.Unavailable))
 		return
 	}
 	defer rd.Close()
@@ -284,7 +296,7 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 		ev, err := rd.Next(ctx)
 		cancel()
 		if err != nil {
-			apierr.New(apierr.Unavailable).Write(w)
+			failFor(w, rec, apierr.New(apierr.Unavailable))
 			return
 		}
 		if ev.IsEnd() {
@@ -315,9 +327,9 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 	switch {
 	case errors.Is(err, errRangeUnsatisfiable):
 		w.Header().Set("Content-Range", "bytes */"+strconv.Itoa(len(body)))
-		apierr.New(apierr.Unsatisfiable).Write(w)
+		failFor(w, rec, apierr.New(apierr.Unsatisfiable))
 	case err != nil:
-		apierr.New(apierr.BadRange).Write(w)
+		failFor(w, rec, apierr.New(apierr.BadRange))
 	case partial:
 		w.Header().Set("Content-Range", "bytes "+strconv.FormatInt(start, 10)+"-"+strconv.FormatInt(end-1, 10)+"/"+strconv.Itoa(len(body)))
 		writeRaw(w, http.StatusPartialContent, rec.ContentType, body[start:end])
@@ -336,14 +348,14 @@ func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, id string, 
 		select {
 		case <-ctx.Done():
 			if r.Context().Err() == nil {
-				apierr.New(apierr.InProgress).Write(w)
+				failFor(w, rec, apierr.New(apierr.InProgress))
 			}
 			return
 		case <-poll.C:
 		}
 		var err error
 		if rec, err = s.resume.Get(r.Context(), id); err != nil {
-			apierr.New(apierr.Unavailable).Write(w)
+			failFor(w, rec, apierr.New(apierr.Unavailable))
 			return
 		}
 	}

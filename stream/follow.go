@@ -47,7 +47,7 @@ func (s *Server) follow(ctx context.Context, out eventWriter, id string, rec res
 		defer cut()
 		defer context.AfterFunc(s.closing, cut)()
 	}
-	return s.followJournal(ctx, out, ref, after, hint)
+	return s.followJournal(ctx, out, ref, engine.ShapeOf(rec.Path), after, hint)
 }
 
 func eventID(ref journal.Ref, ev journal.Event) string {
@@ -99,7 +99,8 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 // client: a slow journal read is never cut by the tick. While idle it
 // checks the owner's lease, so a reader of a generation whose owner died
 // gets an error instead of waiting forever.
-func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal.Ref, after, hint uint64) error {
+// Errors it writes itself are in shape, the key's format's.
+func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal.Ref, shape apierr.Shape, after, hint uint64) error {
 	rd, err := s.journal.Read(ctx, ref, after, hint)
 	if err != nil {
 		return err
@@ -131,7 +132,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 					return err
 				}
 				if lost != nil { // a second tick with the owner gone and nothing stored
-					return sendError(out, ref, after, *lost, true)
+					return sendError(out, ref, after, lost.BodyIn(shape), true)
 				}
 				lost = s.ownerLost(ctx, ref)
 				continue
@@ -143,7 +144,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 		case !ok:
 			return ctx.Err()
 		case r.err != nil:
-			return readFailed(ctx, out, ref, after, r.err)
+			return readFailed(ctx, out, ref, shape, after, r.err)
 		case r.ev.IsEnd():
 			return out.flush()
 		}
@@ -201,22 +202,22 @@ func feed(ctx context.Context, rd *journal.Reader) (events <-chan journalRead, s
 // stream as if it were complete. A gap ends the generation for good; an
 // outage does not, so its error carries no id: the client's cursor stays
 // on the last event it got, and a resume continues from there.
-func readFailed(ctx context.Context, out eventWriter, ref journal.Ref, after uint64, err error) error {
+func readFailed(ctx context.Context, out eventWriter, ref journal.Ref, shape apierr.Shape, after uint64, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	if errors.Is(err, journal.ErrGap) {
-		_ = sendError(out, ref, after, apierr.New(apierr.JournalFailure), true)
+		_ = sendError(out, ref, after, apierr.New(apierr.JournalFailure).BodyIn(shape), true)
 	} else {
-		_ = sendError(out, ref, after, apierr.New(apierr.Unavailable), false)
+		_ = sendError(out, ref, after, apierr.New(apierr.Unavailable).BodyIn(shape), false)
 	}
 	return err
 }
 
-// sendError writes e as the error event after offset after, with its id
-// when it ends the generation for good, and flushes.
-func sendError(out eventWriter, ref journal.Ref, after uint64, e apierr.Error, final bool) error {
-	ev := journal.Event{Offset: after + 1, Type: engine.TypeError, Data: e.Body()}
+// sendError writes data as the error event after offset after, with its
+// id when it ends the generation for good, and flushes.
+func sendError(out eventWriter, ref journal.Ref, after uint64, data []byte, final bool) error {
+	ev := journal.Event{Offset: after + 1, Type: engine.TypeError, Data: data}
 	id := ""
 	if final {
 		id = eventID(ref, ev)

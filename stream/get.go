@@ -22,26 +22,26 @@ import (
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	key, err := resume.ParseKey(r.PathValue("key"))
 	if err != nil {
-		apierr.New(apierr.BadKey).Write(w)
+		fail(w, r, apierr.New(apierr.BadKey))
 		return
 	}
 	if _, _, _, err := parseRange(r.Header.Get("Range"), math.MaxInt64); errors.Is(err, errRangeSyntax) {
-		apierr.New(apierr.BadRange).Write(w)
+		fail(w, r, apierr.New(apierr.BadRange))
 		return
 	}
 	tenant, ok := s.readerTenant(r, key)
 	if !ok {
-		apierr.New(apierr.KeyNotFound).Write(w) // exactly as for a key that does not exist
+		fail(w, r, apierr.New(apierr.KeyNotFound)) // exactly as for a key that does not exist
 		return
 	}
 	id := resume.StreamID(tenant, key)
 	rec, err := s.record(r.Context(), id)
 	switch {
 	case errors.Is(err, resume.ErrNotFound):
-		apierr.New(apierr.KeyNotFound).Write(w)
+		fail(w, r, apierr.New(apierr.KeyNotFound))
 		return
 	case err != nil:
-		apierr.New(apierr.Unavailable).Write(w)
+		fail(w, r, apierr.New(apierr.Unavailable))
 		return
 	}
 	if wantsJSON(r.Header.Get("Accept")) && !websocket.IsWebSocketUpgrade(r) {
@@ -54,7 +54,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	}
 	cur, err := resume.ParsePosition(raw)
 	if err != nil || cur.Gen > rec.Generation {
-		apierr.New(apierr.BadCursor).Write(w)
+		failFor(w, rec, apierr.New(apierr.BadCursor))
 		return
 	}
 	if cur.Gen == rec.Generation && rec.State != resume.InProgress && cur.Offset >= s.finalEvents(r.Context(), id, rec) {
@@ -160,7 +160,7 @@ func writeStatus(w http.ResponseWriter, rec resume.Record) {
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
 	release, ok := s.takeReader(id)
 	if !ok {
-		apierr.New(apierr.TooManyReaders).Write(w)
+		failFor(w, rec, apierr.New(apierr.TooManyReaders))
 		return
 	}
 	// Readers of the Location (EventSource, resumes, watchers: the idle
@@ -183,7 +183,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec
 	defer release()
 	out, err := newSSEWriter(w, r, s.cfg.WriteTimeout)
 	if err != nil {
-		apierr.New(apierr.NoStreaming).Write(w)
+		failFor(w, rec, apierr.New(apierr.NoStreaming))
 		return
 	}
 	err = s.follow(r.Context(), out, id, rec, cur)
@@ -214,7 +214,7 @@ var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 16 << 1
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
 	release, ok := s.takeReader(id)
 	if !ok {
-		apierr.New(apierr.TooManyReaders).Write(w)
+		failFor(w, rec, apierr.New(apierr.TooManyReaders))
 		return
 	}
 	defer release()

@@ -147,7 +147,7 @@ func (s *Server) routes() {
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { apierr.New(apierr.NotFound).Write(w) })
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fail(w, r, apierr.New(apierr.NotFound)) })
 }
 
 // Handle mounts another handler (the demo page, metrics) on the server's mux.
@@ -202,8 +202,8 @@ func (s *Server) takeReader(id string) (release func(), ok bool) {
 
 // methodNotAllowed answers 405 with the allowed methods.
 func methodNotAllowed(allow string) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		apierr.New(apierr.MethodNotAllowed).WithMessage("method not allowed; use " + allow).Write(w)
+		fail(w, r, apierr.New(apierr.MethodNotAllowed).WithMessage("method not allowed; use "+allow))
 	}
 }

@@ -12,7 +12,6 @@ package apierr
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 )
 
 // Error is a client-visible error: OpenAI's shape
@@ -43,17 +42,9 @@ func (e Error) WithMessage(msg string) Error {
 	return e
 }
 
-// Write answers w with e: its status, Retry-After and JSON body.
-func (e Error) Write(w http.ResponseWriter) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
-	}
-	w.WriteHeader(e.Status)
-	_, _ = w.Write(e.Body())
-}
+// Write answers w with e in OpenAI's shape: its status, Retry-After and
+// JSON body.
+func (e Error) Write(w http.ResponseWriter) { e.WriteIn(w, OpenAI) }
 
 // TypeFor is OpenAI's error type for a status.
 func TypeFor(status int) string {

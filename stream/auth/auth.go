@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // Mode says who may call the proxy and what reaches the upstream.
@@ -109,18 +111,20 @@ func New(cfg Config) (*Auth, error) {
 func (a *Auth) CapabilityTTL() time.Duration { return a.cfg.CapabilityTTL }
 
 // credential returns the caller's credential: the configured tenant header,
-// or the bearer token.
+// or the bearer token, or Anthropic's x-api-key (a bearer is what Claude
+// Code sends with ANTHROPIC_AUTH_TOKEN; either names the same tenant).
 func (a *Auth) credential(r *http.Request) string {
 	if a.cfg.TenantHeader != "" {
 		return strings.TrimSpace(r.Header.Get(a.cfg.TenantHeader))
 	}
 	// RFC 9110: the scheme is case-insensitive, any whitespace separates it.
 	v := strings.TrimSpace(r.Header.Get("Authorization"))
-	i := strings.IndexAny(v, " \t")
-	if i < 0 || !strings.EqualFold(v[:i], "Bearer") {
-		return ""
+	if i := strings.IndexAny(v, " \t"); i >= 0 && strings.EqualFold(v[:i], "Bearer") {
+		if c := strings.TrimSpace(v[i+1:]); c != "" {
+			return c
+		}
 	}
-	return strings.TrimSpace(v[i+1:])
+	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
 }
 
 // TenantOf derives a tenant id from a credential: HMAC-SHA256 under the
@@ -156,16 +160,19 @@ func (a *Auth) Tenant(r *http.Request) (string, error) {
 }
 
 // Decorate sets the upstream's credential on req: the caller's in
-// Passthrough, the configured key otherwise.
-func (a *Auth) Decorate(req *http.Request, caller http.Header) {
+// Passthrough, the configured key otherwise — as x-api-key toward an
+// Anthropic-shaped API, as a bearer token toward the others.
+func (a *Auth) Decorate(req *http.Request, caller http.Header, shape apierr.Shape) {
 	switch {
 	case a.cfg.Mode == Passthrough:
 		// The caller's own account: its credential, organization and project.
-		for _, h := range []string{"Authorization", "OpenAI-Organization", "OpenAI-Project"} {
+		for _, h := range []string{"Authorization", "X-Api-Key", "OpenAI-Organization", "OpenAI-Project"} {
 			if v := caller.Values(h); len(v) > 0 {
 				req.Header[h] = v
 			}
 		}
+	case a.cfg.UpstreamKey != "" && shape == apierr.Anthropic:
+		req.Header.Set("X-Api-Key", a.cfg.UpstreamKey)
 	case a.cfg.UpstreamKey != "":
 		req.Header.Set("Authorization", "Bearer "+a.cfg.UpstreamKey)
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // White-box tests of the capability tokens (capability.go) and the tenant
@@ -313,7 +315,7 @@ func TestUpstreamAuth(t *testing.T) {
 		}
 		s := secAuth(cfg)
 		req := httptest.NewRequest("POST", "http://upstream/v1/chat/completions", nil)
-		s.Decorate(req, tc.caller)
+		s.Decorate(req, tc.caller, apierr.OpenAI)
 		if got := req.Header.Values("Authorization"); strings.Join(got, "|") != strings.Join(tc.want, "|") {
 			t.Errorf("%s with upstream key %q: %q, want %q", tc.mode, tc.upstreamKey, got, tc.want)
 		}
@@ -330,5 +332,35 @@ func TestBearerSchemeCaseInsensitive(t *testing.T) {
 		if tenant, _ := s.Tenant(secRequest("Authorization", h)); tenant == Anonymous {
 			t.Errorf("Authorization %q is the Anonymous tenant", h)
 		}
+	}
+}
+
+// TestAnthropicCredential: x-api-key names the same tenant as a bearer of
+// the same credential (Claude Code sends either); static mode sends the
+// upstream key as x-api-key toward an Anthropic-shaped API, and
+// passthrough forwards the caller's.
+func TestAnthropicCredential(t *testing.T) {
+	pass := secAuth(Config{Secret: secSecret, Mode: Passthrough})
+	bearer, _ := pass.Tenant(secRequest("Authorization", "Bearer sk-ant-1"))
+	key, _ := pass.Tenant(secRequest("X-Api-Key", "sk-ant-1"))
+	if bearer == Anonymous || bearer != key {
+		t.Errorf("bearer tenant %q, x-api-key tenant %q: want the same, not anonymous", bearer, key)
+	}
+	if both, _ := pass.Tenant(secRequest("Authorization", "Bearer sk-a", "X-Api-Key", "sk-b")); both != pass.TenantOf("sk-a") {
+		t.Errorf("with both, the tenant is %q, want the bearer's", both)
+	}
+	static := secAuth(Config{Secret: secSecret, Mode: Static, ProxyKeys: []string{"pk-1"}, UpstreamKey: "sk-up"})
+	if tenant, err := static.Tenant(secRequest("X-Api-Key", "pk-1")); err != nil || tenant != static.TenantOf("pk-1") {
+		t.Errorf("static x-api-key: %q, %v", tenant, err)
+	}
+	req := httptest.NewRequest("POST", "http://upstream/v1/messages", nil)
+	static.Decorate(req, http.Header{"X-Api-Key": {"pk-1"}}, apierr.Anthropic)
+	if req.Header.Get("X-Api-Key") != "sk-up" || req.Header.Get("Authorization") != "" {
+		t.Errorf("static toward Anthropic: x-api-key %q, authorization %q", req.Header.Get("X-Api-Key"), req.Header.Get("Authorization"))
+	}
+	req = httptest.NewRequest("POST", "http://upstream/v1/messages", nil)
+	pass.Decorate(req, http.Header{"X-Api-Key": {"sk-ant-1"}}, apierr.Anthropic)
+	if req.Header.Get("X-Api-Key") != "sk-ant-1" {
+		t.Errorf("passthrough x-api-key %q", req.Header.Get("X-Api-Key"))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // Chat is OpenAI chat completions: "stream": true asks for SSE, whose
@@ -16,13 +17,10 @@ type Chat struct{}
 func (Chat) Path() string { return "/v1/chat/completions" }
 
 // Streams implements Protocol.
-func (Chat) Streams(body []byte) (bool, error) {
-	var req struct {
-		Stream bool `json:"stream"`
-	}
-	err := json.Unmarshal(body, &req)
-	return req.Stream, err
-}
+func (Chat) Streams(body []byte) (bool, error) { return streamField(body) }
+
+// Shape implements Protocol.
+func (Chat) Shape() apierr.Shape { return apierr.OpenAI }
 
 // Inspect implements Protocol.
 func (Chat) Inspect(_ string, data []byte) Inspection {

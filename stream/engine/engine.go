@@ -74,7 +74,9 @@ type Journal interface {
 // credential), and takes out of upstream answers what a caller must not
 // see. auth.Auth implements it.
 type Decorator interface {
-	Decorate(req *http.Request, caller http.Header)
+	// Decorate sets req's credential for the caller whose request headers
+	// are caller, toward an API of error shape shape.
+	Decorate(req *http.Request, caller http.Header, shape apierr.Shape)
 	Redact(body []byte) []byte
 }
 
@@ -254,7 +256,7 @@ func (e *Engine) abandon(g Generation, why apierr.Error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	w := e.cfg.Journal.NewWriter(g.Ref, func(journal.Event) {})
-	err := w.Append(ctx, TypeError, why.Body())
+	err := w.Append(ctx, TypeError, why.BodyIn(g.Protocol.Shape()))
 	if err == nil {
 		err = w.End(ctx, journal.EndFailed)
 	} else {

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // Fuzz target of the parser an upstream reaches: its SSE body. Seeds:
@@ -24,6 +25,7 @@ func (fuzzProto) Inspect(typ string, data []byte) Inspection {
 	return Inspection{Terminal: c.Terminal || s.Terminal}
 }
 func (fuzzProto) Result(string, []byte) (resume.Usage, bool) { return resume.Usage{}, false }
+func (fuzzProto) Shape() apierr.Shape                        { return apierr.OpenAI }
 
 var errFuzzEmit = errors.New("fuzz: emit refused")
 

@@ -25,6 +25,9 @@ type Protocol interface {
 	Inspect(typ string, data []byte) Inspection
 	// Result reads the usage of a non-streamed answer.
 	Result(contentType string, body []byte) (resume.Usage, bool)
+	// Shape is the error shape of the format's callers: of the error events
+	// that end a stream without a result, and of the proxy's own answers.
+	Shape() apierr.Shape
 }
 
 // Inspection is what an upstream event means.
@@ -41,7 +44,7 @@ type Inspection struct {
 }
 
 // Protocols lists the formats the engine serves, one per path.
-func Protocols() []Protocol { return []Protocol{Chat{}, Speech{}} }
+func Protocols() []Protocol { return []Protocol{Chat{}, Responses{}, Messages{}, Speech{}} }
 
 // ProtocolOf returns the format served at path.
 func ProtocolOf(path string) (Protocol, bool) {
@@ -51,6 +54,15 @@ func ProtocolOf(path string) (Protocol, bool) {
 		}
 	}
 	return nil, false
+}
+
+// ShapeOf is the error shape of the format served at path: OpenAI's for a
+// path no format serves.
+func ShapeOf(path string) apierr.Shape {
+	if p, ok := ProtocolOf(path); ok {
+		return p.Shape()
+	}
+	return apierr.OpenAI
 }
 
 // upstreamFailure reads an error an upstream put in an event's data, in

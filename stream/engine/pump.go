@@ -29,7 +29,7 @@ const (
 
 // headers passed to the upstream; everything else stays at the proxy (the
 // credential is set by the decorator).
-var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Beta", "User-Agent"}
+var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta", "User-Agent"}
 
 // pump runs one generation, detached from any client: it calls the upstream,
 // journals every event, and records how the generation ended.
@@ -68,7 +68,7 @@ func (p *pump) run(ctx context.Context) {
 	select {
 	case <-lease.Lost():
 		w.Abort()
-		p.tail.fail(apierr.New(apierr.OwnerLost))
+		p.tail.fail(apierr.New(apierr.OwnerLost).BodyIn(p.shape()))
 		res = resume.Result{State: resume.Failed, Error: apierr.OwnerLost}
 		p.log.Warn("generation lost its lease", "gen", p.g.Ref.Gen)
 		return
@@ -100,7 +100,7 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 		}
 		res = resume.Result{State: resume.Failed, Error: code}
 		// Readers here get the reason, though this writer could not store it.
-		p.tail.fail(apierr.New(code))
+		p.tail.fail(apierr.New(code).BodyIn(p.shape()))
 	}
 	res.Events = countEvents(w.Appended())
 	if res.Error == apierr.JournalFailure {
@@ -170,12 +170,15 @@ func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempt
 	e := upstreamError(ce)
 	body, ct := ce.Body, ce.ContentType
 	if len(body) == 0 {
-		body, ct = e.Body(), "application/json"
+		body, ct = e.BodyIn(p.shape()), "application/json"
 	}
-	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.Body())
+	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	p.tail.answer(&Head{Status: ce.Status, ContentType: ct, Body: body, Attempts: attempts, RetryAfter: ce.RetryAfter})
 	return resume.Result{State: resume.Failed, Status: ce.Status, ContentType: ct, Error: e.Code}
 }
+
+// shape is the error shape of the generation's callers.
+func (p *pump) shape() apierr.Shape { return p.g.Protocol.Shape() }
 
 func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 	up := p.e.cfg.Upstream
@@ -191,7 +194,7 @@ func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 	if req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	up.Decorator.Decorate(req, p.g.Header)
+	up.Decorator.Decorate(req, p.g.Header, p.shape())
 	if up.Idempotency {
 		// The upstream deduplicates by key: a retried ambiguous attempt
 		// cannot bill twice. One key per generation.
@@ -224,7 +227,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	}
 	e := p.streamError(ctx, streamCtx, w, err)
 	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
-	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.Body())
+	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
 }
 
@@ -256,8 +259,8 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResult+1))
 	if err != nil || int64(len(body)) > maxResult {
 		e := apierr.New(apierr.UpstreamBody)
-		_ = w.Append(context.WithoutCancel(ctx), TypeError, e.Body())
-		p.tail.answer(&Head{Status: e.Status, ContentType: "application/json", Body: e.Body(), Attempts: attempts})
+		_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
+		p.tail.answer(&Head{Status: e.Status, ContentType: "application/json", Body: e.BodyIn(p.shape()), Attempts: attempts})
 		return resume.Result{State: resume.Failed, Status: e.Status, Error: e.Code}
 	}
 	for off := 0; off < len(body) || off == 0; off += chunkSize {

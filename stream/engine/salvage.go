@@ -39,7 +39,7 @@ func Salvage(j Sealer) func(context.Context, string, resume.Record) (resume.Resu
 			if found && proto != nil && proto.Inspect(last.Type, last.Data).Terminal {
 				return []journal.Event{{End: journal.EndCompleted}}
 			}
-			return []journal.Event{{Type: TypeError, Data: apierr.New(apierr.OwnerLost).Body()}, {End: journal.EndFailed}}
+			return []journal.Event{{Type: TypeError, Data: apierr.New(apierr.OwnerLost).BodyIn(ShapeOf(rec.Path))}, {End: journal.EndFailed}}
 		})
 		if err != nil {
 			return resume.Result{}, false, err

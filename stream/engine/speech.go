@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // Speech is OpenAI text to speech: "stream_format": "sse" asks for SSE
@@ -14,6 +15,9 @@ type Speech struct{}
 
 // Path implements Protocol.
 func (Speech) Path() string { return "/v1/audio/speech" }
+
+// Shape implements Protocol.
+func (Speech) Shape() apierr.Shape { return apierr.OpenAI }
 
 // Streams implements Protocol.
 func (Speech) Streams(body []byte) (bool, error) {

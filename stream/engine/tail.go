@@ -7,7 +7,6 @@ import (
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // Tail is the in-memory copy of a live generation on the instance that runs
@@ -47,12 +46,12 @@ func (t *Tail) append(ev journal.Event) {
 	t.mu.Unlock()
 }
 
-// fail ends the tail with e after its last event: the reason its readers
-// get for a generation the journal could not end (its writer lost or
-// fenced).
-func (t *Tail) fail(e apierr.Error) {
+// fail ends the tail with the error event data after its last event: the
+// reason its readers get for a generation the journal could not end (its
+// writer lost or fenced).
+func (t *Tail) fail(data []byte) {
 	last := t.Last()
-	t.append(journal.Event{Offset: last + 1, Type: TypeError, Data: e.Body()})
+	t.append(journal.Event{Offset: last + 1, Type: TypeError, Data: data})
 	t.append(journal.Event{Offset: last + 2, End: journal.EndFailed})
 }
 
