@@ -154,6 +154,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		job.model = DefaultModel
 	}
 	e := newEmitter(w, r, rec, d)
+	e.fault = []byte("data: " + `{"error":{"message":"mock error mid-stream","type":"server_error","param":null,"code":"server_error"}}` + "\n\n")
 	if req.Stream {
 		err = s.streamChat(e, job)
 	} else {

@@ -44,6 +44,11 @@ type Directives struct {
 	// HangAfter writes that many events, then stalls until the request
 	// context is done; -1 means never.
 	HangAfter int
+	// ErrorAfter writes that many events, then the format's error event
+	// (chat's data {"error":…}, Responses' and Messages' event: error)
+	// and ends the stream cleanly, as an API that fails mid-generation
+	// does; -1 means never.
+	ErrorAfter int
 }
 
 // ParseDirectives extracts directives from bracketed segments anywhere in the
@@ -53,9 +58,9 @@ type Directives struct {
 // earlier one. Recognised keys:
 //
 //	tokens=N  delay=DUR  abort_after=N  status=C1,C2,...
-//	retry_after=S  retry_after_ms=M  hang  hang_after=N
+//	retry_after=S  retry_after_ms=M  hang  hang_after=N  error_after=N
 func ParseDirectives(prompt string) Directives {
-	d := Directives{Tokens: -1, Delay: -1, AbortAfter: -1, RetryAfter: -1, RetryAfterMS: -1, HangAfter: -1}
+	d := Directives{Tokens: -1, Delay: -1, AbortAfter: -1, RetryAfter: -1, RetryAfterMS: -1, HangAfter: -1, ErrorAfter: -1}
 	for _, segment := range bracketSegments(prompt) {
 		for _, item := range strings.Fields(segment) {
 			key, value, _ := strings.Cut(item, "=")
@@ -117,6 +122,10 @@ func (d *Directives) apply(key, value string) {
 	case "hang_after":
 		if n, ok := parseCount(value); ok {
 			d.HangAfter = n
+		}
+	case "error_after":
+		if n, ok := parseCount(value); ok {
+			d.ErrorAfter = n
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func unset() mockllm.Directives {
-	return mockllm.Directives{Tokens: -1, Delay: -1, AbortAfter: -1, RetryAfter: -1, RetryAfterMS: -1, HangAfter: -1}
+	return mockllm.Directives{Tokens: -1, Delay: -1, AbortAfter: -1, RetryAfter: -1, RetryAfterMS: -1, HangAfter: -1, ErrorAfter: -1}
 }
 
 func TestParseDirectives(t *testing.T) {
@@ -28,6 +28,7 @@ func TestParseDirectives(t *testing.T) {
 		{"plain prompt", unset()},
 		{"hello [tokens=50] [delay=5ms]", with(func(d *mockllm.Directives) { d.Tokens, d.Delay = 50, 5*time.Millisecond })},
 		{"[abort_after=10] x [hang_after=5] [hang]", with(func(d *mockllm.Directives) { d.AbortAfter, d.HangAfter, d.Hang = 10, 5, true })},
+		{"[error_after=3]", with(func(d *mockllm.Directives) { d.ErrorAfter = 3 })},
 		{"[status=503,502] [retry_after=1] [retry_after_ms=300]", with(func(d *mockllm.Directives) {
 			d.Statuses, d.RetryAfter, d.RetryAfterMS = []int{503, 502}, 1, 300
 		})},

@@ -17,7 +17,12 @@ type emitter struct {
 	rec     *recorder
 	d       Directives
 	written int
+	// fault is the format's error event, written by error_after.
+	fault []byte
 }
+
+// errFault ends a stream after the error event error_after asked for.
+var errFault = errors.New("mockllm: error event injected")
 
 func newEmitter(w http.ResponseWriter, r *http.Request, rec *recorder, d Directives) *emitter {
 	return &emitter{ctx: r.Context(), w: w, rc: http.NewResponseController(w), rec: rec, d: d}
@@ -35,8 +40,7 @@ func (e *emitter) start(contentType string) error {
 	if err := e.flush(); err != nil {
 		return err
 	}
-	e.checkpoint()
-	return nil
+	return e.checkpoint()
 }
 
 // sse writes one "data: <payload>\n\n" event.
@@ -61,8 +65,7 @@ func (e *emitter) raw(frame []byte, tokens int, content []byte) error {
 	}
 	e.written++
 	e.rec.progress(1, tokens, content)
-	e.checkpoint()
-	return nil
+	return e.checkpoint()
 }
 
 // body writes bytes that are not an event (a non-streamed response body).
@@ -83,8 +86,9 @@ func (e *emitter) flush() error {
 	return nil
 }
 
-// checkpoint applies abort_after / hang_after once e.written reaches them.
-func (e *emitter) checkpoint() {
+// checkpoint applies abort_after / hang_after / error_after once e.written
+// reaches them; errFault ends the stream after the error event.
+func (e *emitter) checkpoint() error {
 	if e.d.AbortAfter == e.written {
 		abortConnection(e.rec)
 	}
@@ -92,6 +96,27 @@ func (e *emitter) checkpoint() {
 		<-e.ctx.Done()
 		abortConnection(e.rec)
 	}
+	if e.d.ErrorAfter == e.written && e.fault != nil {
+		if _, err := e.w.Write(e.fault); err != nil {
+			return err
+		}
+		if err := e.flush(); err != nil {
+			return err
+		}
+		return errFault
+	}
+	return nil
+}
+
+// event writes one named SSE event ("event: <name>" then "data: <payload>").
+func (e *emitter) event(name string, payload []byte, tokens int, content []byte) error {
+	frame := make([]byte, 0, len(name)+len(payload)+16)
+	frame = append(frame, "event: "...)
+	frame = append(frame, name...)
+	frame = append(frame, "\ndata: "...)
+	frame = append(frame, payload...)
+	frame = append(frame, "\n\n"...)
+	return e.raw(frame, tokens, content)
 }
 
 // abortConnection books the generation as aborted and kills the connection

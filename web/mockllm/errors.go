@@ -53,9 +53,27 @@ func writeError(w http.ResponseWriter, status int, message string) {
 	_, _ = w.Write(body)
 }
 
+// writeAnthropicError writes an Anthropic-shaped JSON error.
+func writeAnthropicError(w http.ResponseWriter, status int, message string) {
+	typ := "api_error"
+	switch {
+	case status == http.StatusTooManyRequests:
+		typ = "rate_limit_error"
+	case status == 529 || status == http.StatusServiceUnavailable:
+		typ = "overloaded_error"
+	case status < 500:
+		typ = "invalid_request_error"
+	}
+	body, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": message}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
 // writeInjectedError answers the request with the status a status directive
-// demands, adding retry hints for 429 and 503.
-func writeInjectedError(w http.ResponseWriter, status int, d Directives) {
+// demands, adding retry hints for 429 and 503, in the path's API shape.
+func writeInjectedError(w http.ResponseWriter, path string, status int, d Directives) {
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		if d.RetryAfter >= 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(d.RetryAfter))
@@ -63,6 +81,10 @@ func writeInjectedError(w http.ResponseWriter, status int, d Directives) {
 		if d.RetryAfterMS >= 0 {
 			w.Header().Set("retry-after-ms", strconv.Itoa(d.RetryAfterMS))
 		}
+	}
+	if path == MessagesPath {
+		writeAnthropicError(w, status, fmt.Sprintf("mock status %d", status))
+		return
 	}
 	writeError(w, status, fmt.Sprintf("mock status %d", status))
 }

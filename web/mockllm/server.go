@@ -67,7 +67,7 @@ func New(cfg Config) *Server {
 // Ledger returns the server's ledger.
 func (s *Server) Ledger() *Ledger { return s.ledger }
 
-// ServeHTTP routes to the chat and speech endpoints.
+// ServeHTTP routes to the chat, Responses, Messages and speech endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var serve func(http.ResponseWriter, *http.Request)
 	switch r.URL.Path {
@@ -75,6 +75,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serve = s.serveChat
 	case SpeechPath:
 		serve = s.serveSpeech
+	case ResponsesPath:
+		serve = s.serveResponses
+	case MessagesPath:
+		serve = s.serveMessages
 	default:
 		s.ledger.request("")
 		s.log.Debug("mockllm: unknown path", "method", r.Method, "path", r.URL.Path)
@@ -110,7 +114,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, prompt string, d 
 	k := s.ledger.request(prompt)
 	if status := d.failureFor(k); status != 0 {
 		s.log.Debug("mockllm: injected status", "path", r.URL.Path, "prompt", logPrompt(prompt), "attempt", k, "status", status)
-		writeInjectedError(w, status, d)
+		writeInjectedError(w, r.URL.Path, status, d)
 		return nil
 	}
 	rec := s.ledger.begin(prompt, r.URL.Path)

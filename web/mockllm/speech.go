@@ -75,6 +75,7 @@ func (s *Server) serveSpeech(w http.ResponseWriter, r *http.Request) {
 	}
 	job := speechJob{input: req.Input, pcm: Audio(req.Input, chunks), chunks: chunks, delay: s.delay(d)}
 	e := newEmitter(w, r, rec, d)
+	e.fault = []byte("data: " + `{"type":"error","error":{"message":"mock error mid-stream","type":"server_error"}}` + "\n\n")
 	switch {
 	case req.StreamFormat == "sse":
 		err = s.streamSpeech(e, job)
