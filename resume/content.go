@@ -26,8 +26,8 @@ type contentEntry struct {
 	At  time.Time `json:"at"`
 }
 
-// RememberContent records that the keyless request contentID was given key.
-// A later request with the same content replaces the entry.
+// RememberContent records that the index entry contentID (a keyless
+// request's content, or a name) leads to key. A later one replaces it.
 func (m *Manager) RememberContent(ctx context.Context, contentID, key string) error {
 	val, _ := json.Marshal(contentEntry{Key: key, At: m.cfg.Now()})
 	for range maxCAS {
@@ -48,7 +48,7 @@ func (m *Manager) RememberContent(ctx context.Context, contentID, key string) er
 	return ErrContended
 }
 
-// LookupContent returns the key given to contentID within the last window.
+// LookupContent returns the key contentID led to within the last window.
 func (m *Manager) LookupContent(ctx context.Context, contentID string, window time.Duration) (string, bool, error) {
 	val, _, found, err := m.cfg.Store.Get(ctx, contentID)
 	if err != nil || !found {
@@ -59,4 +59,27 @@ func (m *Manager) LookupContent(ctx context.Context, contentID string, window ti
 		return "", false, nil
 	}
 	return e.Key, true, nil
+}
+
+// NameID names an upstream's own id of a generation (a Responses response
+// id) within tenant, for the index that leads from it to the key.
+func NameID(tenant, name string) string {
+	h := sha256.New()
+	h.Write([]byte("name"))
+	h.Write([]byte{0})
+	h.Write([]byte(tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	return "n" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// RememberName records that the upstream named tenant's key's generation
+// name.
+func (m *Manager) RememberName(ctx context.Context, tenant, name, key string) error {
+	return m.RememberContent(ctx, NameID(tenant, name), key)
+}
+
+// LookupName returns the key whose generation the upstream named name.
+func (m *Manager) LookupName(ctx context.Context, tenant, name string) (string, bool, error) {
+	return m.LookupContent(ctx, NameID(tenant, name), 1<<62) // the records' TTL bounds it
 }

@@ -85,7 +85,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		// Only a new generation takes one of the tenant's places; attaching
 		// and replaying cost the upstream nothing.
 		t, err = s.engine.Start(engine.Generation{
-			Tenant: tenant, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto,
+			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto,
 			Path: r.URL.Path, Body: body, Header: r.Header.Clone(),
 		})
 		if err != nil {

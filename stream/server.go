@@ -140,6 +140,7 @@ func (s *Server) routes() {
 		s.mux.HandleFunc("POST "+p.Path(), s.create(p))
 		s.mux.HandleFunc(p.Path(), methodNotAllowed("POST"))
 	}
+	s.mux.HandleFunc("GET /v1/responses/{id}", s.handleResponse)
 	s.mux.HandleFunc("GET /v1/streams/{key}", s.handleStream)
 	s.mux.HandleFunc("/v1/streams/{key}", methodNotAllowed("GET"))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

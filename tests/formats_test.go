@@ -252,3 +252,73 @@ func waitStateAs(tb testing.TB, e *env, key, state string, header ...string) key
 		time.Sleep(20 * time.Millisecond) // polling an external state; bounded above
 	}
 }
+
+// TestResponsesRetrieveAndResume: OpenAI's own resume API works against
+// reprise for an upstream without background mode: openai-go's
+// Responses.GetStreaming(id, starting_after) continues a dropped stream
+// from the journal, and Responses.Get(id) returns the stored response.
+func TestResponsesRetrieveAndResume(t *testing.T) {
+	e := newEnv(t, withTokenDelay(5*time.Millisecond))
+	client := openai.NewClient(option.WithBaseURL(e.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
+	prompt := uniquePrompt(t, "[tokens=20]")
+	want := strings.Join(mockllm.Content(prompt, 20, false), "")
+	params := responses.ResponseNewParams{Model: "mock-1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(prompt)}}
+	ctx := waitCtx(t, 20*time.Second)
+	s := client.Responses.NewStreaming(ctx, params, option.WithHeader("Idempotency-Key", "k-responses-get"))
+	var text strings.Builder
+	var id string
+	var seq int64
+	for s.Next() { // drop after the fifth text delta
+		ev := s.Current()
+		if ev.Type == "response.created" {
+			id = ev.Response.ID
+		}
+		seq = ev.SequenceNumber
+		if ev.Type == "response.output_text.delta" {
+			text.WriteString(ev.Delta)
+			if seq >= 8 {
+				break
+			}
+		}
+	}
+	_ = s.Close()
+	if id == "" || seq < 8 {
+		t.Fatalf("the stream named no response id (%q) or ended early (seq %d)", id, seq)
+	}
+	rest := client.Responses.GetStreaming(ctx, id, responses.ResponseGetParams{StartingAfter: openai.Int(seq)})
+	var last string
+	for rest.Next() {
+		ev := rest.Current()
+		if ev.SequenceNumber <= seq {
+			t.Fatalf("resumed at sequence_number %d, after %d", ev.SequenceNumber, seq)
+		}
+		if ev.Type == "response.output_text.delta" {
+			text.WriteString(ev.Delta)
+		}
+		last = ev.Type
+	}
+	if err := rest.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if text.String() != want || last != "response.completed" {
+		t.Errorf("resumed text %q ending %s, want %q ending response.completed", text.String(), last, want)
+	}
+	res, err := client.Responses.Get(ctx, id, responses.ResponseGetParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OutputText() != want || res.ID != id || res.Status != "completed" {
+		t.Errorf("retrieved %s %s %q, want %s completed %q", res.ID, res.Status, res.OutputText(), id, want)
+	}
+	// The documented query form, as curl sends it.
+	raw := readEvents(t, do(t, "GET", e.URL+"/v1/responses/"+id+"?stream=true&starting_after=3", "", "Authorization", "Bearer sk-test"), 1)
+	if len(raw) != 1 || !strings.Contains(raw[0].Data, `"sequence_number":4`) {
+		t.Errorf("starting_after=3 began with %+v, want sequence_number 4", raw)
+	}
+	if _, err := client.Responses.Get(ctx, "resp-nobody", responses.ResponseGetParams{}); err == nil {
+		t.Error("an unknown response id was found")
+	}
+	if g := e.LLM.Ledger().Get(prompt); g.Generations != 1 {
+		t.Errorf("ledger %+v, want 1 generation", g)
+	}
+}

@@ -80,6 +80,13 @@ type Decorator interface {
 	Redact(body []byte) []byte
 }
 
+// Namer remembers the upstream's own id of a generation (a Responses
+// response id), so that clients can name the key by it. resume.Manager
+// implements it.
+type Namer interface {
+	RememberName(ctx context.Context, tenant, name, key string) error
+}
+
 // Metrics is what the engine reports. metrics.Metrics implements it.
 type Metrics interface {
 	GenerationStarted()
@@ -148,6 +155,8 @@ type Config struct {
 	Upstream Upstream
 	// Limits bound each generation. Zero fields take their defaults.
 	Limits Limits
+	// Names remembers the upstream's ids of generations. Default: none are.
+	Names Namer
 	// Metrics takes the engine's counts. Default: none kept.
 	Metrics Metrics
 	// Logger. Default slog.Default().
@@ -194,6 +203,7 @@ func New(cfg Config) (*Engine, error) {
 // caller holds the lease.
 type Generation struct {
 	Tenant   string
+	Key      string
 	Ref      journal.Ref
 	Lease    *resume.Lease
 	Protocol Protocol

@@ -63,7 +63,7 @@ func FuzzReadUpstream(f *testing.F) {
 		var got []ev
 		var total int64
 		refused := false
-		n, _, err := readUpstream(bytes.NewReader(body), fuzzProto{}, lim, func(typ string, data []byte) error {
+		n, _, err := readUpstream(bytes.NewReader(body), fuzzProto{}, lim, func(typ string, data []byte, _ Inspection) error {
 			if refused {
 				t.Fatal("readUpstream emitted after emit failed")
 			}

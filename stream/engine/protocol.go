@@ -41,6 +41,9 @@ type Inspection struct {
 	// Usage, when set, is the token usage the event reports (it may come
 	// in parts: a field it leaves zero keeps what was seen before).
 	Usage *resume.Usage
+	// Name, when set, is the upstream's own id of the generation (a
+	// Responses response id): clients may name the key by it.
+	Name string
 }
 
 // Protocols lists the formats the engine serves, one per path.

@@ -39,6 +39,19 @@ func TestInspect(t *testing.T) {
 		{"speech mention is not the type", Speech{}, "", `{"type":"x","note":"speech.audio.done"}`, false, "", nil},
 		{"speech DONE is not terminal", Speech{}, "", "[DONE]", false, "", nil},
 		{"speech error", Speech{}, "", `{"type":"error","error":{"message":"m","type":"server_error"}}`, false, apierr.UpstreamError, nil},
+		{"responses delta", Responses{}, "response.output_text.delta", `{"type":"response.output_text.delta","delta":"hi","sequence_number":5}`, false, "", nil},
+		{"responses completed", Responses{}, "response.completed", `{"type":"response.completed","response":{"id":"r","usage":{"input_tokens":3,"output_tokens":4,"total_tokens":7}}}`, true, "", usage(3, 4, 7)},
+		{"responses completed by data type", Responses{}, "", `{"type":"response.completed","response":{}}`, true, "", nil},
+		{"responses incomplete", Responses{}, "response.incomplete", `{"type":"response.incomplete","response":{"usage":{"input_tokens":1,"output_tokens":2}}}`, true, "", usage(1, 2, 3)},
+		{"responses failed", Responses{}, "response.failed", `{"type":"response.failed","response":{"error":{"code":"server_error","message":"m"}}}`, false, "server_error", nil},
+		{"responses error event", Responses{}, "error", `{"type":"error","code":"rate_limit_exceeded","message":"slow"}`, false, "rate_limit_exceeded", nil},
+		{"responses [DONE] is not terminal", Responses{}, "", "[DONE]", false, "", nil},
+		{"messages start", Messages{}, "message_start", `{"type":"message_start","message":{"usage":{"input_tokens":25,"output_tokens":1}}}`, false, "", usage(25, 1, 0)},
+		{"messages delta", Messages{}, "message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}`, false, "", usage(0, 15, 0)},
+		{"messages stop", Messages{}, "message_stop", `{"type":"message_stop"}`, true, "", nil},
+		{"messages ping", Messages{}, "ping", `{"type":"ping"}`, false, "", nil},
+		{"messages overloaded", Messages{}, "error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, false, "overloaded_error", nil},
+		{"messages stop by data type", Messages{}, "", `{"type":"message_stop"}`, true, "", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,6 +89,9 @@ func TestStreams(t *testing.T) {
 		{Speech{}, `{"stream_format":"sse"}`, true, false},
 		{Speech{}, `{"stream":true}`, false, false},
 		{Speech{}, `{"stream_format":1}`, false, true},
+		{Responses{}, `{"stream":true,"input":"x"}`, true, false},
+		{Messages{}, `{"stream":true}`, true, false},
+		{Messages{}, `{"stream":"1"}`, false, true},
 	}
 	for _, tc := range tests {
 		got, err := tc.proto.Streams([]byte(tc.body))

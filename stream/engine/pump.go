@@ -177,6 +177,18 @@ func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempt
 	return resume.Result{State: resume.Failed, Status: ce.Status, ContentType: ct, Error: e.Code}
 }
 
+// name remembers the upstream's own id of the generation before the event
+// that names it is journaled: a client that has seen it can use it at once.
+// A failure costs only that name (the key still serves).
+func (p *pump) name(ctx context.Context, name string) {
+	if p.e.cfg.Names == nil {
+		return
+	}
+	if err := p.e.cfg.Names.RememberName(ctx, p.g.Tenant, name, p.g.Key); err != nil {
+		p.log.Warn("remembering the upstream's name of a generation failed", "err", err)
+	}
+}
+
 // shape is the error shape of the generation's callers.
 func (p *pump) shape() apierr.Shape { return p.g.Protocol.Shape() }
 
@@ -215,11 +227,16 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	idle := time.AfterFunc(idleTimeout, func() { stall(errStalled) })
 	defer idle.Stop()
 	lim := upstreamLimits{maxEvent: p.e.cfg.Limits.MaxEventSize, maxEvents: p.e.cfg.Limits.MaxStreamEvents, maxBytes: p.e.cfg.Limits.MaxStreamBytes}
-	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte) error {
+	named := false
+	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection) error {
 		// The upstream is idle only while it is read: time spent journaling
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()
 		defer idle.Reset(idleTimeout)
+		if in.Name != "" && !named {
+			named = true
+			p.name(ctx, in.Name)
+		}
 		return w.Append(ctx, typ, data)
 	})
 	if err == nil {

@@ -29,6 +29,7 @@ func (Responses) Shape() apierr.Shape { return apierr.OpenAI }
 type responseEvent struct {
 	Type     string `json:"type"`
 	Response *struct {
+		ID    string          `json:"id"`
 		Usage *responsesUsage `json:"usage"`
 		Error *struct {
 			Code    string `json:"code"`
@@ -62,7 +63,7 @@ func (Responses) Inspect(typ string, data []byte) Inspection {
 		kind = dataType(data)
 	}
 	switch kind {
-	case "response.completed", "response.incomplete", "response.failed", "error":
+	case "response.created", "response.completed", "response.incomplete", "response.failed", "error":
 	default:
 		return Inspection{}
 	}
@@ -71,6 +72,11 @@ func (Responses) Inspect(typ string, data []byte) Inspection {
 		ev = responseEvent{}
 	}
 	switch kind {
+	case "response.created":
+		if ev.Response != nil {
+			return Inspection{Name: ev.Response.ID}
+		}
+		return Inspection{}
 	case "response.completed", "response.incomplete":
 		in := Inspection{Terminal: true}
 		if ev.Response != nil {

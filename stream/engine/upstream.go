@@ -43,7 +43,7 @@ type upstreamLimits struct {
 // anything else — a read error, a clean end without the terminal event, an
 // error event (a *failure, not emitted), an oversized or invalid event, a
 // limit — is an error, and the events already emitted are not a result.
-func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(typ string, data []byte) error) (n int, usage *resume.Usage, err error) {
+func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(typ string, data []byte, in Inspection) error) (n int, usage *resume.Usage, err error) {
 	var bytes int64
 	for ev, rerr := range sse.Read(body, &sse.ReadConfig{MaxEventSize: lim.maxEvent}) {
 		if rerr != nil {
@@ -68,7 +68,7 @@ func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(
 			}
 			usage = &u
 		}
-		if err := emit(ev.Type, data); err != nil {
+		if err := emit(ev.Type, data, in); err != nil {
 			return n, nil, err
 		}
 		n++

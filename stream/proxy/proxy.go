@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	eng, err := engine.New(engine.Config{
 		Journal:  j,
 		Upstream: engine.Upstream{URL: cfg.Upstream, Policy: policy, Decorator: a, Idempotency: cfg.UpstreamIdempotency},
-		Limits:   cfg.Limits, Metrics: m, Logger: cfg.Logger,
+		Limits:   cfg.Limits, Names: rm, Metrics: m, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
