@@ -143,6 +143,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/responses/{id}", s.handleResponse)
 	s.mux.HandleFunc("GET /v1/streams/{key}", s.handleStream)
 	s.mux.HandleFunc("/v1/streams/{key}", methodNotAllowed("GET"))
+	s.mux.HandleFunc("/v1/streams/", func(w http.ResponseWriter, r *http.Request) { fail(w, r, apierr.New(apierr.NotFound)) }) // reprise's own
+	s.mux.HandleFunc("/v1/", s.passThrough)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))

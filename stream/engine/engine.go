@@ -108,6 +108,9 @@ type Upstream struct {
 	// generation's key is forwarded. Required when the policy retries
 	// ambiguous failures. Default false.
 	Idempotency bool
+	// Transport carries passed-through requests (Forward). Default
+	// http.DefaultTransport; proxy sets the policy's client's.
+	Transport http.RoundTripper
 }
 
 // Limits bound what one generation may cost.
@@ -188,6 +191,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("%w: retrying ambiguous failures without forwarding Idempotency-Key could bill twice", ErrInvalidOption)
 	}
 	cfg.Limits.fill()
+	if cfg.Upstream.Transport == nil {
+		cfg.Upstream.Transport = http.DefaultTransport
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}

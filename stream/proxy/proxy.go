@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	m := metrics.New(reg, policy.BreakerOpen, j.Stats)
 	eng, err := engine.New(engine.Config{
 		Journal:  j,
-		Upstream: engine.Upstream{URL: cfg.Upstream, Policy: policy, Decorator: a, Idempotency: cfg.UpstreamIdempotency},
+		Upstream: engine.Upstream{URL: cfg.Upstream, Policy: policy, Decorator: a, Idempotency: cfg.UpstreamIdempotency, Transport: cfg.Client.Transport},
 		Limits:   cfg.Limits, Names: rm, Metrics: m, Logger: cfg.Logger,
 	})
 	if err != nil {

@@ -267,7 +267,8 @@ func TestBadRequests(t *testing.T) {
 		{"malformed json", http.MethodPost, mockllm.ChatPath, `{"messages": [`, http.StatusBadRequest},
 		{"no messages", http.MethodPost, mockllm.ChatPath, `{"model":"m","messages":[]}`, http.StatusBadRequest},
 		{"speech without input", http.MethodPost, mockllm.SpeechPath, `{"model":"m"}`, http.StatusBadRequest},
-		{"unknown path", http.MethodPost, "/v1/embeddings", `{}`, http.StatusNotFound},
+		{"unknown path", http.MethodPost, "/v1/fine_tuning/jobs", `{}`, http.StatusNotFound},
+		{"embeddings without input", http.MethodPost, mockllm.EmbeddingsPath, `{}`, http.StatusBadRequest},
 		{"wrong method", http.MethodGet, mockllm.ChatPath, ``, http.StatusMethodNotAllowed},
 	}
 	for _, tt := range tests {

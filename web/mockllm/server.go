@@ -69,6 +69,10 @@ func (s *Server) Ledger() *Ledger { return s.ledger }
 
 // ServeHTTP routes to the chat, Responses, Messages and speech endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == ModelsPath && r.Method == http.MethodGet {
+		s.serveModels(w, r)
+		return
+	}
 	var serve func(http.ResponseWriter, *http.Request)
 	switch r.URL.Path {
 	case ChatPath:
@@ -79,6 +83,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serve = s.serveResponses
 	case MessagesPath:
 		serve = s.serveMessages
+	case EmbeddingsPath:
+		serve = s.serveEmbeddings
 	default:
 		s.ledger.request("")
 		s.log.Debug("mockllm: unknown path", "method", r.Method, "path", r.URL.Path)

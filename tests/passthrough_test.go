@@ -1,0 +1,87 @@
+package tests
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/web/mockllm"
+)
+
+// TestPassThrough: what reprise does not journal still works through its
+// base URL: the SDK's models.list() and an embeddings call; a keyed
+// embeddings POST is executed once and replayed, 422 with another body;
+// reprise's own namespace is never forwarded.
+func TestPassThrough(t *testing.T) {
+	e := newEnv(t)
+	client := openai.NewClient(option.WithBaseURL(e.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
+	ctx := waitCtx(t, 20*time.Second)
+	models, err := client.Models.List(ctx)
+	if err != nil || len(models.Data) != 1 || models.Data[0].ID != mockllm.DefaultModel {
+		t.Fatalf("models.list() = %+v, %v", models, err)
+	}
+	input := uniquePrompt(t, "embed me")
+	params := openai.EmbeddingNewParams{Model: "mock-embed", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String(input)}}
+	plain, err := client.Embeddings.New(ctx, params)
+	if err != nil || len(plain.Data) != 1 || len(plain.Data[0].Embedding) != 8 {
+		t.Fatalf("embeddings: %+v, %v", plain, err)
+	}
+	if g := e.LLM.Ledger().Get(input); g.Generations != 1 {
+		t.Fatalf("a keyless pass-through: ledger %+v, want 1 generation", g)
+	}
+	for i := range 2 {
+		res, err := client.Embeddings.New(ctx, params, option.WithHeader("Idempotency-Key", "k-embed"))
+		if err != nil || res.Data[0].Embedding[0] != plain.Data[0].Embedding[0] {
+			t.Fatalf("keyed call %d: %+v, %v", i, res, err)
+		}
+	}
+	if g := e.LLM.Ledger().Get(input); g.Generations != 2 {
+		t.Errorf("two keyed calls: ledger %+v, want 2 generations in all (one keyless, one keyed)", g)
+	}
+	st := waitStateAs(t, e, "k-embed", "completed", "Authorization", "Bearer sk-test")
+	if st.Usage == nil || st.Usage.PromptTokens == 0 {
+		t.Errorf("embeddings usage %+v", st.Usage)
+	}
+	other := openai.EmbeddingNewParams{Model: "mock-embed", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("other")}}
+	if _, err := client.Embeddings.New(ctx, other, option.WithHeader("Idempotency-Key", "k-embed")); err == nil || !strings.Contains(err.Error(), "422") {
+		t.Errorf("the same key with another body: %v, want 422", err)
+	}
+	// The upstream's own answers pass unchanged, errors included.
+	resp := do(t, "POST", e.URL+"/v1/fine_tuning/jobs", `{}`, "Authorization", "Bearer sk-test")
+	if body := readBody(t, resp); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "unknown path") {
+		t.Errorf("an unknown upstream path: %d %s, want the upstream's 404", resp.StatusCode, body)
+	}
+	resp = do(t, "GET", e.URL+"/v1/streams/a/b", "")
+	if body := readBody(t, resp); resp.StatusCode != http.StatusNotFound || strings.Contains(body, "unknown path") {
+		t.Errorf("reprise's namespace: %d %s, want reprise's own 404", resp.StatusCode, body)
+	}
+}
+
+// TestPassThroughStatic: in static auth the caller's proxy key never
+// reaches the upstream, which gets the configured key; a caller without a
+// valid proxy key is refused before anything is forwarded.
+func TestPassThroughStatic(t *testing.T) {
+	var seen []string
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"object":"list","data":[]}`))
+	})
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
+		c.Auth.Mode, c.Auth.ProxyKeys, c.Auth.UpstreamKey = auth.Static, []string{"pk-1"}, "sk-upstream"
+	}))
+	if resp := do(t, "GET", e.URL+"/v1/models", "", "Authorization", "Bearer pk-wrong"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a wrong proxy key: %d", resp.StatusCode)
+	}
+	resp := do(t, "GET", e.URL+"/v1/models", "", "Authorization", "Bearer pk-1")
+	readBody(t, resp)
+	if resp.StatusCode != 200 || len(seen) != 1 || seen[0] != "Bearer sk-upstream" {
+		t.Errorf("%d; the upstream saw %q, want only Bearer sk-upstream", resp.StatusCode, seen)
+	}
+}
