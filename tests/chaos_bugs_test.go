@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"flag"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,9 +12,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // TestChaosOwnerLostResumeAfterCursor: a reprise binary is SIGKILLed a few
@@ -361,4 +364,123 @@ func beginOutside(t *testing.T, e *env, owner, key, body string, wrap func(*jour
 		t.Fatalf("%s Begin: %+v, %v", owner, out.Decision, err)
 	}
 	return nc, j
+}
+
+// chaosKnownBugs runs the reproductions of product bugs that are not fixed
+// yet: they fail until the fix lands (then the gate goes).
+var chaosKnownBugs = flag.Bool("chaos.known-bugs", false, "also run the reproductions of known, unfixed product bugs (they fail)")
+
+// bugStalledReaderOwnerLost is the bug TestChaosBugStalledReaderFalseOwnerLost reproduces.
+const bugStalledReaderOwnerLost = "BUG: a reader following a generation from the journal on another instance than its " +
+	"owner ends with a made-up event: error owner_lost when its consumer's NATS node dies and the (alive) owner " +
+	"finishes the generation as failed meanwhile: stream/follow.go ownerLost counts any Failed record as lost " +
+	"(rec.State == resume.Failed) and the next idle tick (min(Heartbeat, Lease/2)) sends owner_lost at offset " +
+	"after+1, seq 0, while the journal holds the failed generation's own error event (upstream_interrupted here) " +
+	"at that offset and its end marker: the reader's ordered consumer is only replaced once nats.go misses two " +
+	"heartbeats (2 x 5 s), far longer than two ticks. The owner was never lost and no lease lapsed. Found by " +
+	"TestChaosNATSNodeKilled (-chaos.seed=59299751 before 5109e5a, 1 run in 3). Fix: a Failed record whose " +
+	"error is not journal_failure has its end marker stored (the pump's end, or Salvage's seal, comes first), " +
+	"so treat it like a Completed one: keep reading (journal.Reader gives up after readRetry with an error of " +
+	"its own); only journal_failure, a vanished key and a newer generation whose predecessor may lack an end " +
+	"marker leave nothing to wait for. Faster: give the reader's consumer a short PullHeartbeat " +
+	"(journal/reader.go), so a consumer on a dead node is replaced in seconds"
+
+// TestChaosBugStalledReaderFalseOwnerLost: instances A and B on node n0 of
+// a 3-node cluster; A runs a generation whose upstream writes 5 events and
+// stalls (A's idle timeout fails it, upstream_interrupted, 2 s later); B
+// follows it from the journal, and once B's reader has made its consumer,
+// the node holding that consumer is shut down. B's reader must end exactly
+// as a reader from the start does afterwards: the 5 events, then the
+// generation's own error event.
+func TestChaosBugStalledReaderFalseOwnerLost(t *testing.T) {
+	if !*chaosKnownBugs {
+		t.Skip("reproduces a product bug not fixed yet (" + bugStalledReaderOwnerLost[:60] + "…); run with -chaos.known-bugs")
+	}
+	cw := newClusterWorld(t)
+	idle := func(cfg *proxy.Config) { cfg.Limits.IdleTimeout = 2 * time.Second }
+	a := startInstance(t, "A", cw.c.urlsFrom(0), cw.llmURL, instanceOptions{lease: 4 * time.Second, configure: idle})
+	b := startInstance(t, "B", cw.c.urlsFrom(0), cw.llmURL, instanceOptions{lease: 4 * time.Second})
+	ctx := waitCtx(t, 60*time.Second)
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() map[string]string { // name → node
+		out := map[string]string{}
+		st, err := js.Stream(ctx, journal.DefaultStream)
+		if err != nil {
+			return out
+		}
+		l := st.ListConsumers(ctx)
+		for ci := range l.Info() {
+			if ci.Cluster != nil {
+				out[ci.Name] = ci.Cluster.Leader
+			}
+		}
+		return out
+	}
+
+	prompt := uniquePrompt(t, "[tokens=40] [hang_after=5]")
+	const key = "k-stalled-reader"
+	readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key), 5)
+
+	// B's reader, until its consumer is on a node other than n0 (placement
+	// is the cluster's choice).
+	type result struct {
+		evs []event
+		err error
+	}
+	var done chan result
+	victim := -1
+	for try := 0; victim < 0; try++ {
+		if try == 20 {
+			t.Fatal("20 readers' consumers all landed on n0")
+		}
+		before := consumers()
+		rctx, cancel := context.WithCancel(ctx)
+		caughtUp := make(chan struct{})
+		done = make(chan result, 1)
+		go func() {
+			evs, err := fetchEvents(rctx, "GET", b.URL+"/v1/streams/"+key, "", 5, func() { close(caughtUp) })
+			done <- result{evs, err}
+		}()
+		select {
+		case <-caughtUp:
+		case r := <-done:
+			t.Fatalf("B's reader ended before its 5 events: %+v, %v", r.evs, r.err)
+		}
+		var node string
+		pollUntil(t, 10*time.Second, "B's reader to make its consumer", func() bool {
+			for name, n := range consumers() {
+				if _, old := before[name]; !old {
+					node = n
+					return true
+				}
+			}
+			return false
+		})
+		if node != cw.c.names[0] {
+			victim = cw.c.index(node)
+			t.Cleanup(cancel)
+			break
+		}
+		cancel()
+		<-done
+	}
+	kill := time.Now()
+	cw.c.kill(victim)
+	t.Logf("B's reader's consumer was on %s: killed it", cw.c.names[victim])
+	r := <-done
+	took := time.Since(kill).Round(time.Millisecond)
+	st, _ := clusterStatus(t, a.URL, key)
+	full := readEvents(t, do(t, "GET", a.URL+"/v1/streams/"+key, ""), -1)
+	t.Logf("B's reader ended %s after the kill with %d events (%v), the last %+v; the record %+v; a reader from the start gets %d events, the last %+v",
+		took, len(r.evs), r.err, r.evs[len(r.evs)-1], st, len(full), full[len(full)-1])
+	if last := r.evs[len(r.evs)-1]; last.Type == "error" && strings.Contains(last.Data, "owner_lost") && st.Error != "owner_lost" {
+		t.Fatalf("%s (here: B's reader got %s owner_lost %s after the kill; the record says %s %s; the journal has %+v at that offset)",
+			bugStalledReaderOwnerLost, last.ID, took, st.State, st.Error, full[len(r.evs)-1])
+	}
+	if r.err != nil || !slices.Equal(r.evs, full) {
+		t.Fatalf("B's reader got %+v (%v), want the generation as stored: %+v", r.evs, r.err, full)
+	}
 }

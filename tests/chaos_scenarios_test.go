@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -21,18 +22,16 @@ import (
 
 // summarize logs a scenario's fault mix and counts, and fails on any loss,
 // duplicate or extra generation.
-func summarize(t *testing.T, name string, w *chaosWorld, runs int, seed int64, started time.Time) {
+func summarize(t *testing.T, name string, sum chaoscore.Summary, runs int, started time.Time) {
 	t.Helper()
-	s := w.stats
-	t.Logf("%s: drops:%s; resumes:%s; error events:%s; refused:%s; upstream:%s; other:%s",
-		name, s.mix("drop:"), s.mix("resume:"), s.mix("error_event:"), s.mix("refused:"), s.mix("upstream:"), s.mix("bug:"))
-	t.Logf("%s: runs=%d lost=%d duplicated=%d extra_generations=%d seed=%d in %s",
-		name, s.runs, s.lost, s.dup, s.extra, seed, time.Since(started).Round(time.Millisecond))
-	if s.runs < runs {
-		t.Errorf("%s: only %d of %d runs played", name, s.runs, runs)
+	t.Logf("%s: drops:%s; resumes:%s; error events:%s; refused:%s; throttled:%s; upstream:%s; other:%s",
+		name, sum.Mix("drop:"), sum.Mix("resume:"), sum.Mix("error_event:"), sum.Mix("refused:"), sum.Mix("throttled:"), sum.Mix("upstream:"), sum.Mix("bug:"))
+	t.Logf("%s: %s in %s", name, sum.Line(), time.Since(started).Round(time.Millisecond))
+	if sum.Runs < runs {
+		t.Errorf("%s: only %d of %d runs played", name, sum.Runs, runs)
 	}
-	if s.lost+s.dup+s.extra > 0 {
-		t.Errorf("%s: lost=%d duplicated=%d extra_generations=%d", name, s.lost, s.dup, s.extra)
+	if sum.Lost+sum.Duplicated+sum.Extra > 0 {
+		t.Errorf("%s: lost=%d duplicated=%d extra_generations=%d", name, sum.Lost, sum.Duplicated, sum.Extra)
 	}
 }
 
@@ -88,26 +87,25 @@ func TestChaosNATSNodeKilled(t *testing.T) {
 	b := startInstance(t, "B", cw.c.urlsFrom((victim+1)%3), cw.llmURL, instanceOptions{lease: 4 * time.Second, configure: conf2})
 	probe.stop(t)
 	instances := []*instance{a, b}
-	client := newChaosClient()
-	t.Cleanup(client.CloseIdleConnections)
-	w := &chaosWorld{
-		tb: t, toxi: newToxi(), client: client,
-		target:   func(r *chaosRun) string { return instances[r.rng.IntN(2)].addr },
-		direct:   func() string { return b.URL },
-		ledger:   cw.llm.Ledger(),
-		router:   rt,
-		upstream: hostOf(t, cw.llmURL),
-		stats:    newChaosStats(),
-		idle:     3 * time.Second, timeout: 90 * time.Second,
+	s := &chaosSuite{
+		world: &chaosWorld{
+			toxi:     newToxi(),
+			target:   func(r *chaoscore.Run) string { return instances[r.Rand().IntN(2)].addr },
+			direct:   func() string { return b.URL },
+			upstream: &upstreamFaults{router: rt, addr: hostOf(t, cw.llmURL), ledger: cw.llm.Ledger()},
+		},
+		ledger:     cw.llm.Ledger(),
+		shape:      chaosShape(40, 120, 5),
+		idle:       3 * time.Second,
+		timeout:    90 * time.Second,
 		breakCodes: upstreamBreakCodes,
 	}
-	runs := 48
+	const runs = 48
+	rn := s.runner(t, seed)
 	var wg sync.WaitGroup
 	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer rcancel()
-	wg.Go(func() {
-		runChaos(rctx, w, seed, runs, 12, planOptions{upstreamFaults: true, minTokens: 40, maxTokens: 120, maxDelayMS: 5})
-	})
+	wg.Go(func() { rn.Play(rctx, seed, runs, 12) })
 	pollUntil(t, 60*time.Second, "a third of the runs to generate", func() bool {
 		return cw.llm.Ledger().Total().Generations >= runs/3
 	})
@@ -117,7 +115,7 @@ func TestChaosNATSNodeKilled(t *testing.T) {
 		cw.c.names[victim], role, evLeader, recLeader, cw.c.names[victim], cw.c.names[(victim+1)%3],
 		kill.Sub(started).Round(time.Millisecond), time.Since(kill).Round(time.Millisecond))
 	wg.Wait()
-	summarize(t, "nats node killed", w, runs, seed, started)
+	summarize(t, "nats node killed", rn.Summary(), runs, started)
 }
 
 // TestChaosRepriseKilled: runs (client faults only) go to a reprise binary
@@ -136,25 +134,25 @@ func TestChaosRepriseKilled(t *testing.T) {
 	started := time.Now()
 	var target atomic.Value
 	target.Store(hostOf(t, a.URL))
-	client := newChaosClient()
-	t.Cleanup(client.CloseIdleConnections)
-	w := &chaosWorld{
-		tb: t, toxi: newToxi(), client: client,
-		target: func(*chaosRun) string { return target.Load().(string) },
-		direct: func() string { return e.URL },
-		ledger: e.LLM.Ledger(),
-		stats:  newChaosStats(),
-		idle:   2 * time.Second, timeout: 90 * time.Second,
+	s := &chaosSuite{
+		world: &chaosWorld{
+			toxi:   newToxi(),
+			target: func(*chaoscore.Run) string { return target.Load().(string) },
+			direct: func() string { return e.URL },
+		},
+		ledger:     e.LLM.Ledger(),
+		shape:      chaosShape(5, 200, 6),
+		idle:       2 * time.Second,
+		timeout:    90 * time.Second,
 		breakCodes: []string{"owner_lost"},
 		keyPrefix:  "kill-",
 	}
 	const runs = 36
+	rn := s.runner(t, seed)
 	var wg sync.WaitGroup
 	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer rcancel()
-	wg.Go(func() {
-		runChaos(rctx, w, seed, runs, runs, planOptions{minTokens: 5, maxTokens: 200, maxDelayMS: 6})
-	})
+	wg.Go(func() { rn.Play(rctx, seed, runs, runs) })
 	pollUntil(t, 60*time.Second, "a quarter of the runs to complete on A", func() bool {
 		return e.LLM.Ledger().Total().Completed >= runs/4
 	})
@@ -162,23 +160,22 @@ func TestChaosRepriseKilled(t *testing.T) {
 	killed := time.Now()
 	// Generations A was running when it died: each may be regenerated once.
 	var inFlight, completed, notStarted int
-	var broken []*chaosRun
-	w.runs.Range(func(_, v any) bool {
-		r := v.(*chaosRun)
-		st, code, err := chaosStatus(rctx, e.URL, r.key)
+	var broken []*chaoscore.Run
+	rn.Each(func(r *chaoscore.Run) bool {
+		st, code, err := r.Status(rctx, e.URL)
 		switch {
 		case err != nil:
-			t.Errorf("%s: %v", r.key, err)
+			t.Errorf("%s: %v", r.Plan.Key, err)
 		case code == http.StatusNotFound:
 			notStarted++
 		case st.State == "in_progress":
 			inFlight++
-			r.breaks.Add(1)
+			r.Broke()
 			broken = append(broken, r)
 		case st.State == "completed":
 			completed++
 		default:
-			t.Errorf("%s: %+v at the kill", r.key, st)
+			t.Errorf("%s: %+v at the kill", r.Plan.Key, st)
 		}
 		return true
 	})
@@ -193,34 +190,30 @@ func TestChaosRepriseKilled(t *testing.T) {
 	// salvaged: it stays the key's result. The others regenerate once.
 	salvaged := 0
 	for _, r := range broken {
-		switch r.gen {
+		switch r.Gen() {
 		case 1:
 			salvaged++
 		case 2:
 		default:
-			t.Errorf("%s: ends in generation %d, want 2 (the one A ran, then one regeneration) or 1 (salvaged)", r.key, r.gen)
+			t.Errorf("%s: ends in generation %d, want 2 (the one A ran, then one regeneration) or 1 (salvaged)", r.Plan.Key, r.Gen())
 		}
 	}
 	t.Logf("%d of the %d generations in flight on A were salvaged (stored whole, not recorded)", salvaged, len(broken))
 	if completed == 0 {
 		t.Errorf("no generation had completed when A was killed")
 	}
-	if hits := w.stats.mix("bug:"); hits != "" {
+	sum := rn.Summary()
+	if hits := sum.Mix("bug:"); hits != "" {
 		t.Errorf("known bug hit:%s", hits)
 	}
-	summarize(t, "reprise killed", w, runs, seed, started)
+	summarize(t, "reprise killed", sum, runs, started)
 }
 
 // snapshotRuns returns each run's assembled, completed generation.
-func snapshotRuns(w *chaosWorld) map[string][]event {
-	out := map[string][]event{}
-	w.runs.Range(func(k, v any) bool {
-		r := v.(*chaosRun)
-		var evs []event
-		for off := uint64(1); off <= r.done; off++ {
-			evs = append(evs, r.evs[off])
-		}
-		out[k.(string)] = evs
+func snapshotRuns(rn *chaoscore.Runner) map[*chaoscore.Run][]chaoscore.Event {
+	out := map[*chaoscore.Run][]chaoscore.Event{}
+	rn.Each(func(r *chaoscore.Run) bool {
+		out[r] = r.Result()
 		return true
 	})
 	return out
@@ -228,26 +221,24 @@ func snapshotRuns(w *chaosWorld) map[string][]event {
 
 // checkReplays replays every snapshotted key through base (GET and POST):
 // byte-identical, Idempotent-Replayed, and no upstream generation.
-func checkReplays(t *testing.T, w *chaosWorld, base string, snap map[string][]event) {
+func checkReplays(t *testing.T, ledger *mockllm.Ledger, base string, snap map[*chaoscore.Run][]chaoscore.Event) {
 	t.Helper()
-	before := w.ledger.Total().Generations
+	before := ledger.Total().Generations
 	ctx := waitCtx(t, 60*time.Second)
-	for key, want := range snap {
-		r, _ := w.runs.Load(key)
-		run := r.(*chaosRun)
-		for _, method := range []string{http.MethodGet, http.MethodPost} {
-			got, replayed, err := chaosReplay(ctx, base, method, key, run.body, run.runID)
+	for r, want := range snap {
+		for _, mode := range []chaoscore.Mode{chaoscore.Get, chaoscore.Retry} {
+			got, header, err := r.Replay(ctx, base, mode)
 			switch {
 			case err != nil:
-				t.Errorf("%s %s: %v", method, key, err)
-			case method == http.MethodPost && replayed != "true":
-				t.Errorf("POST %s: not marked Idempotent-Replayed", key)
+				t.Errorf("%s replay of %s: %v", mode, r.Plan.Key, err)
+			case mode == chaoscore.Retry && header.Get("Idempotent-Replayed") != "true":
+				t.Errorf("POST %s: not marked Idempotent-Replayed", r.Plan.Key)
 			case !slices.Equal(got, want):
-				t.Errorf("%s %s after the restart: %d events, %d before (first difference %s)", method, key, len(got), len(want), firstDiff(got, want))
+				t.Errorf("%s replay of %s after the restart: %d events, %d before (first difference %s)", mode, r.Plan.Key, len(got), len(want), chaoscore.FirstDiff(got, want))
 			}
 		}
 	}
-	if n := w.ledger.Total().Generations - before; n != 0 {
+	if n := ledger.Total().Generations - before; n != 0 {
 		t.Errorf("replays after the restart made %d upstream generations", n)
 	}
 }
@@ -260,19 +251,20 @@ func TestChaosRepriseRestarted(t *testing.T) {
 		seed := chaosSeed(t)
 		started := time.Now()
 		e := newEnv(t)
-		client := newChaosClient()
-		t.Cleanup(client.CloseIdleConnections)
-		w := &chaosWorld{
-			tb: t, toxi: newToxi(), client: client,
-			target: func(*chaosRun) string { return e.addr },
-			direct: func() string { return e.URL },
-			ledger: e.LLM.Ledger(), stats: newChaosStats(),
+		s := &chaosSuite{
+			world: &chaosWorld{
+				toxi:   newToxi(),
+				target: func(*chaoscore.Run) string { return e.addr },
+				direct: func() string { return e.URL },
+			},
+			ledger: e.LLM.Ledger(), shape: chaosShape(8, 60, 3),
 			idle: 2 * time.Second, timeout: 60 * time.Second,
 			keyPrefix: "restart-",
 		}
 		const runs = 24
-		runChaos(waitCtx(t, 2*time.Minute), w, seed, runs, 12, planOptions{minTokens: 8, maxTokens: 60, maxDelayMS: 3})
-		snap := snapshotRuns(w)
+		rn := s.runner(t, seed)
+		sum := rn.Play(waitCtx(t, 2*time.Minute), seed, runs, 12)
+		snap := snapshotRuns(rn)
 		// Streams in flight at the restart, their clients gone.
 		type flight struct{ prompt, body, key, last string }
 		var flights []flight
@@ -285,7 +277,7 @@ func TestChaosRepriseRestarted(t *testing.T) {
 		restart := time.Now()
 		e.restart() // graceful: running generations finish journaling first
 		t.Logf("timing: restart took %s", time.Since(restart).Round(time.Millisecond))
-		checkReplays(t, w, e.URL, snap)
+		checkReplays(t, e.LLM.Ledger(), e.URL, snap)
 		for _, f := range flights {
 			rest := readAll(t, do(t, "GET", e.URL+"/v1/streams/"+f.key, "", "Last-Event-ID", f.last))
 			if len(rest) == 0 || rest[0].Type == "reset" {
@@ -298,7 +290,7 @@ func TestChaosRepriseRestarted(t *testing.T) {
 			}
 			checkStream(t, e.LLM, f.prompt, full, 1)
 		}
-		summarize(t, "reprise restarted (graceful)", w, runs, seed, started)
+		summarize(t, "reprise restarted (graceful)", sum, runs, started)
 	})
 
 	t.Run("SIGKILL, embedded JetStream", func(t *testing.T) {
@@ -315,19 +307,20 @@ func TestChaosRepriseRestarted(t *testing.T) {
 		p := startReprise(t, args...)
 		var base atomic.Value
 		base.Store(p.URL)
-		client := newChaosClient()
-		t.Cleanup(client.CloseIdleConnections)
-		w := &chaosWorld{
-			tb: t, toxi: newToxi(), client: client,
-			target: func(*chaosRun) string { return hostOf(t, base.Load().(string)) },
-			direct: func() string { return base.Load().(string) },
-			ledger: llm.Ledger(), stats: newChaosStats(),
+		s := &chaosSuite{
+			world: &chaosWorld{
+				toxi:   newToxi(),
+				target: func(*chaoscore.Run) string { return hostOf(t, base.Load().(string)) },
+				direct: func() string { return base.Load().(string) },
+			},
+			ledger: llm.Ledger(), shape: chaosShape(8, 60, 3),
 			idle: 2 * time.Second, timeout: 60 * time.Second,
 			keyPrefix: "sigkill-",
 		}
 		const runs = 16
-		runChaos(waitCtx(t, 2*time.Minute), w, seed, runs, 8, planOptions{minTokens: 8, maxTokens: 60, maxDelayMS: 3})
-		snap := snapshotRuns(w)
+		rn := s.runner(t, seed)
+		sum := rn.Play(waitCtx(t, 2*time.Minute), seed, runs, 8)
+		snap := snapshotRuns(rn)
 		type flight struct{ prompt, body, key string }
 		var flights []flight
 		for i := range 3 {
@@ -341,7 +334,7 @@ func TestChaosRepriseRestarted(t *testing.T) {
 		p2 := startReprise(t, args...)
 		base.Store(p2.URL)
 		t.Logf("timing: restarted on the same data in %s", time.Since(restart).Round(time.Millisecond))
-		checkReplays(t, w, p2.URL, snap)
+		checkReplays(t, llm.Ledger(), p2.URL, snap)
 		// The generations the killed process ran fail (owner_lost, once the
 		// lease is over) and regenerate once.
 		for _, f := range flights {
@@ -355,6 +348,6 @@ func TestChaosRepriseRestarted(t *testing.T) {
 			}
 			checkStream(t, llm, f.prompt, regen, 2)
 		}
-		summarize(t, "reprise restarted (SIGKILL)", w, runs, seed, started)
+		summarize(t, "reprise restarted (SIGKILL)", sum, runs, started)
 	})
 }

@@ -6,7 +6,9 @@
 // or a plain retry of the POST, and checks every key against the upstream's
 // ledger: the reassembled content is byte-equal to what the upstream
 // generated, no event id is seen twice on a resume and none is skipped, the
-// upstream generated once, and the completed key replays identically.
+// upstream generated once, and the completed key replays identically (GET and
+// POST). The plans, the client and the checks are the in-process chaos suite's
+// (package chaoscore).
 //
 // The upstream must be the fake model (cmd/mockllm), whose /ledger it reads:
 //
@@ -15,13 +17,15 @@
 //	go run ./cmd/reprise-chaos --target http://localhost:8080 --ledger http://localhost:9090/ledger
 //
 // Several targets (--target a,b) are used at random per request, as behind a
-// load balancer without stickiness; a link error is resumed through the next
-// one. A refusal (429/503) is waited out and counted as throttled. A
-// generation that broke (an error event owner_lost, upstream_interrupted or
-// journal_failure; event: reset; or the first event of a newer generation) is
-// asked again and allows one more upstream generation, counted as
-// regenerated. It prints one line and exits 1 unless lost, duplicated,
-// extra_generations and failed are zero:
+// load balancer without stickiness; checks take them in turn, and a link
+// error is retried through the next one. A refusal (429/503) is waited out
+// and counted as throttled. A generation that broke (an error event
+// owner_lost, upstream_interrupted or journal_failure; event: reset; or the
+// first event of a newer generation) is asked again and allows one more
+// upstream generation, counted as regenerated. The seed is random unless
+// --seed is given (keys are named after it: a seed played twice against the
+// same reprise finds its old keys). It prints one line and exits 1 unless
+// lost, duplicated, extra_generations and failed are zero:
 //
 //	chaos: runs=N lost=0 duplicated=0 extra_generations=0 failed=0 throttled=T regenerated=R seed=S
 package main
@@ -30,11 +34,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
 )
 
 func main() {
@@ -46,12 +53,12 @@ func main() {
 		os.Exit(2)
 	}
 	fmt.Println(sum)
-	if !sum.clean() {
+	if !sum.Clean() {
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string, log *os.File) (summary, error) {
+func run(ctx context.Context, args []string, log io.Writer) (chaoscore.Summary, error) {
 	fs := flag.NewFlagSet("reprise-chaos", flag.ContinueOnError)
 	var c config
 	target := fs.String("target", "http://localhost:8080", "reprise's base URL; several, comma-separated, are used at random per request (instances behind no sticky balancer)")
@@ -65,13 +72,13 @@ func run(ctx context.Context, args []string, log *os.File) (summary, error) {
 	fs.DurationVar(&c.maxDelay, "max-delay", 20*time.Millisecond, "pause between tokens, at most (each stream draws its own)")
 	fs.DurationVar(&c.runTimeout, "run-timeout", 2*time.Minute, "one key's budget, drops and resumes included")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock); the same seed gives the same plans")
-	fs.BoolVar(&c.verbose, "v", false, "print every failed run's reasons")
+	fs.BoolVar(&c.verbose, "v", false, "print every failed run's report")
 	if err := fs.Parse(args); err != nil {
-		return summary{}, err
+		return chaoscore.Summary{}, err
 	}
 	c.targets = strings.Split(*target, ",")
 	if err := c.validate(); err != nil {
-		return summary{}, err
+		return chaoscore.Summary{}, err
 	}
 	if c.seed == 0 {
 		c.seed = uint64(time.Now().UnixNano())

@@ -2,20 +2,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -55,7 +51,7 @@ func TestAgainstReprise(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(sum)
-	if sum.runs != 120 || !sum.clean() {
+	if sum.Runs != 120 || !sum.Clean() {
 		t.Errorf("summary %v, want 120 clean runs", sum)
 	}
 	// One upstream generation per key, and the replays cost nothing.
@@ -64,20 +60,37 @@ func TestAgainstReprise(t *testing.T) {
 	}
 }
 
+// fakeArgs plays 8 keys of one token against srv.
+func fakeArgs(srv *httptest.Server, drops string) []string {
+	return []string{"--target", srv.URL, "--ledger", srv.URL + "/ledger", "--runs", "8", "--concurrency", "4",
+		"--drops", drops, "--min-tokens", "1", "--max-tokens", "1", "--seed", "3", "--run-timeout", "5s"}
+}
+
+// TestFake: against the correct fake every run is clean, whatever its drops
+// and resume modes (the fake is a fair stand-in for TestFindsDefects).
+func TestFake(t *testing.T) {
+	srv := httptest.NewServer(&fakeReprise{})
+	t.Cleanup(srv.Close)
+	sum, err := run(t.Context(), append(fakeArgs(srv, "5"), "--runs", "40"), os.Stderr)
+	if err != nil || sum.Runs != 40 || !sum.Clean() || sum.Regenerated != 0 {
+		t.Errorf("against a correct fake: %v (%v), want 40 clean runs", sum, err)
+	}
+}
+
 // TestFindsDefects: the client's checks fail against proxies that lose,
 // repeat or regenerate events.
 func TestFindsDefects(t *testing.T) {
 	tests := []struct {
 		name   string
-		broken brokenProxy
-		want   func(summary) bool
+		broken *fakeReprise
+		want   func(chaoscore.Summary) bool
 	}{
-		{"skips an event", brokenProxy{skip: 2}, func(s summary) bool { return s.lost > 0 }},
-		{"ignores Last-Event-ID", brokenProxy{ignoreCursor: true}, func(s summary) bool { return s.duplicated > 0 }},
-		{"upstream generated twice", brokenProxy{generations: 2}, func(s summary) bool { return s.extra > 0 }},
-		{"content differs from the upstream's", brokenProxy{ledgerContent: "other"}, func(s summary) bool { return s.lost > 0 }},
-		{"ends every stream with an error", brokenProxy{errorEvent: true}, func(s summary) bool { return s.failed > 0 }},
-		{"regenerates more than its breaks explain", brokenProxy{breakFirst: &breaks{}, generations: 3}, func(s summary) bool { return s.extra > 0 && s.regenerated > 0 }},
+		{"skips an event", &fakeReprise{skip: 2}, func(s chaoscore.Summary) bool { return s.Lost > 0 }},
+		{"ignores Last-Event-ID", &fakeReprise{ignoreCursor: true}, func(s chaoscore.Summary) bool { return s.Duplicated > 0 }},
+		{"upstream generated twice", &fakeReprise{generations: 2}, func(s chaoscore.Summary) bool { return s.Extra > 0 }},
+		{"content differs from the upstream's", &fakeReprise{ledgerContent: "other"}, func(s chaoscore.Summary) bool { return s.Lost > 0 }},
+		{"ends every stream with an error", &fakeReprise{errorEvent: true}, func(s chaoscore.Summary) bool { return s.Failed > 0 }},
+		{"regenerates more than its breaks explain", &fakeReprise{breakFirst: true, generations: 3}, func(s chaoscore.Summary) bool { return s.Extra > 0 && s.Regenerated > 0 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,34 +98,25 @@ func TestFindsDefects(t *testing.T) {
 			t.Cleanup(srv.Close)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			sum, err := run(ctx, []string{"--target", srv.URL, "--ledger", srv.URL + "/ledger",
-				"--runs", "8", "--concurrency", "4", "--drops", "2", "--min-tokens", "1", "--max-tokens", "1", "--seed", "3", "--run-timeout", "5s"}, os.Stderr)
+			sum, err := run(ctx, fakeArgs(srv, "2"), os.Stderr)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sum.clean() || !tc.want(sum) {
+			t.Log(sum)
+			if sum.Clean() || !tc.want(sum) {
 				t.Errorf("summary %v: the defect went unnoticed", sum)
 			}
 		})
 	}
 }
 
+// TestRegenerationAllowed: a generation that broke once is asked again: one
+// more upstream generation is then allowed.
 func TestRegenerationAllowed(t *testing.T) {
-	// A generation that broke once is asked again: one more upstream
-	// generation is then allowed.
-	// The seed's plans must read the first answer (their one drop comes
-	// after an event): else the client would not see the break it is
-	// given, and the extra generation would rightly be counted.
-	for _, p := range newPlans(config{targets: []string{"x"}, runs: 8, maxDrops: 1, minTokens: 1, maxTokens: 1, maxDelay: 20 * time.Millisecond, seed: 10}) {
-		if p.drops[0].kind != dropAfterEvents {
-			t.Fatal("seed 10 drops a first answer unread; pick another")
-		}
-	}
-	srv := httptest.NewServer(brokenProxy{breakFirst: &breaks{}, generations: 2})
+	srv := httptest.NewServer(&fakeReprise{breakFirst: true})
 	t.Cleanup(srv.Close)
-	sum, err := run(t.Context(), []string{"--target", srv.URL, "--ledger", srv.URL + "/ledger", "--runs", "8", "--concurrency", "4",
-		"--drops", "1", "--min-tokens", "1", "--max-tokens", "1", "--seed", "10", "--run-timeout", "5s"}, os.Stderr)
-	if err != nil || !sum.clean() || sum.regenerated != 8 {
+	sum, err := run(t.Context(), fakeArgs(srv, "1"), os.Stderr)
+	if err != nil || !sum.Clean() || sum.Regenerated != 8 {
 		t.Errorf("one break per key: %v (%v), want clean with regenerated=8", sum, err)
 	}
 }
@@ -130,70 +134,6 @@ func TestFlags(t *testing.T) {
 			t.Errorf("%v: accepted", args)
 		}
 	}
-}
-
-// brokenProxy streams "a", "b", "c" under ids 1-1-1 … 1-3-3 and serves a
-// ledger that agrees, except for the defect it is given.
-type brokenProxy struct {
-	skip          int    // this event offset is never sent
-	ignoreCursor  bool   // resumes restart from the first event
-	generations   int    // the ledger's count (default 1)
-	ledgerContent string // the ledger's content (default "abc")
-	errorEvent    bool   // every stream ends with event: error
-	breakFirst    *breaks
-}
-
-// breaks makes each key's first stream end with owner_lost.
-type breaks struct {
-	mu   sync.Mutex
-	seen map[string]bool
-}
-
-func (b *breaks) first(key string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.seen == nil {
-		b.seen = map[string]bool{}
-	}
-	first := !b.seen[key]
-	b.seen[key] = true
-	return first
-}
-
-func (b brokenProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/ledger" {
-		gens := max(b.generations, 1)
-		content := b.ledgerContent
-		if content == "" {
-			content = "abc"
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"entry":       map[string]int{"generations": gens},
-			"generations": []map[string]any{{"content": content, "completed": true}},
-		})
-		return
-	}
-	from := 0
-	if id := r.Header.Get("Last-Event-ID"); id != "" && !b.ignoreCursor {
-		from, _ = strconv.Atoi(strings.Split(id, "-")[1])
-	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	if b.breakFirst != nil && r.Method == http.MethodPost && b.breakFirst.first(r.Header.Get("Idempotency-Key")) {
-		fmt.Fprint(w, "event: error\ndata: {\"error\":{\"code\":\"owner_lost\"}}\n\n")
-		return
-	}
-	for i, tok := range []string{"a", "b", "c"} {
-		off := i + 1
-		if off <= from || off == b.skip {
-			continue
-		}
-		fmt.Fprintf(w, "id: 1-%d-%d\ndata: {\"choices\":[{\"delta\":{\"content\":%q}}]}\n\n", off, off, tok)
-	}
-	if b.errorEvent {
-		fmt.Fprint(w, "event: error\ndata: {\"error\":{\"code\":\"upstream_interrupted\"}}\n\n")
-		return
-	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
 func freeAddr(t *testing.T) string {
@@ -216,31 +156,7 @@ func waitReady(t *testing.T, base string) {
 				return
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // waiting for a child process to listen; bounded above
 	}
 	t.Fatalf("%s never became ready", base)
-}
-
-func TestPositions(t *testing.T) {
-	for _, tc := range []struct {
-		prev, id       string
-		follows, newer bool
-	}{
-		{"", "1-1-5", true, false},
-		{"", "1-2-5", false, false},
-		{"1-1-5", "1-2-9", true, false},
-		{"1-1-5", "1-3-9", false, false},
-		{"1-2-5", "1-2-5", false, false},
-		{"1-9-5", "2-1-40", false, true},
-		{"2-3-5", "1-1-1", false, false},
-		{"1-9-5", "2-2-40", false, false},
-		{"1-1-5", "garbage", false, false},
-	} {
-		if got := follows(tc.prev, tc.id); got != tc.follows {
-			t.Errorf("follows(%q, %q) = %v", tc.prev, tc.id, got)
-		}
-		if got := newer(tc.prev, tc.id); got != tc.newer {
-			t.Errorf("newer(%q, %q) = %v", tc.prev, tc.id, got)
-		}
-	}
 }
