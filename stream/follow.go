@@ -98,7 +98,10 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 // owns the connection and selects over events, the idle tick and the
 // client: a slow journal read is never cut by the tick. While idle it
 // checks the owner's lease, so a reader of a generation whose owner died
-// gets an error instead of waiting forever.
+// gets an error instead of waiting forever — unless the journal holds
+// more than the reader got (its consumer stalled, on a NATS node that
+// died): then it reads on from the journal afresh, and gets the
+// generation's own end.
 // Errors it writes itself are in shape, the key's format's.
 func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal.Ref, shape apierr.Shape, after, hint uint64) error {
 	rd, err := s.journal.Read(ctx, ref, after, hint)
@@ -107,7 +110,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 	}
 	defer s.metrics.Reader("journal")()
 	events, stop := feed(ctx, rd)
-	defer stop()
+	defer func() { stop() }() // the last feed's
 
 	idle := time.NewTicker(min(s.cfg.Heartbeat, s.resume.Lease()/2))
 	defer idle.Stop()
@@ -131,8 +134,23 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 				if err := out.ping(); err != nil {
 					return err
 				}
-				if lost != nil { // a second tick with the owner gone and nothing stored
-					return sendError(out, ref, after, lost.BodyIn(shape), true)
+				if lost != nil { // a second tick with the generation ended elsewhere
+					stalled, err := s.stalled(ctx, ref, after)
+					switch {
+					case err != nil:
+						continue // the journal may be back soon; keep waiting
+					case !stalled: // nothing stored past this reader, and no end will come
+						return sendError(out, ref, after, lost.BodyIn(shape), true)
+					}
+					// The journal holds more than this reader got: its consumer
+					// stalled (its NATS node died, say). Read on afresh.
+					stop()
+					if rd, err = s.journal.Read(ctx, ref, after, 0); err != nil {
+						return err
+					}
+					events, stop = feed(ctx, rd)
+					lost = nil
+					continue
 				}
 				lost = s.ownerLost(ctx, ref)
 				continue
@@ -164,6 +182,19 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			unflushed = false
 		}
 	}
+}
+
+// stalled reports whether the journal stores events of ref past after: a
+// reader that has not got them while its generation ended is stalled, not
+// waiting for events that will never come.
+func (s *Server) stalled(ctx context.Context, ref journal.Ref, after uint64) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	last, err := s.journal.Last(ctx, ref)
+	if errors.Is(err, journal.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && last.Offset > after, err
 }
 
 // journalRead is one result of the reading goroutine.

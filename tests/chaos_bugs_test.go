@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"errors"
-	"flag"
 	"net/http"
 	"slices"
 	"strings"
@@ -366,10 +365,6 @@ func beginOutside(t *testing.T, e *env, owner, key, body string, wrap func(*jour
 	return nc, j
 }
 
-// chaosKnownBugs runs the reproductions of product bugs that are not fixed
-// yet: they fail until the fix lands (then the gate goes).
-var chaosKnownBugs = flag.Bool("chaos.known-bugs", false, "also run the reproductions of known, unfixed product bugs (they fail)")
-
 // bugStalledReaderOwnerLost is the bug TestChaosBugStalledReaderFalseOwnerLost reproduces.
 const bugStalledReaderOwnerLost = "BUG: a reader following a generation from the journal on another instance than its " +
 	"owner ends with a made-up event: error owner_lost when its consumer's NATS node dies and the (alive) owner " +
@@ -393,9 +388,6 @@ const bugStalledReaderOwnerLost = "BUG: a reader following a generation from the
 // as a reader from the start does afterwards: the 5 events, then the
 // generation's own error event.
 func TestChaosBugStalledReaderFalseOwnerLost(t *testing.T) {
-	if !*chaosKnownBugs {
-		t.Skip("reproduces a product bug not fixed yet (" + bugStalledReaderOwnerLost[:60] + "…); run with -chaos.known-bugs")
-	}
 	cw := newClusterWorld(t)
 	idle := func(cfg *proxy.Config) { cfg.Limits.IdleTimeout = 2 * time.Second }
 	a := startInstance(t, "A", cw.c.urlsFrom(0), cw.llmURL, instanceOptions{lease: 4 * time.Second, configure: idle})
