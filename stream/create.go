@@ -213,9 +213,10 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, id string, r
 		if ra := seconds(head.RetryAfter); ra > 0 && head.Status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))
 		}
-		if head.Status >= 400 && head.Attempts > 1 {
-			// reprise already retried: an SDK retrying on top would
-			// multiply the upstream's load (openai-go honours this header).
+		if head.Status >= 400 && head.Attempts > 1 || apierr.Final(head.Status) {
+			// reprise already retried, or a retry cannot help: an SDK
+			// retrying on top would multiply the upstream's load for
+			// nothing (the OpenAI and Anthropic SDKs honour this header).
 			w.Header().Set("X-Should-Retry", "false")
 		}
 		writeRaw(w, head.Status, head.ContentType, head.Body)

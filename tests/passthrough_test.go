@@ -85,3 +85,44 @@ func TestPassThroughStatic(t *testing.T) {
 		t.Errorf("%d; the upstream saw %q, want only Bearer sk-upstream", resp.StatusCode, seen)
 	}
 }
+
+// TestShouldRetrySteering: an answer a retry cannot change (reprise's own
+// 400/413/415/422, the upstream's 4xx) carries X-Should-Retry: false; a 409
+// in progress carries Retry-After instead, so the SDK's retry attaches.
+func TestShouldRetrySteering(t *testing.T) {
+	e := newEnv(t, withAttachWait(50*time.Millisecond))
+	for _, tc := range []struct {
+		name, body, key string
+		header          []string
+		status          int
+	}{
+		{"malformed JSON", `{`, "k-steer-1", nil, 400},
+		{"upstream 404", chatBody(uniquePrompt(t, "[status=404]"), true), "k-steer-2", nil, 404},
+		{"wrong media type", chatBody("x", true), "k-steer-3", []string{"Content-Type", "text/plain"}, 415},
+	} {
+		resp := do(t, "POST", e.URL+chatPath, tc.body, append([]string{"Idempotency-Key", tc.key}, tc.header...)...)
+		readBody(t, resp)
+		if resp.StatusCode != tc.status || resp.Header.Get("X-Should-Retry") != "false" {
+			t.Errorf("%s: %d, X-Should-Retry %q; want %d, false", tc.name, resp.StatusCode, resp.Header.Get("X-Should-Retry"), tc.status)
+		}
+	}
+	prompt := uniquePrompt(t, "[tokens=50] [delay=20ms]")
+	slow := chatBody(prompt, false)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := send(waitCtx(t, 20*time.Second), "POST", e.URL+chatPath, slow, "Idempotency-Key", "k-steer-busy")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	t.Cleanup(func() { <-done })
+	if err := e.LLM.Ledger().WaitStarted(waitCtx(t, 10*time.Second), prompt, 1); err != nil {
+		t.Fatal(err)
+	}
+	resp := do(t, "POST", e.URL+chatPath, slow, "Idempotency-Key", "k-steer-busy")
+	readBody(t, resp)
+	if resp.StatusCode != http.StatusConflict || resp.Header.Get("Retry-After") == "" || resp.Header.Get("X-Should-Retry") == "false" {
+		t.Errorf("in progress: %d, Retry-After %q, X-Should-Retry %q; want 409 with a Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Should-Retry"))
+	}
+}

@@ -64,3 +64,18 @@ func TestNewIsACopy(t *testing.T) {
 		t.Errorf("unknown code: %+v", unknown)
 	}
 }
+
+// TestShouldRetry: answers a retry cannot change tell SDKs not to retry;
+// the others leave it to them.
+func TestShouldRetry(t *testing.T) {
+	for code, final := range map[string]bool{
+		apierr.BadKey: true, apierr.NoKey: true, apierr.KeyNotFound: true, apierr.TooLarge: true, apierr.MediaType: true,
+		apierr.Mismatch: true, apierr.InProgress: false, apierr.TooManyGenerations: false, apierr.Unavailable: false, apierr.OwnerLost: false,
+	} {
+		w := httptest.NewRecorder()
+		apierr.New(code).Write(w)
+		if got := w.Header().Get("X-Should-Retry") == "false"; got != final {
+			t.Errorf("%s: X-Should-Retry false = %v, want %v", code, got, final)
+		}
+	}
+}

@@ -40,7 +40,9 @@ func (e Error) BodyIn(s Shape) []byte {
 	return b
 }
 
-// WriteIn answers w with e in shape s.
+// WriteIn answers w with e in shape s. An answer a retry cannot change
+// says so (X-Should-Retry: false, which the OpenAI and Anthropic SDKs
+// honour).
 func (e Error) WriteIn(w http.ResponseWriter, s Shape) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -48,8 +50,22 @@ func (e Error) WriteIn(w http.ResponseWriter, s Shape) {
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
+	if Final(e.Status) {
+		h.Set("X-Should-Retry", "false")
+	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.BodyIn(s))
+}
+
+// Final reports whether an answer of status is one a retry of the same
+// request cannot change: 400, 401, 403, 404, 413, 415, 422.
+func Final(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
+		http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
 }
 
 // anthropicType is Anthropic's error type for e: its own when the error
