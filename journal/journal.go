@@ -89,6 +89,7 @@ func (c *Config) fill() error {
 // Journal is a handle on the JetStream stream and KV bucket.
 type Journal struct {
 	cfg    Config
+	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	kv     jetstream.KeyValue
@@ -154,7 +155,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Journal{cfg: cfg, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}, nil
+	return &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}, nil
 }
 
 func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jetstream.StorageType) (jetstream.Stream, jetstream.KeyValue, error) {

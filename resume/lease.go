@@ -114,7 +114,7 @@ func (l *Lease) update(ctx context.Context, change func(*Record)) error {
 
 // Result is how a generation ended.
 type Result struct {
-	State       State // Completed or Failed
+	State       State // Completed, Failed or Cancelled
 	Events      uint64
 	Status      int
 	ContentType string
@@ -125,7 +125,7 @@ type Result struct {
 // Finish stores the generation's result and stops the heartbeat. ErrFenced
 // when the key was taken over meanwhile.
 func (l *Lease) Finish(ctx context.Context, res Result) error {
-	if res.State != Completed && res.State != Failed {
+	if res.State != Completed && res.State != Failed && res.State != Cancelled {
 		return fmt.Errorf("%w: finish state %q", ErrInvalidOption, res.State)
 	}
 	l.halt()

@@ -13,6 +13,9 @@ const (
 	InProgress State = "in_progress"
 	Completed  State = "completed"
 	Failed     State = "failed"
+	// Cancelled: a client asked for the generation to stop; no result,
+	// and the key may generate afresh, as after Failed.
+	Cancelled State = "cancelled"
 )
 
 // Record is what reprise keeps per (tenant, key).

@@ -45,7 +45,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wantsJSON(r.Header.Get("Accept")) && !websocket.IsWebSocketUpgrade(r) {
-		writeStatus(w, rec)
+		writeStatus(w, http.StatusOK, rec)
 		return
 	}
 	raw := r.Header.Get("Last-Event-ID") // EventSource's reconnect: newer than the URL's query
@@ -147,9 +147,10 @@ type status struct {
 	UpdatedAt  time.Time     `json:"updated_at"`
 }
 
-func writeStatus(w http.ResponseWriter, rec resume.Record) {
+func writeStatus(w http.ResponseWriter, code int, rec resume.Record) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(status{
 		Key: rec.Key, State: rec.State, Generation: rec.Generation, Events: rec.Events, Stream: rec.Stream,
 		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,

@@ -142,6 +142,7 @@ func (s *Server) routes() {
 	}
 	s.mux.HandleFunc("GET /v1/responses/{id}", s.handleResponse)
 	s.mux.HandleFunc("GET /v1/streams/{key}", s.handleStream)
+	s.mux.HandleFunc("POST /v1/streams/{key}/cancel", s.handleCancel)
 	s.mux.HandleFunc("/v1/streams/{key}", methodNotAllowed("GET"))
 	s.mux.HandleFunc("/v1/streams/", func(w http.ResponseWriter, r *http.Request) { fail(w, r, apierr.New(apierr.NotFound)) }) // reprise's own
 	s.mux.HandleFunc("/v1/", s.passThrough)

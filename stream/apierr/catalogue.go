@@ -34,6 +34,8 @@ const (
 // Codes a generation ends with (in its error event and its record).
 const (
 	OwnerLost      = "owner_lost"
+	Cancelled      = "cancelled"
+	NotRunning     = "key_not_running"
 	ProxyShutdown  = "proxy_shutdown"
 	JournalFailure = "journal_failure"
 	StreamTooLarge = "stream_too_large"
@@ -70,6 +72,8 @@ var catalogue = map[string]Error{
 	NoStreaming:        {Status: http.StatusInternalServerError, Message: "the connection cannot stream"},
 
 	OwnerLost:      {Status: http.StatusBadGateway, Message: "the instance running this generation stopped before it completed"},
+	Cancelled:      {Status: http.StatusConflict, Message: "the generation was cancelled; no result was stored"},
+	NotRunning:     {Status: http.StatusConflict, Message: "no generation of this key is running"},
 	ProxyShutdown:  {Status: http.StatusServiceUnavailable, Message: "the proxy shut down before the generation completed"},
 	JournalFailure: {Status: http.StatusServiceUnavailable, Message: "the journal could not store the stream"},
 	StreamTooLarge: {Status: http.StatusBadGateway, Message: "the upstream stream exceeded the proxy's events or bytes limit; no result was stored"},

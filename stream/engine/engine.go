@@ -41,6 +41,9 @@ var ErrInvalidOption = errors.New("engine: invalid option")
 // ErrShuttingDown is returned by Start once Shutdown has begun.
 var ErrShuttingDown = errors.New("engine: shutting down")
 
+// ErrCancelled is the cause a generation cancelled by Cancel ends with.
+var ErrCancelled = errors.New("engine: generation cancelled")
+
 // ErrTooManyGenerations is returned by Start when the tenant runs
 // Limits.MaxTenantGenerations generations on this instance already.
 var ErrTooManyGenerations = errors.New("engine: too many generations for this tenant")
@@ -246,10 +249,14 @@ func (e *Engine) startPump(p *pump) error {
 		return ErrTooManyGenerations
 	}
 	e.gens[p.g.Tenant]++
-	e.live.add(p.g.Ref, p.tail, p.g.Lease)
+	ctx, cancel := context.WithCancelCause(e.pumpCtx)
+	e.live.add(p.g.Ref, p.tail, p.g.Lease, cancel)
 	e.pumps.Add(1)
 	e.cfg.Metrics.GenerationStarted()
-	go p.run(e.pumpCtx)
+	go func() {
+		defer cancel(nil)
+		p.run(ctx)
+	}()
 	return nil
 }
 
@@ -285,6 +292,12 @@ func (e *Engine) abandon(g Generation, why apierr.Error) {
 		e.cfg.Logger.Warn("abandoning a generation", "err", err)
 	}
 }
+
+// Cancel stops ref's generation if it runs here: its upstream request is
+// cancelled at once, it ends as cancelled (no result; readers get an error
+// event cancelled), and the key may generate afresh. It reports whether
+// the generation ran here.
+func (e *Engine) Cancel(ref journal.Ref) bool { return e.live.cancel(ref, ErrCancelled) }
 
 // Closing reports whether Shutdown has begun.
 func (e *Engine) Closing() bool {

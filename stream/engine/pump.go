@@ -63,7 +63,10 @@ func (p *pump) run(ctx context.Context) {
 	})
 	res = p.generate(ctx, w)
 	if ctx.Err() != nil && res.State == resume.Failed && res.Error == "" {
-		res.Error = apierr.ProxyShutdown
+		res.Error = p.stopCode(ctx)
+	}
+	if res.Error == apierr.Cancelled {
+		res.State = resume.Cancelled
 	}
 	select {
 	case <-lease.Lost():
@@ -161,7 +164,8 @@ func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempt
 	if errors.As(err, &ce) {
 		ce.Body = p.e.cfg.Upstream.Decorator.Redact(ce.Body)
 	} else {
-		ce = &classify.Error{Kind: classify.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: apierr.ProxyShutdown, Err: err}
+		code := p.stopCode(ctx)
+		ce = &classify.Error{Kind: classify.ErrUnavailable, Status: apierr.New(code).Status, Code: code, Err: err}
 		if ctx.Err() == nil {
 			ce.Kind, ce.Status, ce.Code = classify.ErrRetryable, http.StatusBadGateway, classify.CodeUnreachable
 		}
@@ -187,6 +191,15 @@ func (p *pump) name(ctx context.Context, name string) {
 	if err := p.e.cfg.Names.RememberName(ctx, p.g.Tenant, name, p.g.Key); err != nil {
 		p.log.Warn("remembering the upstream's name of a generation failed", "err", err)
 	}
+}
+
+// stopCode is why a generation whose context ended stopped: a client
+// cancelled it, or the proxy is shutting down.
+func (p *pump) stopCode(ctx context.Context) string {
+	if errors.Is(context.Cause(ctx), ErrCancelled) {
+		return apierr.Cancelled
+	}
+	return apierr.ProxyShutdown
 }
 
 // shape is the error shape of the generation's callers.
@@ -263,7 +276,7 @@ func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, er
 	case errors.Is(err, errNotUTF8):
 		return apierr.New(apierr.InvalidEvent)
 	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return apierr.New(apierr.ProxyShutdown)
+		return apierr.New(p.stopCode(ctx))
 	case errors.Is(context.Cause(streamCtx), errStalled):
 		return apierr.New(classify.CodeInterrupted).WithMessage("the upstream sent no event for " + p.e.cfg.Limits.IdleTimeout.String() + "; no result was stored")
 	}
@@ -276,6 +289,9 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResult+1))
 	if err != nil || int64(len(body)) > maxResult {
 		e := apierr.New(apierr.UpstreamBody)
+		if ctx.Err() != nil {
+			e = apierr.New(p.stopCode(ctx))
+		}
 		_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 		p.tail.answer(&Head{Status: e.Status, ContentType: "application/json", Body: e.BodyIn(p.shape()), Attempts: attempts})
 		return resume.Result{State: resume.Failed, Status: e.Status, Error: e.Code}

@@ -91,19 +91,32 @@ func (t *Tail) Head(ctx context.Context) (*Head, error) {
 // registry maps live generations on this instance to their tails, and
 // each stream id to the lease of its generation running here.
 type registry struct {
-	mu     sync.Mutex
-	tails  map[journal.Ref]*Tail
-	leases map[string]*resume.Lease
+	mu      sync.Mutex
+	tails   map[journal.Ref]*Tail
+	cancels map[journal.Ref]context.CancelCauseFunc
+	leases  map[string]*resume.Lease
 }
 
-func (r *registry) add(ref journal.Ref, t *Tail, l *resume.Lease) {
+func (r *registry) add(ref journal.Ref, t *Tail, l *resume.Lease, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
 	if r.tails == nil {
-		r.tails, r.leases = map[journal.Ref]*Tail{}, map[string]*resume.Lease{}
+		r.tails, r.cancels, r.leases = map[journal.Ref]*Tail{}, map[journal.Ref]context.CancelCauseFunc{}, map[string]*resume.Lease{}
 	}
 	r.tails[ref] = t
+	r.cancels[ref] = cancel
 	r.leases[ref.ID] = l
 	r.mu.Unlock()
+}
+
+// cancel cancels ref's generation with cause, if it runs here.
+func (r *registry) cancel(ref journal.Ref, cause error) bool {
+	r.mu.Lock()
+	c := r.cancels[ref]
+	r.mu.Unlock()
+	if c != nil {
+		c(cause)
+	}
+	return c != nil
 }
 
 func (r *registry) get(ref journal.Ref) *Tail {
@@ -132,6 +145,7 @@ func (r *registry) owned(id string) (resume.Record, bool) {
 func (r *registry) remove(ref journal.Ref) {
 	r.mu.Lock()
 	delete(r.tails, ref)
+	delete(r.cancels, ref)
 	if l := r.leases[ref.ID]; l != nil && l.Record().Generation == ref.Gen { // not a newer one's
 		delete(r.leases, ref.ID)
 	}

@@ -33,7 +33,7 @@ func TestRegistryOwned(t *testing.T) {
 		t.Fatal("owned before any generation was added")
 	}
 	ref1 := journal.Ref{ID: id, Gen: 1}
-	live.add(ref1, newTail(), out.Lease)
+	live.add(ref1, newTail(), out.Lease, func(error) {})
 	if rec, ok := live.owned(id); !ok || rec.Generation != 1 || rec.State != resume.InProgress || rec.Owner != "here" {
 		t.Fatalf("owned = %+v, %v; want generation 1 in progress, ours", rec, ok)
 	}
@@ -45,7 +45,7 @@ func TestRegistryOwned(t *testing.T) {
 		t.Fatalf("Begin generation 2: %+v, %v", out2.Record, err)
 	}
 	defer func() { _ = out2.Lease.Finish(ctx, resume.Result{State: resume.Failed}) }()
-	live.add(journal.Ref{ID: id, Gen: 2}, newTail(), out2.Lease)
+	live.add(journal.Ref{ID: id, Gen: 2}, newTail(), out2.Lease, func(error) {})
 	live.remove(ref1) // the old pump ends after the new one started
 	if rec, ok := live.owned(id); !ok || rec.Generation != 2 {
 		t.Fatalf("owned after removing generation 1 = %+v, %v; want generation 2", rec, ok)

@@ -119,6 +119,6 @@ func seconds(d time.Duration) int {
 // Codes lists every code the engine can end a generation with, besides the
 // upstream's own error codes: its own and classify's.
 func Codes() []string {
-	return append([]string{apierr.OwnerLost, apierr.ProxyShutdown, apierr.JournalFailure, apierr.StreamTooLarge,
+	return append([]string{apierr.OwnerLost, apierr.Cancelled, apierr.ProxyShutdown, apierr.JournalFailure, apierr.StreamTooLarge,
 		apierr.InvalidEvent, apierr.UpstreamBody, apierr.UpstreamError, apierr.ShuttingDown, apierr.TooManyGenerations}, classify.Codes()...)
 }

@@ -103,6 +103,8 @@ type Proxy struct {
 	hs      *http.Server
 	log     *slog.Logger
 
+	stopCancels func() // stops listening for cancels asked elsewhere
+
 	serving  sync.WaitGroup
 	stopOnce sync.Once
 	stopped  chan struct{} // closed once the HTTP server stops taking requests
@@ -159,13 +161,17 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	stopCancels, err := j.OnCancel(func(ref journal.Ref) { eng.Cancel(ref) }) // asked on another instance
+	if err != nil {
+		return nil, err
+	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		srv.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}
 	if cfg.MaxHeaderBytes <= 0 {
 		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
-	p := &Proxy{journal: j, engine: eng, srv: srv, log: cfg.Logger, stopped: make(chan struct{})}
+	p := &Proxy{journal: j, engine: eng, srv: srv, log: cfg.Logger, stopped: make(chan struct{}), stopCancels: stopCancels}
 	p.hs = &http.Server{
 		Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: cfg.MaxHeaderBytes, TLSConfig: cfg.TLS,
@@ -230,6 +236,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		}()
 	})
 	err := p.engine.Shutdown(ctx)
+	if err == nil {
+		p.stopCancels() // nothing runs here any more
+	}
 	// Readers still attached follow generations that are now complete in
 	// the journal, or run elsewhere; they can resume anywhere else.
 	p.srv.Close(ctx)

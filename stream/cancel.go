@@ -1,0 +1,56 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/apierr"
+)
+
+// handleCancel serves POST /v1/streams/{key}/cancel: stop is not
+// disconnect. The running generation of the key — on whichever instance
+// runs it — is cancelled at once: its upstream request ends, the key
+// becomes cancelled (no result; readers get an error event cancelled) and
+// may generate again. It answers 202 with the status JSON; 409 when no
+// generation of the key runs. Access is the reader's: the creator's
+// credential or the Location's capability.
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	key, err := resume.ParseKey(r.PathValue("key"))
+	if err != nil {
+		fail(w, r, apierr.New(apierr.BadKey))
+		return
+	}
+	tenant, ok := s.readerTenant(r, key)
+	if !ok {
+		fail(w, r, apierr.New(apierr.KeyNotFound))
+		return
+	}
+	id := resume.StreamID(tenant, key)
+	rec, err := s.resume.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, resume.ErrNotFound):
+		fail(w, r, apierr.New(apierr.KeyNotFound))
+		return
+	case err != nil:
+		fail(w, r, apierr.New(apierr.Unavailable))
+		return
+	case rec.State != resume.InProgress:
+		failFor(w, rec, apierr.New(apierr.NotRunning).WithMessage("no generation of this key is running: it is "+string(rec.State)))
+		return
+	}
+	ref := journal.Ref{ID: id, Gen: rec.Generation}
+	if !s.engine.Cancel(ref) { // it runs elsewhere: tell every instance
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := s.journal.Cancel(ctx, ref); err != nil {
+			failFor(w, rec, apierr.New(apierr.Unavailable))
+			return
+		}
+	}
+	s.metrics.Decision("cancel")
+	writeStatus(w, http.StatusAccepted, rec)
+}

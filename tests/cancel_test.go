@@ -1,0 +1,112 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/proxy"
+)
+
+// awaitAborted waits until the fake upstream's first generation of prompt
+// has ended without completing, and returns when it saw that.
+func awaitAborted(tb testing.TB, e *env, prompt string, within time.Duration) time.Time {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if g := e.LLM.Ledger().Generations(prompt); len(g) > 0 && g[0].Aborted {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the upstream's generation of %q still ran %s after the cancel", prompt, within)
+		}
+		time.Sleep(2 * time.Millisecond) // polling the fake's ledger; bounded above
+	}
+}
+
+// TestCancel: POST …/cancel stops the running generation at once — the
+// upstream's request ends within 100 ms — the key is cancelled, its
+// reader gets event: error cancelled, and the key generates afresh; a
+// client that only disconnects never cancels; a key that runs nothing
+// answers 409.
+func TestCancel(t *testing.T) {
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=2000] [delay=10ms]")
+	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-cancel")
+	loc := resp.Header.Get("Location")
+	first := readEvents(t, resp, 3) // and leave: that is no cancel
+	reader := do(t, "GET", e.URL+loc, "", "Last-Event-ID", lastID(first))
+	time.Sleep(100 * time.Millisecond) // let the client's disconnect be noticed; it must change nothing
+	if g := e.LLM.Ledger().Generations(prompt); len(g) != 1 || g[0].Aborted || g[0].Completed {
+		t.Fatalf("after the client left: %+v, want one generation still running", g)
+	}
+
+	start := time.Now()
+	cancelURL, _ := url.Parse(e.URL + loc) // the Location's capability grants the cancel too
+	cancelURL.Path += "/cancel"
+	cancelResp := do(t, "POST", cancelURL.String(), "")
+	body := readBody(t, cancelResp)
+	var st keyStatus
+	if cancelResp.StatusCode != http.StatusAccepted || json.Unmarshal([]byte(body), &st) != nil || st.Key != "k-cancel" {
+		t.Fatalf("cancel: %d %s, want 202 with the status JSON", cancelResp.StatusCode, body)
+	}
+	if took := awaitAborted(t, e, prompt, 2*time.Second).Sub(start); took > 100*time.Millisecond {
+		t.Errorf("the upstream's generation ended %s after the cancel, want ≤ 100 ms", took)
+	}
+	evs := readEvents(t, reader, -1)
+	last := lastEvent(t, evs)
+	if _, _, code := openAIError(t, last.Data); last.Type != "error" || code != "cancelled" {
+		t.Errorf("the reader ended with %+v, want event: error cancelled", last)
+	}
+	if st := waitState(t, e, "k-cancel", "cancelled"); st.Error != "cancelled" {
+		t.Errorf("status %+v", st)
+	}
+	again := do(t, "POST", e.URL+"/v1/streams/k-cancel/cancel", "")
+	if body := readBody(t, again); again.StatusCode != http.StatusConflict {
+		t.Errorf("cancel of a cancelled key: %d %s, want 409", again.StatusCode, body)
+	}
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-cancel"), 2)
+	if g := e.LLM.Ledger().Generations(prompt); len(g) != 2 {
+		t.Errorf("after the cancel the same key made %d generations, want a second one", len(g))
+	}
+	t.Cleanup(func() { readBody(t, do(t, "POST", e.URL+"/v1/streams/k-cancel/cancel", "")) }) // the second one too, before the proxy stops
+	if resp := do(t, "POST", e.URL+"/v1/streams/k-cancel/cancel", "", "Authorization", "Bearer someone-else"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("another tenant's cancel: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestCancelElsewhere: a cancel sent to an instance that does not run the
+// generation reaches the one that does.
+func TestCancelElsewhere(t *testing.T) {
+	e := newEnv(t, withNATSPort())
+	nc, err := nats.Connect(e.natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	upstream, _ := url.Parse(e.llmSrv.URL)
+	// Another instance on the same NATS: the same journal and records.
+	b, _, bURL := serveProxy(t, proxy.Config{NATS: nc, Upstream: upstream, Auth: auth.Config{Secret: testSecret}, Logger: testLogger()})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = b.Shutdown(ctx)
+	})
+	prompt := uniquePrompt(t, "[tokens=2000] [delay=10ms]")
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-cancel-b"), 2)
+	start := time.Now()
+	resp := do(t, "POST", bURL+"/v1/streams/k-cancel-b/cancel", "")
+	if body := readBody(t, resp); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("cancel on B: %d %s", resp.StatusCode, body)
+	}
+	if took := awaitAborted(t, e, prompt, 2*time.Second).Sub(start); took > 100*time.Millisecond {
+		t.Errorf("A's generation ended %s after the cancel on B, want ≤ 100 ms", took)
+	}
+	waitState(t, e, "k-cancel-b", "cancelled")
+}
