@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
@@ -111,6 +112,14 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 		fail(w, r, apierr.New(apierr.BadCursor))
 		return
 	}
+	if out.Decision != resume.Replay && !rec.Stream && respondAsync(r) {
+		// Query instead of retry: nothing is held open and nothing need
+		// be sent again; the status JSON says when the Location has the
+		// result.
+		h.Set("Preference-Applied", "respond-async")
+		writeStatus(w, http.StatusAccepted, rec)
+		return
+	}
 	switch out.Decision {
 	case resume.Start:
 		s.serveStart(w, r, id, rec, t, cur)
@@ -130,6 +139,19 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 			s.serveResultLimited(w, r, id, rec, s.awaitResult)
 		}
 	}
+}
+
+// respondAsync reports whether the request asks, RFC 7240's way, not to
+// wait for the answer.
+func respondAsync(r *http.Request) bool {
+	for _, v := range r.Header.Values("Prefer") {
+		for p := range strings.SplitSeq(v, ",") {
+			if name, _, _ := strings.Cut(strings.TrimSpace(p), ";"); strings.EqualFold(strings.TrimSpace(name), "respond-async") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // keyless picks the key of a request that came without one. An SDK retry

@@ -126,3 +126,33 @@ func TestShouldRetrySteering(t *testing.T) {
 		t.Errorf("in progress: %d, Retry-After %q, X-Should-Retry %q; want 409 with a Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Should-Retry"))
 	}
 }
+
+// TestRespondAsync: a non-streamed request with Prefer: respond-async is
+// answered 202 at once with its Location; the client polls the status and
+// fetches the result there; the same request again is still one
+// generation.
+func TestRespondAsync(t *testing.T) {
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=30] [delay=10ms]")
+	start := time.Now()
+	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, false), "Idempotency-Key", "k-async", "Prefer", "respond-async, wait=0")
+	body := readBody(t, resp)
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get("Location") == "" || !strings.Contains(body, `"state":"in_progress"`) {
+		t.Fatalf("%d %s, want 202 with the status JSON and a Location", resp.StatusCode, body)
+	}
+	if took := time.Since(start); took > 250*time.Millisecond {
+		t.Errorf("answered after %s: it waited for the generation (~300 ms)", took)
+	}
+	waitState(t, e, "k-async", "completed")
+	result := do(t, "GET", e.URL+resp.Header.Get("Location"), "")
+	if got := readBody(t, result); result.StatusCode != 200 || !strings.Contains(got, `"chat.completion"`) {
+		t.Errorf("the result at the Location: %d %s", result.StatusCode, got)
+	}
+	again := do(t, "POST", e.URL+chatPath, chatBody(prompt, false), "Idempotency-Key", "k-async", "Prefer", "respond-async")
+	if readBody(t, again); again.StatusCode != 200 || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("again once completed: %d, replayed %q; want the stored result", again.StatusCode, again.Header.Get("Idempotent-Replayed"))
+	}
+	if g := e.LLM.Ledger().Get(prompt); g.Generations != 1 {
+		t.Errorf("ledger %+v, want 1 generation", g)
+	}
+}
