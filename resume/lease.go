@@ -120,6 +120,7 @@ type Result struct {
 	ContentType string
 	Error       string // error code for Failed
 	Usage       *Usage // what the upstream reported, if it did
+	Upstream    string // the name of the upstream that answered
 }
 
 // Finish stores the generation's result and stops the heartbeat. ErrFenced
@@ -137,7 +138,7 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	}
 	change := func(r *Record) {
 		r.State, r.Events, r.Status, r.ContentType, r.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
-		r.Usage = res.Usage
+		r.Usage, r.Upstream = res.Usage, res.Upstream
 		r.Owner, r.LeaseUntil = "", time.Time{}
 	}
 	// A store that does not answer (a NATS failover) is asked again until

@@ -36,7 +36,9 @@ type Record struct {
 	ContentType string    `json:"content_type,omitempty"`
 	Error       string    `json:"error,omitempty"`
 	// Usage is what the upstream reported the generation cost, when it did.
-	Usage     *Usage    `json:"usage,omitempty"`
+	Usage *Usage `json:"usage,omitempty"`
+	// Upstream names the upstream that answered the generation.
+	Upstream  string    `json:"upstream,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

@@ -126,6 +126,9 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 	case resume.Replay:
 		h.Set("Reprise-Attempts", "0") // this answer cost no upstream request
 		h.Set("Idempotent-Replayed", "true")
+		if rec.Upstream != "" {
+			h.Set("Reprise-Upstream", rec.Upstream)
+		}
 		if streamed(rec) {
 			s.serveSSE(w, r, id, rec, cur)
 		} else {
@@ -231,6 +234,9 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, id string, r
 		return // the pump goes on without this client
 	}
 	w.Header().Set("Reprise-Attempts", strconv.Itoa(head.Attempts))
+	if head.Upstream != "" {
+		w.Header().Set("Reprise-Upstream", head.Upstream)
+	}
 	if !head.Streaming {
 		if ra := seconds(head.RetryAfter); ra > 0 && head.Status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))

@@ -143,6 +143,7 @@ type status struct {
 	Status     int           `json:"status,omitempty"`
 	Error      string        `json:"error,omitempty"`
 	Usage      *resume.Usage `json:"usage,omitempty"`
+	Upstream   string        `json:"upstream,omitempty"`
 	CreatedAt  time.Time     `json:"created_at"`
 	UpdatedAt  time.Time     `json:"updated_at"`
 }
@@ -153,7 +154,7 @@ func writeStatus(w http.ResponseWriter, code int, rec resume.Record) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(status{
 		Key: rec.Key, State: rec.State, Generation: rec.Generation, Events: rec.Events, Stream: rec.Stream,
-		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, Upstream: rec.Upstream, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	})
 }
 

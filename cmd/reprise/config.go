@@ -51,7 +51,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("reprise", flag.ContinueOnError)
 	fs.StringVar(file, "config", "", "settings `FILE`: one name = value line per setting, names as the flags (a flag beats REPRISE_*, which beats the file)")
 	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
-	fs.StringVar(&c.upstream, "upstream", "demo", "OpenAI-compatible base URL (http://host:port); demo = built-in fake model")
+	fs.StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
 	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret")
 	fs.StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
 	fs.DurationVar(&p.Journal.TTL, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept")

@@ -55,14 +55,18 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestUpstreamURL(t *testing.T) {
-	for _, bad := range []string{"ftp://x", "not a url", "http://", "localhost:8080"} {
+	for _, bad := range []string{"ftp://x", "not a url", "http://", "localhost:8080", "http://a,", "http://a,ftp://b"} {
 		if _, _, err := upstreamURL(config{upstream: bad}, nil); err == nil {
 			t.Errorf("upstream %q accepted", bad)
 		}
 	}
 	u, _, err := upstreamURL(config{upstream: "https://api.example.test/v1/"}, nil)
-	if err != nil || u.String() != "https://api.example.test" {
+	if err != nil || len(u) != 1 || u[0].String() != "https://api.example.test" {
 		t.Errorf("got %v, %v; want the base without /v1", u, err)
+	}
+	u, _, err = upstreamURL(config{upstream: "https://a.test/v1, http://b.test:8080"}, nil)
+	if err != nil || len(u) != 2 || u[0].String() != "https://a.test" || u[1].String() != "http://b.test:8080" {
+		t.Errorf("a list: got %v, %v; want both, in order", u, err)
 	}
 }
 

@@ -49,12 +49,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		}
 		pc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	upstream, stopDemo, err := upstreamURL(cfg, log)
+	upstreams, stopDemo, err := upstreamURL(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopDemo()
-	pc.NATS, pc.Upstream, pc.Logger, pc.Registerer = nc, upstream, log, prometheus.DefaultRegisterer
+	pc.NATS, pc.Upstream, pc.Fallbacks, pc.Logger, pc.Registerer = nc, upstreams[0], upstreams[1:], log, prometheus.DefaultRegisterer
 	pc.Client = engine.DefaultClient(cfg.connectTimeout, cfg.headerTimeout)
 	p, err := proxy.New(ctx, pc)
 	if err != nil {
@@ -68,7 +68,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.Serve(ln) }()
-	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "upstream", upstream.Redacted(), "data", cfg.data)
+	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "upstream", upstreams[0].Redacted(), "fallbacks", len(upstreams)-1, "data", cfg.data)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -169,15 +169,19 @@ func loadSecret(cfg config) ([]byte, error) {
 
 // upstreamURL returns the upstream base URL; "demo" starts the built-in fake
 // model on a loopback port.
-func upstreamURL(cfg config, log *slog.Logger) (*url.URL, func(), error) {
+func upstreamURL(cfg config, log *slog.Logger) ([]*url.URL, func(), error) {
 	if cfg.upstream != "demo" {
-		u, err := url.Parse(cfg.upstream)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, nil, fmt.Errorf("--upstream %q: want http(s)://host[:port] or demo", cfg.upstream)
+		var out []*url.URL
+		for raw := range strings.SplitSeq(cfg.upstream, ",") {
+			u, err := url.Parse(strings.TrimSpace(raw))
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return nil, nil, fmt.Errorf("--upstream %q: want http(s)://host[:port][,…] or demo", cfg.upstream)
+			}
+			u.Path = strings.TrimSuffix(u.Path, "/")
+			u.Path = strings.TrimSuffix(u.Path, "/v1")
+			out = append(out, u)
 		}
-		u.Path = strings.TrimSuffix(u.Path, "/")
-		u.Path = strings.TrimSuffix(u.Path, "/v1")
-		return u, func() {}, nil
+		return out, func() {}, nil
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -189,5 +193,5 @@ func upstreamURL(cfg config, log *slog.Logger) (*url.URL, func(), error) {
 	}
 	go func() { _ = demo.Serve(ln) }()
 	log.Info("using the built-in demo upstream (a fake model, ~30 tokens/s)")
-	return &url.URL{Scheme: "http", Host: ln.Addr().String()}, func() { _ = demo.Close() }, nil
+	return []*url.URL{{Scheme: "http", Host: ln.Addr().String()}}, func() { _ = demo.Close() }, nil
 }

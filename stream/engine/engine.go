@@ -98,12 +98,15 @@ type Metrics interface {
 	UpstreamRequests(n int)
 }
 
-// Upstream is the model API and how it is called.
+// Upstream is a model API and how it is called.
 type Upstream struct {
+	// Name names it in Reprise-Upstream and the key's status. Default: the
+	// URL's host.
+	Name string
 	// URL is the base URL; request paths are joined to it. Required.
 	URL *url.URL
 	// Policy is the call policy (retries, budget, breaker, concurrency
-	// limit). Required.
+	// limit): each upstream's own. Required.
 	Policy *classify.Policy
 	// Decorator sets the caller's credential. Required.
 	Decorator Decorator
@@ -159,6 +162,11 @@ type Config struct {
 	Journal Journal
 	// Upstream is the model API. Required.
 	Upstream Upstream
+	// Fallbacks are the upstreams, in order, that a generation moves to
+	// when the one before refused it before its first byte (a retryable
+	// failure once its policy gave up, its breaker open, its limit full);
+	// never once an answer began. Default none.
+	Fallbacks []Upstream
 	// Limits bound each generation. Zero fields take their defaults.
 	Limits Limits
 	// Names remembers the upstream's ids of generations. Default: none are.
@@ -186,17 +194,27 @@ type Engine struct {
 
 // New returns an Engine.
 func New(cfg Config) (*Engine, error) {
-	up := cfg.Upstream
-	if cfg.Journal == nil || up.URL == nil || up.Policy == nil || up.Decorator == nil {
-		return nil, fmt.Errorf("%w: journal, upstream URL, policy and decorator are required", ErrInvalidOption)
+	if cfg.Journal == nil {
+		return nil, fmt.Errorf("%w: journal is required", ErrInvalidOption)
 	}
-	if up.Policy.RetriesAmbiguous() && !up.Idempotency {
-		return nil, fmt.Errorf("%w: retrying ambiguous failures without forwarding Idempotency-Key could bill twice", ErrInvalidOption)
+	ups := append([]Upstream{cfg.Upstream}, cfg.Fallbacks...)
+	for i := range ups {
+		up := &ups[i]
+		if up.URL == nil || up.Policy == nil || up.Decorator == nil {
+			return nil, fmt.Errorf("%w: every upstream needs its URL, policy and decorator", ErrInvalidOption)
+		}
+		if up.Policy.RetriesAmbiguous() && !up.Idempotency {
+			return nil, fmt.Errorf("%w: retrying ambiguous failures without forwarding Idempotency-Key could bill twice", ErrInvalidOption)
+		}
+		if up.Transport == nil {
+			up.Transport = http.DefaultTransport
+		}
+		if up.Name == "" {
+			up.Name = up.URL.Host
+		}
 	}
+	cfg.Upstream, cfg.Fallbacks = ups[0], ups[1:]
 	cfg.Limits.fill()
-	if cfg.Upstream.Transport == nil {
-		cfg.Upstream.Transport = http.DefaultTransport
-	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
@@ -298,6 +316,11 @@ func (e *Engine) abandon(g Generation, why apierr.Error) {
 // event cancelled), and the key may generate afresh. It reports whether
 // the generation ran here.
 func (e *Engine) Cancel(ref journal.Ref) bool { return e.live.cancel(ref, ErrCancelled) }
+
+// upstreams are the upstreams in the order a generation tries them.
+func (e *Engine) upstreams() []Upstream {
+	return append([]Upstream{e.cfg.Upstream}, e.cfg.Fallbacks...)
+}
 
 // Closing reports whether Shutdown has begun.
 func (e *Engine) Closing() bool {

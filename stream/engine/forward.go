@@ -45,6 +45,12 @@ func (Generic) Shape() apierr.Shape { return apierr.OpenAI }
 // it is for requests that carry no key.
 func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 	up := e.cfg.Upstream
+	for _, u := range e.upstreams() { // the first whose breaker lets it be called
+		if !u.Policy.BreakerOpen() {
+			up = u
+			break
+		}
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(up.URL) // the base's path, then the request's; the query kept

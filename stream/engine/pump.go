@@ -38,6 +38,7 @@ type pump struct {
 	g    Generation
 	tail *Tail
 	log  *slog.Logger
+	up   Upstream // the upstream being called, then the one that answered
 }
 
 func (p *pump) run(ctx context.Context) {
@@ -125,35 +126,66 @@ func countEvents(appended uint64) uint64 {
 	return appended - 1
 }
 
-// generate calls the upstream through the call policy and journals its
-// answer. It returns the result to record; the end marker is appended by
-// the caller.
+// generate calls the upstreams in turn, each through its own call policy,
+// and journals the first answer. It returns the result to record; the end
+// marker is appended by the caller.
 func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
-	policy := p.e.cfg.Upstream.Policy
-	release, err := policy.Acquire(ctx)
-	if err != nil {
-		return p.refuse(ctx, w, err, 0)
-	}
-	defer release()
 	ctx, cancel := context.WithTimeout(ctx, p.e.cfg.Limits.MaxGeneration)
 	defer cancel()
 	// The stream is read under its own context, so the idle watchdog can
 	// cut a stalled upstream.
 	streamCtx, stall := context.WithCancelCause(ctx)
 	defer stall(nil)
-	resp, attempts, err := policy.Do(streamCtx, p.newRequest)
+	ups, attempts := p.e.upstreams(), 0
+	for i, up := range ups {
+		p.up = up
+		resp, release, n, err := p.call(streamCtx, up)
+		attempts += n
+		if err != nil {
+			if i+1 < len(ups) && failover(err) && ctx.Err() == nil {
+				p.log.Warn("upstream refused the generation before its first byte; trying the next", "upstream", up.Name, "next", ups[i+1].Name, "err", err)
+				continue
+			}
+			return p.refuse(ctx, w, err, attempts)
+		}
+		defer release()
+		defer resp.Body.Close()
+		ct := resp.Header.Get("Content-Type")
+		if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" {
+			p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Streaming: true, Attempts: attempts, Upstream: up.Name})
+			res := p.events(ctx, streamCtx, w, resp.Body, stall)
+			res.Upstream = up.Name
+			return res
+		}
+		res := p.result(ctx, w, resp, ct, attempts)
+		res.Upstream = up.Name
+		return res
+	}
+	panic("engine: no upstream") // New requires one
+}
+
+// call sends the generation's request to up under up's policy: its
+// concurrency limit (release returns the place, once the answer is read),
+// retries, budget and breaker.
+func (p *pump) call(ctx context.Context, up Upstream) (resp *http.Response, release func(), attempts int, err error) {
+	release, err = up.Policy.Acquire(ctx)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	resp, attempts, err = up.Policy.Do(ctx, p.newRequest)
 	p.e.cfg.Metrics.UpstreamRequests(attempts)
 	if err != nil {
-		return p.refuse(ctx, w, err, attempts)
+		release()
+		return nil, nil, attempts, err
 	}
-	defer resp.Body.Close()
+	return resp, release, attempts, nil
+}
 
-	ct := resp.Header.Get("Content-Type")
-	if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" {
-		p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Streaming: true, Attempts: attempts})
-		return p.events(ctx, streamCtx, w, resp.Body, stall)
-	}
-	return p.result(ctx, w, resp, ct, attempts)
+// failover reports whether a call that failed with err may move to the
+// next upstream: nothing was generated (a retryable failure its policy gave
+// up on, or the upstream refused to be called at all).
+func failover(err error) bool {
+	return errors.Is(err, classify.ErrRetryable) || errors.Is(err, classify.ErrUnavailable)
 }
 
 // refuse records a call that produced no answer to journal: the initiating
@@ -162,7 +194,7 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempts int) resume.Result {
 	var ce *classify.Error
 	if errors.As(err, &ce) {
-		ce.Body = p.e.cfg.Upstream.Decorator.Redact(ce.Body)
+		ce.Body = p.up.Decorator.Redact(ce.Body)
 	} else {
 		code := p.stopCode(ctx)
 		ce = &classify.Error{Kind: classify.ErrUnavailable, Status: apierr.New(code).Status, Code: code, Err: err}
@@ -177,7 +209,7 @@ func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempt
 		body, ct = e.BodyIn(p.shape()), "application/json"
 	}
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
-	p.tail.answer(&Head{Status: ce.Status, ContentType: ct, Body: body, Attempts: attempts, RetryAfter: ce.RetryAfter})
+	p.tail.answer(&Head{Status: ce.Status, ContentType: ct, Body: body, Attempts: attempts, RetryAfter: ce.RetryAfter, Upstream: p.up.Name})
 	return resume.Result{State: resume.Failed, Status: ce.Status, ContentType: ct, Error: e.Code}
 }
 
@@ -206,7 +238,7 @@ func (p *pump) stopCode(ctx context.Context) string {
 func (p *pump) shape() apierr.Shape { return p.g.Protocol.Shape() }
 
 func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
-	up := p.e.cfg.Upstream
+	up := p.up
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, up.URL.JoinPath(p.g.Path).String(), bytes.NewReader(p.g.Body))
 	if err != nil {
 		return nil, err
@@ -305,7 +337,7 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 			break
 		}
 	}
-	p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Body: body, Attempts: attempts})
+	p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Body: body, Attempts: attempts, Upstream: p.up.Name})
 	res := resume.Result{State: resume.Completed, Status: resp.StatusCode, ContentType: ct}
 	if u, ok := p.g.Protocol.Result(ct, body); ok {
 		res.Usage = &u

@@ -31,6 +31,7 @@ type Head struct {
 	Body        []byte // the whole answer, unless Streaming
 	Streaming   bool
 	Attempts    int           // upstream requests made
+	Upstream    string        // the name of the upstream that answered
 	RetryAfter  time.Duration // known wait, for the client's Retry-After
 }
 

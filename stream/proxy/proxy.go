@@ -66,6 +66,11 @@ type Config struct {
 	// Upstream is the model API's base URL; request paths are joined to
 	// it. Required.
 	Upstream *url.URL
+	// Fallbacks are further upstreams of the same formats, tried in order
+	// when the one before refused a generation before its first byte; each
+	// gets a policy of its own (its own breaker and budget) from Policy.
+	// Default none.
+	Fallbacks []*url.URL
 	// Client calls the upstream. Default engine.DefaultClient with
 	// engine.DefaultConnectTimeout and engine.DefaultHeaderTimeout.
 	Client *http.Client
@@ -137,9 +142,16 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		cfg.Client = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout)
 	}
 	cfg.Policy.RetryAmbiguous = cfg.Policy.RetryAmbiguous || cfg.UpstreamIdempotency
-	policy, err := classify.New(cfg.Policy, cfg.Client)
-	if err != nil {
-		return nil, err
+	var ups []engine.Upstream
+	for _, u := range append([]*url.URL{cfg.Upstream}, cfg.Fallbacks...) {
+		policy, err := classify.New(cfg.Policy, cfg.Client)
+		if err != nil {
+			return nil, err
+		}
+		ups = append(ups, engine.Upstream{URL: u, Policy: policy, Decorator: a, Idempotency: cfg.UpstreamIdempotency, Transport: cfg.Client.Transport})
+	}
+	breakerOpen := func() bool { // the primary's: a fallback's breaker is only a fallback's
+		return ups[0].Policy.BreakerOpen()
 	}
 	if cfg.Limits.MaxTenantGenerations == 0 {
 		cfg.Limits.MaxTenantGenerations = cfg.Policy.MaxConcurrent // 0: the engine's default, classify's
@@ -148,11 +160,11 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m := metrics.New(reg, policy.BreakerOpen, j.Stats)
+	m := metrics.New(reg, breakerOpen, j.Stats)
 	eng, err := engine.New(engine.Config{
 		Journal:  j,
-		Upstream: engine.Upstream{URL: cfg.Upstream, Policy: policy, Decorator: a, Idempotency: cfg.UpstreamIdempotency, Transport: cfg.Client.Transport},
-		Limits:   cfg.Limits, Names: rm, Metrics: m, Logger: cfg.Logger,
+		Upstream: ups[0], Fallbacks: ups[1:],
+		Limits: cfg.Limits, Names: rm, Metrics: m, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
