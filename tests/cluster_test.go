@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -65,9 +66,7 @@ func checkStream(t *testing.T, llm *mockllm.Server, prompt string, evs []event, 
 	if len(last) == 0 || last[len(last)-1].Data != "[DONE]" {
 		t.Fatalf("the stream did not end with [DONE]: last %+v", evs[len(evs)-1])
 	}
-	if err := llm.Ledger().Wait(waitCtx(t, 15*time.Second), prompt, wantGens); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Settled(t, llm.Ledger(), prompt, wantGens)
 	gens := llm.Ledger().Generations(prompt)
 	if len(gens) != wantGens {
 		t.Fatalf("%d upstream generations, want %d", len(gens), wantGens)
@@ -112,9 +111,7 @@ func TestClusterResumeAcrossInstances(t *testing.T) {
 				key := "k-" + strings.NewReplacer(" ", "-", "/", "-").Replace(t.Name())
 				first := readEvents(t, do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key), 7)
 				if !running {
-					if err := w.llm.Ledger().Wait(waitCtx(t, 15*time.Second), prompt, 1); err != nil {
-						t.Fatal(err)
-					}
+					testutil.Settled(t, w.llm.Ledger(), prompt, 1)
 					pollUntil(t, 15*time.Second, "completion", func() bool {
 						st, code := clusterStatus(t, b.URL, key)
 						return code == 200 && st.State == "completed"
@@ -307,9 +304,7 @@ func runNodeKill(t *testing.T, w *clusterWorld, a, b *instance, victim int, stre
 		} else {
 			out.failed++
 		}
-		if err := w.llm.Ledger().Wait(waitCtx(t, 15*time.Second), r.prompt, 1); err != nil {
-			t.Fatal(err)
-		}
+		testutil.Settled(t, w.llm.Ledger(), r.prompt, 1)
 		gens := w.llm.Ledger().Generations(r.prompt)
 		if gaps := gapsOf(r.evs); len(gaps) > 0 || done && (content(t, r.evs) != gens[0].Content || !gens[0].Completed) {
 			out.silent = append(out.silent, fmt.Sprintf("%s: the client's stream has gaps %v or other content than the upstream's", r.key, gaps))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -41,8 +42,8 @@ func TestCompleteStream(t *testing.T) {
 	if got := content(t, evs); got != want {
 		t.Errorf("content %q, want %q", got, want)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Generations != 1 || g.Requests != 1 {
-		t.Errorf("ledger %+v, want one request and one generation", g)
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 || g.Requests != 1 || g.Completed != 1 {
+		t.Errorf("ledger %+v, want one request and one completed generation", g)
 	}
 }
 
@@ -76,9 +77,7 @@ func TestResume(t *testing.T) {
 				if all[len(all)-1].Data != "[DONE]" {
 					t.Fatalf("k=%d: resumed stream did not end with [DONE]", k)
 				}
-				if err := e.LLM.Ledger().Wait(waitCtx(t, 10*time.Second), prompt, 1); err != nil {
-					t.Fatal(err)
-				}
+				testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
 				gens := e.LLM.Ledger().Generations(prompt)
 				if len(gens) != 1 {
 					t.Fatalf("k=%d: %d upstream generations, want 1", k, len(gens))
@@ -123,7 +122,7 @@ func TestDuplicateReplays(t *testing.T) {
 			t.Fatalf("event %d differs between first client and attach", i)
 		}
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 request, 1 generation", g)
 	}
 }
@@ -134,9 +133,7 @@ func TestClientGone(t *testing.T) {
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=25] [delay=5ms]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-gone"), 2)
-	if err := e.LLM.Ledger().Wait(waitCtx(t, 10*time.Second), prompt, 1); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
 	gens := e.LLM.Ledger().Generations(prompt)
 	if !gens[0].Completed {
 		t.Fatalf("upstream generation did not complete after the client left: %+v", gens[0])
@@ -212,7 +209,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	if len(streams[0]) != 24 {
 		t.Fatalf("got %d events, want 24", len(streams[0]))
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 request, 1 generation", g)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 // TestUpstreamErrorBeforeStream: a fatal upstream status reaches the client
@@ -44,7 +45,7 @@ func TestUpstreamErrorBeforeStream(t *testing.T) {
 		if evs[len(evs)-1].Data != "[DONE]" {
 			t.Fatalf("%d: second attempt did not complete", status)
 		}
-		if g := e.LLM.Ledger().Get(prompt); g.Requests != 2 || g.Generations != 1 {
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 2 || g.Generations != 1 {
 			t.Errorf("%d: ledger %+v, want 2 requests, 1 generation", status, g)
 		}
 	}
@@ -86,7 +87,7 @@ func TestUpstreamBreaksMidStream(t *testing.T) {
 	if evs2[0].Type != "reset" {
 		t.Fatalf("first event %+v, want reset", evs2[0])
 	}
-	if got := e.LLM.Ledger().Get(prompt).Generations; got != 2 {
+	if got := testutil.Settled(t, e.LLM.Ledger(), prompt, 2).Generations; got != 2 {
 		t.Errorf("%d generations, want exactly 2", got)
 	}
 	st = waitState(t, e, "k-break", "failed")
@@ -184,7 +185,7 @@ func TestNonStreaming(t *testing.T) {
 	if loc := readBody(t, do(t, "GET", e.URL+"/v1/streams/k-json", "")); loc != first {
 		t.Errorf("the Location of a non-streamed result serves %q, want %q", loc, first)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 {
 		t.Errorf("ledger %+v", g)
 	}
 

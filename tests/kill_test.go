@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 var (
@@ -136,11 +137,7 @@ func TestOwnerKilled(t *testing.T) {
 	if evs[0].Type != "reset" || evs[len(evs)-1].Data != "[DONE]" {
 		t.Fatalf("regeneration: first %+v last %+v", evs[0], evs[len(evs)-1])
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.LLM.Ledger().Wait(ctx, prompt, 2); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Settled(t, e.LLM.Ledger(), prompt, 2)
 	gens := e.LLM.Ledger().Generations(prompt)
 	if len(gens) != 2 || gens[0].Completed || !gens[1].Completed {
 		t.Fatalf("generations %d (first completed=%v), want the killed one and one complete", len(gens), gens[0].Completed)
@@ -176,7 +173,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if st.Events != 64 {
 		t.Errorf("journaled %d events, want 64", st.Events)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Completed != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Completed != 1 {
 		t.Errorf("ledger %+v", g)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -225,7 +226,7 @@ func TestRetryAfter429(t *testing.T) {
 			}
 			checkComplete(t, readEvents(t, resp, -1), prompt, 5)
 			requests := len(tap.requests(prompt))
-			if g := tap.llm.Ledger().Get(prompt); requests != 2 || g.Generations != 1 || g.Completed != 1 {
+			if g := testutil.Settled(t, tap.llm.Ledger(), prompt, 1); requests != 2 || g.Generations != 1 || g.Completed != 1 {
 				t.Errorf("%d upstream requests, ledger %+v: want 2 requests, 1 generation", requests, g)
 			}
 			t.Logf("429 with %s answered after %s", tc.name, elapsed.Round(time.Millisecond))
@@ -261,10 +262,11 @@ func TestRetry5xxThenSuccess(t *testing.T) {
 				t.Errorf("Reprise-Attempts %d, want %d", n, tc.attempts)
 			}
 			checkComplete(t, readEvents(t, resp, -1), prompt, 6)
-			if g := e.LLM.Ledger().Get(prompt); g.Requests != tc.attempts || g.Generations != 1 || g.Completed != 1 {
+			g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+			if g.Requests != tc.attempts || g.Generations != 1 || g.Completed != 1 {
 				t.Errorf("ledger %+v, want %d requests, 1 generation", g, tc.attempts)
 			}
-			upstream += e.LLM.Ledger().Get(prompt).Requests
+			upstream += g.Requests
 			client++
 		})
 	}
@@ -405,7 +407,7 @@ func TestRetryExhausted(t *testing.T) {
 	if st.Generation != 2 {
 		t.Errorf("generation %d, want 2", st.Generation)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 5 || g.Generations != 1 || g.Completed != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 5 || g.Generations != 1 || g.Completed != 1 {
 		t.Errorf("ledger %+v, want 5 requests, 1 generation", g)
 	}
 }
@@ -433,7 +435,7 @@ func TestRetryNotOnInterruptedStream(t *testing.T) {
 	if st.Error != "upstream_interrupted" {
 		t.Errorf("error code %q", st.Error)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 || g.Completed != 0 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 || g.Completed != 0 {
 		t.Fatalf("ledger %+v: an interrupted stream was retried", g)
 	}
 	// Reading the failed key never presents the partial stream as a result.
@@ -462,7 +464,7 @@ func TestRetryNotOnInterruptedStream(t *testing.T) {
 	if evs3[0].Type != "reset" || evs3[0].ID != "2-0-0" || hasDone(evs3) {
 		t.Errorf("reader of generation 1 got %+v first (done=%v), want reset 2-0-0", evs3[0], hasDone(evs3))
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 2 || g.Generations != 2 || g.Completed != 0 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 2); g.Requests != 2 || g.Generations != 2 || g.Completed != 0 {
 		t.Errorf("ledger %+v, want exactly 2 requests and 2 generations", g)
 	}
 	logAmplification(t, "stream broken after 5 events (abort_after)", 1, 1, "")
@@ -518,7 +520,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 			t.Errorf("Reprise-Attempts %d, want at least 2", n)
 		}
 		checkComplete(t, readEvents(t, resp, -1), prompt, 5)
-		if g := llm.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 || g.Completed != 1 {
+		if g := testutil.Settled(t, llm.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 || g.Completed != 1 {
 			t.Errorf("ledger %+v, want 1 request (the refused one never arrived), 1 generation", g)
 		}
 		logAmplification(t, "connection refused once, then success", int(dials.Load()), 1, "(dials; the upstream saw 1 request)")
@@ -562,7 +564,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 			t.Errorf("Reprise-Attempts %d, want 2", n)
 		}
 		checkComplete(t, readEvents(t, resp, -1), prompt, 5)
-		if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 			t.Errorf("ledger %+v, want 1 request, 1 generation", g)
 		}
 	})
@@ -643,11 +645,9 @@ func TestAmbiguousTimeout(t *testing.T) {
 			t.Errorf("504 after %s, before the %s head timeout", elapsed, headTimeout)
 		}
 		waitState(t, e, "k-ambiguous", "failed")
-		if err := tap.llm.Ledger().Wait(waitCtx(t, 5*time.Second), prompt, 1); err != nil {
-			t.Fatal(err) // the hung upstream request was cut
-		}
+		g := testutil.Settled(t, tap.llm.Ledger(), prompt, 1) // the hung upstream request was cut
 		reqs := tap.requests(prompt)
-		if g := tap.llm.Ledger().Get(prompt); len(reqs) != 1 || g.Requests != 1 {
+		if len(reqs) != 1 || g.Requests != 1 {
 			t.Errorf("%d upstream requests (ledger %+v), want 1: an ambiguous failure was retried", len(reqs), g)
 		}
 		for _, r := range reqs {
@@ -692,7 +692,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 			t.Errorf("upstream requests %+v, want 2 with the same Idempotency-Key", reqs)
 		}
 		key1 := reqs[0].idempotencyKey
-		if g := tap.llm.Ledger().Get(prompt); g.Generations != 1 || g.Completed != 1 {
+		if g := testutil.Settled(t, tap.llm.Ledger(), prompt, 1); g.Generations != 1 || g.Completed != 1 {
 			t.Errorf("ledger %+v, want 1 generation", g)
 		}
 		logAmplification(t, "no response head once, idempotent upstream", len(reqs), 1, "")
@@ -752,10 +752,8 @@ func TestStalledStreamNotRetried(t *testing.T) {
 	if st := waitState(t, e, "k-stall", "failed"); st.Error != "upstream_interrupted" {
 		t.Errorf("error code %q", st.Error)
 	}
-	if err := e.LLM.Ledger().Wait(waitCtx(t, 5*time.Second), prompt, 1); err != nil {
-		t.Fatal(err) // the stalled upstream connection was closed
-	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 || g.Completed != 0 {
+	// The stalled upstream connection was closed.
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 || g.Completed != 0 {
 		t.Errorf("ledger %+v, want 1 request: a stalled stream was retried", g)
 	}
 	logAmplification(t, "stream stalled after 3 events (idle timeout)", 1, 1, "")
@@ -934,7 +932,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 		}
 		checkComplete(t, readEvents(t, resp, -1), healthy, 3)
 	}
-	if g := e.LLM.Ledger().Get(healthy); g.Requests != 2 || g.Generations != 2 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), healthy, 2); g.Requests != 2 || g.Generations != 2 {
 		t.Errorf("ledger %+v, want 2 requests (one per key)", g)
 	}
 }
@@ -1003,16 +1001,14 @@ func TestRefusedWhenSaturated(t *testing.T) {
 	if g := e.LLM.Ledger().Get(other); g.Requests != 0 {
 		t.Errorf("ledger %+v: a refused generation reached the upstream", g)
 	}
-	if err := e.LLM.Ledger().Wait(waitCtx(t, 10*time.Second), slow, 1); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Settled(t, e.LLM.Ledger(), slow, 1)
 	waitState(t, e, "k-busy", "completed")
 	resp = do(t, "POST", e.URL+chatPath, chatBody(other, true), "Idempotency-Key", "k-queued")
 	if resp.StatusCode != 200 {
 		t.Fatalf("once free: %d %s", resp.StatusCode, readBody(t, resp))
 	}
 	checkComplete(t, readEvents(t, resp, -1), other, 3)
-	if g := e.LLM.Ledger().Get(other); g.Requests != 1 || g.Generations != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), other, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 request", g)
 	}
 }
@@ -1030,7 +1026,7 @@ func TestSDKRetryAttaches(t *testing.T) {
 		clientRequests++
 		return do(t, "POST", e.URL+chatPath, body, header...)
 	}
-	gens := func() int { return e.LLM.Ledger().Get(prompt).Generations }
+	gens := func() int { return testutil.Settled(t, e.LLM.Ledger(), prompt, 0).Generations }
 
 	r1 := post("X-Stainless-Retry-Count", "0")
 	key1 := r1.Header.Get("Idempotency-Key")
@@ -1053,7 +1049,7 @@ func TestSDKRetryAttaches(t *testing.T) {
 			t.Fatalf("event %d differs between the dropped attempt and the retry", i)
 		}
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Fatalf("ledger %+v, want 1 generation", g)
 	}
 
@@ -1087,10 +1083,10 @@ func TestSDKRetryAttaches(t *testing.T) {
 	if got := content(t, readEvents(t, resp, -1)); got != want {
 		t.Errorf("late SDK retry: content %q", got)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Generations != 4 || g.Requests != 4 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 4); g.Generations != 4 || g.Requests != 4 {
 		t.Errorf("ledger %+v, want 4", g)
 	}
-	logAmplification(t, "keyless: 1 + SDK retry, 2 fresh, other tenant, late retry", e.LLM.Ledger().Get(prompt).Requests, clientRequests, "")
+	logAmplification(t, "keyless: 1 + SDK retry, 2 fresh, other tenant, late retry", testutil.Settled(t, e.LLM.Ledger(), prompt, 4).Requests, clientRequests, "")
 
 	t.Run("window over", func(t *testing.T) {
 		e := newEnv(t, withConfig(func(cfg *proxy.Config) { cfg.HTTP.SDKRetryWindow = 300 * time.Millisecond }))
@@ -1100,7 +1096,7 @@ func TestSDKRetryAttaches(t *testing.T) {
 		time.Sleep(400 * time.Millisecond) // past the window
 		resp := do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "1")
 		readEvents(t, resp, -1)
-		if g := e.LLM.Ledger().Get(prompt); g.Generations != 2 || attemptsHeader(t, resp) != 1 {
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 2); g.Generations != 2 || attemptsHeader(t, resp) != 1 {
 			t.Errorf("retry after the window: ledger %+v, want a new generation", g)
 		}
 	})
@@ -1110,7 +1106,7 @@ func TestSDKRetryAttaches(t *testing.T) {
 		body := chatBody(prompt, true)
 		readEvents(t, do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "0"), -1)
 		readEvents(t, do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "1"), -1)
-		if g := e.LLM.Ledger().Get(prompt); g.Generations != 2 {
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 2); g.Generations != 2 {
 			t.Errorf("absorption off: ledger %+v, want 2 generations", g)
 		}
 	})
@@ -1177,10 +1173,11 @@ func TestSDKRetryOpenAIClient(t *testing.T) {
 	if rec.keys[0] == "" || rec.keys[0] != rec.keys[1] || rec.attempts[0] != "1" || rec.attempts[1] != "0" {
 		t.Errorf("keys %v, Reprise-Attempts %v: want one key, [1 0]", rec.keys, rec.attempts)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 || g.Completed != 1 {
+	g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+	if g.Requests != 1 || g.Generations != 1 || g.Completed != 1 {
 		t.Errorf("ledger %+v, want 1 generation", g)
 	}
-	logAmplification(t, "openai-go, first attempt lost after reprise started", e.LLM.Ledger().Get(prompt).Requests, 1,
+	logAmplification(t, "openai-go, first attempt lost after reprise started", g.Requests, 1,
 		fmt.Sprintf("(1 SDK call, %d HTTP attempts)", len(rec.retryCounts)))
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -46,7 +47,7 @@ func TestOpenAISDK(t *testing.T) {
 	if res.Choices[0].Message.Content != want {
 		t.Errorf("non-streamed content %q", res.Choices[0].Message.Content)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Generations != 2 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 2); g.Generations != 2 {
 		t.Errorf("ledger %+v, want 2 generations (one per key)", g)
 	}
 }

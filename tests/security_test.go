@@ -22,6 +22,7 @@ import (
 
 	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -313,7 +314,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 	b := readEvents(t, resp, -1)
 	checkComplete(t, a, prompt, 4)
 	checkComplete(t, b, prompt, 4)
-	if g := up.llm.Ledger().Get(prompt); g.Generations != 2 {
+	if g := testutil.Settled(t, up.llm.Ledger(), prompt, 2); g.Generations != 2 {
 		t.Errorf("ledger %+v: want 2 generations, one per tenant", g)
 	}
 
@@ -327,7 +328,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 		t.Errorf("bob attached to alice's running generation (Reprise-Attempts %q)", got)
 	}
 	checkComplete(t, readEvents(t, resp, -1), slow, 30)
-	if g := up.llm.Ledger().Get(slow); g.Generations != 2 {
+	if g := testutil.Settled(t, up.llm.Ledger(), slow, 2); g.Generations != 2 {
 		t.Errorf("ledger %+v: want 2 generations", g)
 	}
 
@@ -354,7 +355,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 	if k1 == "" || k1 == k2 {
 		t.Errorf("bob's SDK retry took alice's keyless key %q", k1)
 	}
-	if g := up.llm.Ledger().Get(kl); g.Generations != 2 {
+	if g := testutil.Settled(t, up.llm.Ledger(), kl, 2); g.Generations != 2 {
 		t.Errorf("keyless ledger %+v: want 2 generations", g)
 	}
 }
@@ -614,7 +615,7 @@ func TestSecurityNoneModeSharesTenant(t *testing.T) {
 		t.Error("bob's identical request was not a replay in auth none")
 	}
 	readEvents(t, resp, -1)
-	if g := up.llm.Ledger().Get(prompt); g.Generations != 1 {
+	if g := testutil.Settled(t, up.llm.Ledger(), prompt, 1); g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 generation", g)
 	}
 	for _, a := range up.authorizations() {
@@ -644,7 +645,7 @@ func TestSecurityTenantHeader(t *testing.T) {
 	secSameNotFound(t, do(t, "GET", e.URL+"/v1/streams/sec-th", "", secBearer("shared-bearer")...), notFound, "bearer only")
 	// team-b's identical request is its own generation.
 	readEvents(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-th", th, "team-b"}, secBearer("shared-bearer"))...), -1)
-	if g := up.llm.Ledger().Get(prompt); g.Generations != 2 {
+	if g := testutil.Settled(t, up.llm.Ledger(), prompt, 2); g.Generations != 2 {
 		t.Errorf("ledger %+v, want 2 generations", g)
 	}
 	for _, a := range up.authorizations() {
