@@ -112,10 +112,7 @@ func TestClusterResumeAcrossInstances(t *testing.T) {
 				first := readEvents(t, do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key), 7)
 				if !running {
 					testutil.Settled(t, w.llm.Ledger(), prompt, 1)
-					pollUntil(t, 15*time.Second, "completion", func() bool {
-						st, code := clusterStatus(t, b.URL, key)
-						return code == 200 && st.State == "completed"
-					})
+					testutil.WaitState(t, b.URL, key, "completed")
 				}
 				rest := readAll(t, m.resume(key, body, lastID(first)))
 				all := rest
@@ -137,15 +134,6 @@ func TestClusterResumeAcrossInstances(t *testing.T) {
 			})
 		}
 	}
-}
-
-func clusterStatus(t *testing.T, base, key string) (keyStatus, int) {
-	t.Helper()
-	st, code, err := chaosStatus(context.Background(), base, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st, code
 }
 
 // TestClusterInstanceKilled: instance A (the reprise binary, on the
@@ -211,7 +199,7 @@ func TestClusterInstanceKilled(t *testing.T) {
 			t.Fatalf("resume through B: %d events, the reader on B had %d (or they differ)", len(resumed), len(onB))
 		}
 	})
-	st, _ := clusterStatus(t, b.URL, "k-killed")
+	st, _ := testutil.GetStatus(t, b.URL, "k-killed")
 	if st.State != "failed" || st.Error != resume.OwnerLost {
 		t.Fatalf("status %+v, want failed owner_lost", st)
 	}

@@ -1,14 +1,11 @@
 package tests
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -148,42 +145,20 @@ func TestClientGone(t *testing.T) {
 	}
 }
 
-type keyStatus struct {
-	Key        string        `json:"key"`
-	State      string        `json:"state"`
-	Generation int           `json:"generation"`
-	Events     int           `json:"events"`
-	Error      string        `json:"error"`
-	Usage      *resume.Usage `json:"usage"`
-}
+// keyStatus is a key's JSON status.
+type keyStatus = testutil.Status
 
+// getStatus reads key's JSON status from e (testutil.GetStatus).
 func getStatus(t testing.TB, e *env, key string) (keyStatus, int) {
 	t.Helper()
-	resp := do(t, "GET", e.URL+"/v1/streams/"+key, "", "Accept", "application/json")
-	body := readBody(t, resp)
-	var st keyStatus
-	if resp.StatusCode == 200 {
-		if err := json.Unmarshal([]byte(body), &st); err != nil {
-			t.Fatalf("status body %q: %v", body, err)
-		}
-	}
-	return st, resp.StatusCode
+	return testutil.GetStatus(t, e.URL, key)
 }
 
-// waitState polls the JSON status until the key reaches state.
+// waitState polls the JSON status until the key reaches state
+// (testutil.WaitState).
 func waitState(t testing.TB, e *env, key, state string) keyStatus {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, code := getStatus(t, e, key)
-		if code == 200 && st.State == state {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %s: state %q (HTTP %d) after 15s, want %q", key, st.State, code, state)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an external state; bounded above
-	}
+	return testutil.WaitState(t, e.URL, key, state)
 }
 
 // TestConcurrentDuplicates: many identical requests at once make one

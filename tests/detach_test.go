@@ -14,6 +14,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 // SSE readers on HTTP/1 are served on connections taken over from net/http
@@ -87,19 +88,21 @@ func TestDetachedClientLeaves(t *testing.T) {
 	post := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
 	first := readEvents(t, post, 1)
 	post.Body.Close() // the POSTing client leaves; a GET reader takes the place
-	var conn net.Conn
-	var br *bufio.Reader
-	for {
-		var resp *http.Response
-		conn, br, resp = rawRequest(t, e.URL, fmt.Sprintf("GET /v1/streams/%s HTTP/1.1\r\nHost: x\r\nLast-Event-ID: %s\r\n\r\n", key, lastID(first)))
-		if resp.StatusCode == http.StatusOK {
-			if !resp.Close {
-				t.Fatal("the GET reader was not detached")
-			}
-			break
+	var (
+		conn net.Conn
+		br   *bufio.Reader
+		head *http.Response
+	)
+	testutil.Eventually(t, 10*time.Second, "the POSTing client's reader place to come back (429 until then)", func() bool {
+		conn, br, head = rawRequest(t, e.URL, fmt.Sprintf("GET /v1/streams/%s HTTP/1.1\r\nHost: x\r\nLast-Event-ID: %s\r\n\r\n", key, lastID(first)))
+		if head.StatusCode != http.StatusOK {
+			conn.Close()
+			return false
 		}
-		conn.Close()
-		time.Sleep(10 * time.Millisecond)
+		return true
+	})
+	if !head.Close {
+		t.Fatal("the GET reader was not detached")
 	}
 	got := first
 	for ev, err := range sse.Read(br, nil) {
@@ -112,21 +115,19 @@ func TestDetachedClientLeaves(t *testing.T) {
 	}
 	conn.Close()
 	left := time.Now()
-	for {
-		resp := do(t, "GET", e.URL+"/v1/streams/k-leaves", "", "Last-Event-ID", lastID(got))
+	var resp *http.Response
+	// Well within the 2s the generation still runs.
+	testutil.Eventually(t, time.Second, "the reader that left to give its place back (429 until then)", func() bool {
+		resp = do(t, "GET", e.URL+"/v1/streams/k-leaves", "", "Last-Event-ID", lastID(got))
 		if resp.StatusCode == http.StatusTooManyRequests {
 			readBody(t, resp)
-			if time.Since(left) > time.Second { // the generation runs 2s more
-				t.Fatal("the reader that left still holds its place after 1s")
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
+			return false
 		}
-		t.Logf("place back after %s", time.Since(left).Round(time.Millisecond))
-		rest := readEvents(t, resp, -1)
-		checkComplete(t, append(got, rest...), prompt, 40)
-		return
-	}
+		return true
+	})
+	t.Logf("place back after %s", time.Since(left).Round(time.Millisecond))
+	rest := readEvents(t, resp, -1)
+	checkComplete(t, append(got, rest...), prompt, 40)
 }
 
 // TestDetachedClose: Shutdown lets readers of finishing generations end on

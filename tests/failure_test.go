@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -26,18 +25,11 @@ func TestUpstreamErrorBeforeStream(t *testing.T) {
 		prompt := uniquePrompt(t, "[tokens=3] [status="+itoa(status)+"] [retry_after=2]")
 		key := "k-err-" + itoa(status)
 		resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
-		body := readBody(t, resp)
-		if resp.StatusCode != status {
-			t.Fatalf("status %d, want %d (%s)", resp.StatusCode, status, body)
+		if x := testutil.ReadAPIError(t, resp); x.Status != status {
+			t.Fatalf("status %d, want %d (%s)", x.Status, status, x.Body)
 		}
 		if got := resp.Header.Get("Reprise-Attempts"); got != "1" {
 			t.Errorf("%d: Reprise-Attempts %q, want 1", status, got)
-		}
-		var v struct {
-			Error struct{ Message, Type, Code string } `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error.Message == "" {
-			t.Fatalf("%d: body %q is not an OpenAI error", status, body)
 		}
 		waitState(t, e, key, "failed")
 		// The same key starts afresh (the mock succeeds on the second request).
@@ -129,20 +121,7 @@ func TestBadRequests(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := do(t, tc.method, e.URL+tc.path, tc.body, tc.header...)
-			body := readBody(t, resp)
-			if resp.StatusCode != tc.want {
-				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.want, body)
-			}
-			var v struct {
-				Error struct{ Message, Type, Code string } `json:"error"`
-			}
-			if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error.Code != tc.code || v.Error.Message == "" {
-				t.Errorf("body %q, want an OpenAI error with code %s", body, tc.code)
-			}
-			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-				t.Errorf("Content-Type %q", ct)
-			}
+			testutil.ExpectAPIError(t, do(t, tc.method, e.URL+tc.path, tc.body, tc.header...), tc.want, tc.code)
 		})
 	}
 	// Nothing was lost: the key still replays completely.

@@ -2,8 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,50 +41,20 @@ func reprisebin(tb testing.TB) string {
 	return binPath
 }
 
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// process is a reprise binary running against env's NATS and upstream.
+// process is a reprise binary started by startReprise.
 type process struct {
-	cmd *exec.Cmd
-	URL string
+	cmd    *exec.Cmd
+	URL    string
+	exited chan struct{} // closed once the process ended
+	err    error         // its exit status, once exited is closed
 }
 
+// startProcess runs the reprise binary against env's NATS and upstream.
 func startProcess(tb testing.TB, e *env, extra ...string) *process {
 	tb.Helper()
-	addr := freeAddr(tb)
-	args := append([]string{
-		"--listen", addr, "--nats", e.natsURL(), "--upstream", e.llmSrv.URL,
-		"--data", tb.TempDir(), "--secret", string(testSecret), "--lease", e.opt.lease.String(), "--log-level", "error",
-	}, extra...)
-	cmd := exec.Command(reprisebin(tb), args...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	p := &process{cmd: cmd, URL: "http://" + addr}
-	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(p.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("reprise at %s not ready after 20s: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for a child process to listen; bounded above
-	}
+	return startReprise(tb, append([]string{
+		"--nats", e.natsURL(), "--upstream", e.llmSrv.URL, "--data", tb.TempDir(), "--lease", e.opt.lease.String(),
+	}, extra...)...)
 }
 
 // TestOwnerKilled: an instance killed mid-stream leaves a generation whose
@@ -159,12 +127,10 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- a.cmd.Wait() }()
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("reprise exited with %v", err)
+	case <-a.exited:
+		if a.err != nil {
+			t.Fatalf("reprise exited with %v", a.err)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("reprise did not exit within 20s of SIGTERM")

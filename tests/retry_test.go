@@ -63,23 +63,6 @@ func logAmplification(tb testing.TB, mix string, upstream, client int, extra str
 	tb.Logf("amplification: %-62s upstream=%3d client=%3d ratio=%.2f %s", mix, upstream, client, ratio, extra)
 }
 
-// openAIError parses an OpenAI-shaped error body, failing the test if it is not one.
-func openAIError(tb testing.TB, body string) (message, typ, code string) {
-	tb.Helper()
-	var v struct {
-		Error *struct {
-			Message string `json:"message"`
-			Type    string `json:"type"`
-			Code    any    `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error == nil || v.Error.Message == "" || v.Error.Type == "" {
-		tb.Fatalf("body %q is not an OpenAI error", body)
-	}
-	c, _ := v.Error.Code.(string)
-	return v.Error.Message, v.Error.Type, c
-}
-
 func attemptsHeader(tb testing.TB, resp *http.Response) int {
 	tb.Helper()
 	v := resp.Header.Get("Reprise-Attempts")
@@ -284,15 +267,15 @@ func TestRetryNeverOn4xx(t *testing.T) {
 		prompt := uniquePrompt(t, "[tokens=3] [status="+itoa(code)+"]")
 		key := "k-4xx-" + itoa(code)
 		resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
-		body := readBody(t, resp)
-		if resp.StatusCode != code {
-			t.Fatalf("%d: client got %d: %s", code, resp.StatusCode, body)
+		x := testutil.ReadAPIError(t, resp)
+		if x.Status != code {
+			t.Fatalf("%d: client got %d: %s", code, x.Status, x.Body)
 		}
-		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-			t.Errorf("%d: Content-Type %q", code, ct)
+		if x.ContentType != "application/json" {
+			t.Errorf("%d: Content-Type %q", code, x.ContentType)
 		}
-		if msg, _, _ := openAIError(t, body); msg != "mock status "+itoa(code) {
-			t.Errorf("%d: message %q is not the upstream's", code, msg)
+		if x.Message != "mock status "+itoa(code) {
+			t.Errorf("%d: message %q is not the upstream's", code, x.Message)
 		}
 		if n := attemptsHeader(t, resp); n != 1 {
 			t.Errorf("%d: Reprise-Attempts %d, want 1", code, n)
@@ -344,9 +327,7 @@ func TestRetryAfterTooLong(t *testing.T) {
 			if ra := resp.Header.Get("Retry-After"); ra != tc.retryAfter {
 				t.Errorf("Retry-After %q, want %q", ra, tc.retryAfter)
 			}
-			if _, typ, _ := openAIError(t, body); typ == "" {
-				t.Error("no error type")
-			}
+			testutil.ParseAPIError(t, body) // with a message and a type
 			if n := attemptsHeader(t, resp); n != 1 {
 				t.Errorf("Reprise-Attempts %d, want 1", n)
 			}
@@ -374,8 +355,8 @@ func TestRetryExhausted(t *testing.T) {
 	if resp.StatusCode != 500 {
 		t.Fatalf("status %d, want 500: %s", resp.StatusCode, got)
 	}
-	if msg, _, _ := openAIError(t, got); msg != "mock status 500" {
-		t.Errorf("message %q is not the upstream's", msg)
+	if x := testutil.ParseAPIError(t, got); x.Message != "mock status 500" {
+		t.Errorf("message %q is not the upstream's", x.Message)
 	}
 	if n := attemptsHeader(t, resp); n != 3 {
 		t.Errorf("Reprise-Attempts %d, want 3", n)
@@ -480,7 +461,7 @@ func TestRetryNotOnInterruptedStream(t *testing.T) {
 // backoff, the retry finds the port listening: no sleep, no race.
 func TestRefusedConnectionRetried(t *testing.T) {
 	t.Run("refused then listening", func(t *testing.T) {
-		addr := freeAddr(t)
+		addr := testutil.FreeAddr(t)
 		llm := mockllm.New(mockllm.Config{})
 		up := &http.Server{Handler: llm, ReadHeaderTimeout: 5 * time.Second}
 		t.Cleanup(func() { _ = up.Close() })
@@ -570,7 +551,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 	})
 
 	t.Run("refused every time", func(t *testing.T) {
-		addr := freeAddr(t)
+		addr := testutil.FreeAddr(t)
 		var dials atomic.Int32
 		pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
 		e := newEnv(t, withPolicy(t, pc, func(cfg *proxy.Config) {
@@ -584,13 +565,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 			}
 		}))
 		resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=5]"), true), "Idempotency-Key", "k-refused-all")
-		body := readBody(t, resp)
-		if resp.StatusCode != http.StatusBadGateway {
-			t.Fatalf("status %d, want 502: %s", resp.StatusCode, body)
-		}
-		if _, _, code := openAIError(t, body); code != "upstream_unreachable" {
-			t.Errorf("code %q, want upstream_unreachable", code)
-		}
+		testutil.ExpectAPIError(t, resp, http.StatusBadGateway, "upstream_unreachable")
 		if n := attemptsHeader(t, resp); n != 3 || dials.Load() != 3 {
 			t.Errorf("Reprise-Attempts %d, %d dials: want 3 and 3", n, dials.Load())
 		}
@@ -631,13 +606,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 		start := time.Now()
 		resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-ambiguous")
 		elapsed := time.Since(start)
-		body := readBody(t, resp)
-		if resp.StatusCode != http.StatusGatewayTimeout {
-			t.Fatalf("status %d, want 504: %s", resp.StatusCode, body)
-		}
-		if _, _, code := openAIError(t, body); code != "upstream_timeout" {
-			t.Errorf("code %q, want upstream_timeout", code)
-		}
+		testutil.ExpectAPIError(t, resp, http.StatusGatewayTimeout, "upstream_timeout")
 		if n := attemptsHeader(t, resp); n != 1 {
 			t.Errorf("Reprise-Attempts %d, want 1", n)
 		}
@@ -701,13 +670,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 		// other generation's), then 504.
 		prompt2 := uniquePrompt(t, "[tokens=3] [hang]")
 		resp = do(t, "POST", e.URL+chatPath, chatBody(prompt2, true), "Idempotency-Key", "k-ambiguous-idem-2")
-		body := readBody(t, resp)
-		if resp.StatusCode != http.StatusGatewayTimeout {
-			t.Fatalf("status %d, want 504: %s", resp.StatusCode, body)
-		}
-		if _, _, code := openAIError(t, body); code != "upstream_timeout" {
-			t.Errorf("code %q, want upstream_timeout", code)
-		}
+		testutil.ExpectAPIError(t, resp, http.StatusGatewayTimeout, "upstream_timeout")
 		if n := attemptsHeader(t, resp); n != 3 {
 			t.Errorf("Reprise-Attempts %d, want 3", n)
 		}
@@ -897,13 +860,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 		start := time.Now()
 		resp := do(t, "POST", e.URL+chatPath, chatBody(healthy, true), "Idempotency-Key", key)
 		elapsed := time.Since(start)
-		body := readBody(t, resp)
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("%s: status %d, want 503: %s", key, resp.StatusCode, body)
-		}
-		if _, _, code := openAIError(t, body); code != "upstream_unavailable" {
-			t.Errorf("%s: code %q, want upstream_unavailable", key, code)
-		}
+		testutil.ExpectAPIError(t, resp, http.StatusServiceUnavailable, "upstream_unavailable")
 		ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 		if err != nil || ra < 1 || ra > int(delay/time.Second) {
 			t.Errorf("%s: Retry-After %q, want 1..%d", key, resp.Header.Get("Retry-After"), int(delay/time.Second))
@@ -948,9 +905,8 @@ func TestBreakerOpensDuringRetries(t *testing.T) {
 			e := newEnv(t, withPolicy(t, pc))
 			prompt := uniquePrompt(t, "[tokens=3] [status=500,500,500]")
 			resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-breaker-during")
-			body := readBody(t, resp)
 			n := attemptsHeader(t, resp)
-			_, _, code := openAIError(t, body)
+			code := testutil.ReadAPIError(t, resp).Code
 			if g := e.LLM.Ledger().Get(prompt); g.Requests != int(failures) || n != g.Requests {
 				t.Errorf("ledger %+v, Reprise-Attempts %d: want %d requests, counted", g, n, failures)
 			}
@@ -985,13 +941,7 @@ func TestRefusedWhenSaturated(t *testing.T) {
 	start := time.Now()
 	resp := do(t, "POST", e.URL+chatPath, chatBody(other, true), "Idempotency-Key", "k-queued")
 	elapsed := time.Since(start)
-	body := readBody(t, resp)
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("status %d, want 503: %s", resp.StatusCode, body)
-	}
-	if _, _, code := openAIError(t, body); code != "upstream_saturated" {
-		t.Errorf("code %q, want upstream_saturated", code)
-	}
+	testutil.ExpectAPIError(t, resp, http.StatusServiceUnavailable, "upstream_saturated")
 	if resp.Header.Get("Retry-After") == "" || attemptsHeader(t, resp) != 0 {
 		t.Errorf("Retry-After %q, Reprise-Attempts %q: want a wait and 0", resp.Header.Get("Retry-After"), resp.Header.Get("Reprise-Attempts"))
 	}

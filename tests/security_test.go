@@ -3,7 +3,6 @@ package tests
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,60 +63,17 @@ func (u *secUpstream) authorizations() []string {
 	return append([]string(nil), u.auths...)
 }
 
-// secAPIError is an OpenAI-shaped error answer.
-type secAPIError struct {
-	Status      int
-	ContentType string
-	RetryAfter  string
-	Body        string
-	Code, Type  string
-	Message     string
-}
-
-// secErrorOf reads resp as an OpenAI error, failing the test if it is not one.
-func secErrorOf(tb testing.TB, resp *http.Response) secAPIError {
-	tb.Helper()
-	body := readBody(tb, resp)
-	var v struct {
-		Error *struct {
-			Message string `json:"message"`
-			Type    string `json:"type"`
-			Code    string `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error == nil || v.Error.Message == "" || v.Error.Type == "" {
-		tb.Fatalf("%d %q is not an OpenAI error", resp.StatusCode, body)
-	}
-	return secAPIError{
-		Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), RetryAfter: resp.Header.Get("Retry-After"),
-		Body: body, Code: v.Error.Code, Type: v.Error.Type, Message: v.Error.Message,
-	}
-}
-
-// secExpectError checks that resp is the OpenAI error status/code.
-func secExpectError(tb testing.TB, resp *http.Response, status int, code string) secAPIError {
-	tb.Helper()
-	e := secErrorOf(tb, resp)
-	if e.Status != status || e.Code != code {
-		tb.Fatalf("got %d %s (%s), want %d %s", e.Status, e.Code, e.Body, status, code)
-	}
-	if e.ContentType != "application/json" {
-		tb.Errorf("error Content-Type %q, want application/json", e.ContentType)
-	}
-	return e
-}
-
 // secNotFound is the 404 of a key that does not exist, as an unauthenticated
 // caller sees it: every refused read must be byte-identical to it.
-func secNotFound(tb testing.TB, e *env) secAPIError {
+func secNotFound(tb testing.TB, e *env) testutil.APIError {
 	tb.Helper()
-	return secExpectError(tb, do(tb, "GET", e.URL+"/v1/streams/sec-no-such-key-"+strconv.FormatInt(time.Now().UnixNano(), 10), ""), 404, "key_not_found")
+	return testutil.ExpectAPIError(tb, do(tb, "GET", e.URL+"/v1/streams/sec-no-such-key-"+strconv.FormatInt(time.Now().UnixNano(), 10), ""), 404, "key_not_found")
 }
 
 // secSameNotFound checks that resp is exactly the unknown key's 404.
-func secSameNotFound(tb testing.TB, resp *http.Response, want secAPIError, what string) {
+func secSameNotFound(tb testing.TB, resp *http.Response, want testutil.APIError, what string) {
 	tb.Helper()
-	got := secErrorOf(tb, resp)
+	got := testutil.ReadAPIError(tb, resp)
 	if got.Status != want.Status || got.Body != want.Body || got.ContentType != want.ContentType || resp.Header.Get("Cache-Control") != "no-store" {
 		tb.Errorf("%s: got %d %s %q, want the unknown key's %d %s %q", what, got.Status, got.ContentType, got.Body, want.Status, want.ContentType, want.Body)
 	}
@@ -131,36 +87,6 @@ func secHeaders(kv ...[]string) []string {
 		out = append(out, p...)
 	}
 	return out
-}
-
-// secStatus is the key's JSON status as the caller with header sees it.
-func secStatus(tb testing.TB, e *env, key string, header ...string) (keyStatus, int) {
-	tb.Helper()
-	resp := do(tb, "GET", e.URL+"/v1/streams/"+key, "", append([]string{"Accept", "application/json"}, header...)...)
-	body := readBody(tb, resp)
-	var st keyStatus
-	if resp.StatusCode == 200 {
-		if err := json.Unmarshal([]byte(body), &st); err != nil {
-			tb.Fatalf("status body %q: %v", body, err)
-		}
-	}
-	return st, resp.StatusCode
-}
-
-// secWaitState polls the key's status (as header's caller) until state.
-func secWaitState(tb testing.TB, e *env, key, state string, header ...string) keyStatus {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, code := secStatus(tb, e, key, header...)
-		if code == 200 && st.State == state {
-			return st
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("key %s: state %q (HTTP %d) after 10s, want %q", key, st.State, code, state)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an external state; bounded above
-	}
 }
 
 // secLocation is the Location of a POST answer: /v1/streams/{key}?token=…
@@ -262,7 +188,7 @@ func TestSecurityCrossTenantRead(t *testing.T) {
 	notFound := secNotFound(t, e)
 	resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=3]"), true), secHeaders([]string{"Idempotency-Key", "sec-x"}, secBearer("alice"))...)
 	readEvents(t, resp, -1)
-	secWaitState(t, e, "sec-x", "completed", secBearer("alice")...)
+	testutil.WaitState(t, e.URL, "sec-x", "completed", secBearer("alice")...)
 
 	for name, h := range map[string][]string{
 		"other bearer":         secBearer("bob"),
@@ -305,7 +231,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 	prompt := uniquePrompt(t, "[tokens=4]")
 	body := chatBody(prompt, true)
 	a := readEvents(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-shared"}, secBearer("alice"))...), -1)
-	secWaitState(t, e, "sec-shared", "completed", secBearer("alice")...)
+	testutil.WaitState(t, e.URL, "sec-shared", "completed", secBearer("alice")...)
 	resp := do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-shared"}, secBearer("bob"))...)
 	if resp.Header.Get("Idempotent-Replayed") != "" || resp.Header.Get("Reprise-Attempts") != "1" {
 		t.Errorf("bob's request was answered from alice's key: Idempotent-Replayed %q, Reprise-Attempts %q",
@@ -341,7 +267,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 	}
 	checkComplete(t, readEvents(t, resp, -1), other, 2)
 	// …whereas alice herself gets the mismatch, and her key is untouched.
-	secExpectError(t, do(t, "POST", e.URL+chatPath, chatBody(other, true), secHeaders([]string{"Idempotency-Key", "sec-alice-only"}, secBearer("alice"))...), 422, "idempotency_key_mismatch")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, chatBody(other, true), secHeaders([]string{"Idempotency-Key", "sec-alice-only"}, secBearer("alice"))...), 422, "idempotency_key_mismatch")
 	checkComplete(t, readEvents(t, do(t, "GET", e.URL+"/v1/streams/sec-alice-only", "", secBearer("alice")...), -1), mine, 2)
 
 	// Keyless SDK retries are absorbed per tenant only.
@@ -370,7 +296,7 @@ func TestSecurityCapability(t *testing.T) {
 	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), secHeaders([]string{"Idempotency-Key", "sec-cap"}, secBearer("alice"))...)
 	loc := secLocation(t, resp)
 	evs := readEvents(t, resp, -1)
-	secWaitState(t, e, "sec-cap", "completed", secBearer("alice")...)
+	testutil.WaitState(t, e.URL, "sec-cap", "completed", secBearer("alice")...)
 
 	// SSE, whole and resumed.
 	got := readEvents(t, do(t, "GET", e.URL+loc, ""), -1)
@@ -522,11 +448,11 @@ func TestSecurityStaticAuth(t *testing.T) {
 	notFound := secNotFound(t, e)
 	body := chatBody(uniquePrompt(t, "[tokens=3]"), true)
 
-	e1 := secExpectError(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "sec-static"), 401, "missing_api_key")
-	e2 := secExpectError(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-static"}, secBearer("pk-wrong"))...), 401, "invalid_api_key")
-	e3 := secExpectError(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "sec-static", "Authorization", "Basic cGstZ29vZC0xOg=="), 401, "missing_api_key")
-	e4 := secExpectError(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-static"}, secBearer(upstreamKey))...), 401, "invalid_api_key")
-	for _, x := range []secAPIError{e1, e2, e3, e4} {
+	e1 := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "sec-static"), 401, "missing_api_key")
+	e2 := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-static"}, secBearer("pk-wrong"))...), 401, "invalid_api_key")
+	e3 := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "sec-static", "Authorization", "Basic cGstZ29vZC0xOg=="), 401, "missing_api_key")
+	e4 := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-static"}, secBearer(upstreamKey))...), 401, "invalid_api_key")
+	for _, x := range []testutil.APIError{e1, e2, e3, e4} {
 		if x.Type != "authentication_error" {
 			t.Errorf("401 type %q", x.Type)
 		}
@@ -606,7 +532,7 @@ func TestSecurityNoneModeSharesTenant(t *testing.T) {
 	prompt := uniquePrompt(t, "[tokens=3]")
 	body := chatBody(prompt, true)
 	readEvents(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-none"}, secBearer("alice"))...), -1)
-	secWaitState(t, e, "sec-none", "completed", secBearer("bob")...)
+	testutil.WaitState(t, e.URL, "sec-none", "completed", secBearer("bob")...)
 	if !hasDone(readEvents(t, do(t, "GET", e.URL+"/v1/streams/sec-none", "", secBearer("bob")...), -1)) {
 		t.Error("bob cannot read alice's key in auth none")
 	}
@@ -635,7 +561,7 @@ func TestSecurityTenantHeader(t *testing.T) {
 	prompt := uniquePrompt(t, "[tokens=2]")
 	body := chatBody(prompt, true)
 	readEvents(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-th", th, "team-a"}, secBearer("shared-bearer"))...), -1)
-	secWaitState(t, e, "sec-th", "completed", th, "team-a")
+	testutil.WaitState(t, e.URL, "sec-th", "completed", th, "team-a")
 	// Same team, other bearer: same tenant.
 	if !hasDone(readEvents(t, do(t, "GET", e.URL+"/v1/streams/sec-th", "", secHeaders([]string{th, " team-a "}, secBearer("other-bearer"))...), -1)) {
 		t.Error("same tenant header, other bearer: cannot read")
@@ -708,13 +634,13 @@ func TestSecurityTenantGenerationLimit(t *testing.T) {
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(slow, true), secHeaders([]string{"Idempotency-Key", "sec-gen-1"}, secBearer("alice"))...), 2)
 
 	refused := uniquePrompt(t, "[tokens=2]")
-	x := secExpectError(t, do(t, "POST", e.URL+chatPath, chatBody(refused, true), secHeaders([]string{"Idempotency-Key", "sec-gen-2"}, secBearer("alice"))...), 429, "too_many_generations")
+	x := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, chatBody(refused, true), secHeaders([]string{"Idempotency-Key", "sec-gen-2"}, secBearer("alice"))...), 429, "too_many_generations")
 	if x.RetryAfter == "" || x.Type != "rate_limit_error" {
 		t.Errorf("429 without Retry-After or with type %q", x.Type)
 	}
-	secExpectError(t, do(t, "POST", e.URL+chatPath, chatBody(refused, false), secBearer("alice")...), 429, "too_many_generations")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, chatBody(refused, false), secBearer("alice")...), 429, "too_many_generations")
 	// A refused key never generated: it is failed with the reason (or absent).
-	if st, code := secStatus(t, e, "sec-gen-2", secBearer("alice")...); code != 404 && (st.State != "failed" || st.Error != "too_many_generations") {
+	if st, code := testutil.GetStatus(t, e.URL, "sec-gen-2", secBearer("alice")...); code != 404 && (st.State != "failed" || st.Error != "too_many_generations") {
 		t.Errorf("the refused key is %d %+v, want absent or failed too_many_generations", code, st)
 	}
 	if g := up.llm.Ledger().Get(refused); g.Requests != 0 {
@@ -731,18 +657,18 @@ func TestSecurityTenantGenerationLimit(t *testing.T) {
 	checkComplete(t, readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(bob, true), secBearer("bob")...), -1), bob, 2)
 
 	// Once alice's generation ended, she may start another.
-	secWaitState(t, e, "sec-gen-1", "completed", secBearer("alice")...)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp := do(t, "POST", e.URL+chatPath, chatBody(refused, true), secHeaders([]string{"Idempotency-Key", "sec-gen-2"}, secBearer("alice"))...)
-		if resp.StatusCode == 429 && time.Now().Before(deadline) {
-			readBody(t, resp)
-			time.Sleep(20 * time.Millisecond) // the place is returned just after the record is finished
-			continue
+	testutil.WaitState(t, e.URL, "sec-gen-1", "completed", secBearer("alice")...)
+	// The place is returned just after the record is finished.
+	var resp2 *http.Response
+	testutil.Eventually(t, 5*time.Second, "alice's generation place to come back (429 until then)", func() bool {
+		resp2 = do(t, "POST", e.URL+chatPath, chatBody(refused, true), secHeaders([]string{"Idempotency-Key", "sec-gen-2"}, secBearer("alice"))...)
+		if resp2.StatusCode == 429 {
+			readBody(t, resp2)
+			return false
 		}
-		checkComplete(t, readEvents(t, resp, -1), refused, 2)
-		break
-	}
+		return true
+	})
+	checkComplete(t, readEvents(t, resp2, -1), refused, 2)
 }
 
 // TestSecurityReaderLimit: past MaxReadersPerKey a reader gets 429
@@ -758,11 +684,11 @@ func TestSecurityReaderLimit(t *testing.T) {
 		}
 		break
 	}
-	x := secExpectError(t, do(t, "GET", e.URL+"/v1/streams/sec-readers", "", secBearer("alice")...), 429, "too_many_readers")
+	x := testutil.ExpectAPIError(t, do(t, "GET", e.URL+"/v1/streams/sec-readers", "", secBearer("alice")...), 429, "too_many_readers")
 	if x.RetryAfter == "" || x.Type != "rate_limit_error" {
 		t.Errorf("429 without Retry-After or with type %q", x.Type)
 	}
-	secExpectError(t, do(t, "GET", e.URL+loc, ""), 429, "too_many_readers")
+	testutil.ExpectAPIError(t, do(t, "GET", e.URL+loc, ""), 429, "too_many_readers")
 	conn, wresp, err := websocket.DefaultDialer.DialContext(waitCtx(t, 5*time.Second), secWSURL(e, loc), nil)
 	if err == nil {
 		conn.Close()
@@ -771,24 +697,24 @@ func TestSecurityReaderLimit(t *testing.T) {
 	if wresp == nil {
 		t.Fatal(err)
 	}
-	secExpectError(t, wresp, 429, "too_many_readers")
+	testutil.ExpectAPIError(t, wresp, 429, "too_many_readers")
 	// The JSON status is not a reader.
-	if _, code := secStatus(t, e, "sec-readers", secBearer("alice")...); code != 200 {
+	if _, code := testutil.GetStatus(t, e.URL, "sec-readers", secBearer("alice")...); code != 200 {
 		t.Errorf("JSON status %d during the limit", code)
 	}
 	// The first reader leaves; another may come.
 	first.Body.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp := do(t, "GET", e.URL+"/v1/streams/sec-readers", "", secBearer("alice")...)
-		if resp.StatusCode == 429 && time.Now().Before(deadline) {
+	// The server notices the departure at its next write.
+	var resp *http.Response
+	testutil.Eventually(t, 5*time.Second, "the reader place to come back (429 until then)", func() bool {
+		resp = do(t, "GET", e.URL+"/v1/streams/sec-readers", "", secBearer("alice")...)
+		if resp.StatusCode == 429 {
 			readBody(t, resp)
-			time.Sleep(20 * time.Millisecond) // the server notices the departure at its next write
-			continue
+			return false
 		}
-		checkComplete(t, readEvents(t, resp, -1), prompt, 60)
-		break
-	}
+		return true
+	})
+	checkComplete(t, readEvents(t, resp, -1), prompt, 60)
 }
 
 // TestSecurityMaxBody: a body over MaxBody is 413 request_too_large and
@@ -797,8 +723,8 @@ func TestSecurityMaxBody(t *testing.T) {
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.HTTP.MaxBody = 4096 }))
 	big := chatBody(strings.Repeat("a", 5000), true)
-	secExpectError(t, do(t, "POST", e.URL+chatPath, big, "Idempotency-Key", "sec-big"), 413, "request_too_large")
-	secExpectError(t, do(t, "POST", e.URL+"/v1/audio/speech", speechBody(strings.Repeat("a", 5000), false)), 413, "request_too_large")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, big, "Idempotency-Key", "sec-big"), 413, "request_too_large")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+"/v1/audio/speech", speechBody(strings.Repeat("a", 5000), false)), 413, "request_too_large")
 	if n := len(up.authorizations()); n != 0 {
 		t.Errorf("an oversized body reached the upstream (%d requests)", n)
 	}
@@ -961,7 +887,7 @@ func TestSecurityRangeOnStoredResult(t *testing.T) {
 		t.Fatalf("not a WAV (%d bytes)", len(wav))
 	}
 	n := len(wav)
-	secWaitState(t, e, "sec-wav", "completed", secBearer("alice")...)
+	testutil.WaitState(t, e.URL, "sec-wav", "completed", secBearer("alice")...)
 	get := func(rng string, header ...string) *http.Response {
 		h := append([]string{}, header...)
 		if rng != "" {
@@ -996,14 +922,14 @@ func TestSecurityRangeOnStoredResult(t *testing.T) {
 		}
 	}
 	for _, rng := range []string{"bytes=abc", "items=0-1", "bytes=5-1", "bytes=", "bytes=--1", "bytes=1-2-3", "bytes=0x10-", "bytes=+1-2", "bytes=0-1,x"} {
-		secExpectError(t, get(rng), 400, "invalid_range")
+		testutil.ExpectAPIError(t, get(rng), 400, "invalid_range")
 	}
 	for _, rng := range []string{"bytes=99999999-", fmt.Sprintf("bytes=%d-", n)} {
 		r := get(rng)
 		if cr := r.Header.Get("Content-Range"); cr != fmt.Sprintf("bytes */%d", n) {
 			t.Errorf("%s: Content-Range %q", rng, cr)
 		}
-		secExpectError(t, r, 416, "range_not_satisfiable")
+		testutil.ExpectAPIError(t, r, 416, "range_not_satisfiable")
 	}
 	// Ranges do not open another tenant's key: a valid Range is still 404
 	// without the token.
@@ -1018,14 +944,14 @@ func TestSecurityBadCursorAndUnknownPath(t *testing.T) {
 	loc := secLocation(t, resp)
 	readEvents(t, resp, -1)
 	for _, q := range []string{"zzz", "1-x-3", "0-1-1", "1-1", "-1-1-1", "01-1-1", strings.Repeat("9", 70), "99-1-1"} {
-		secExpectError(t, do(t, "GET", e.URL+loc+"&last_event_id="+url.QueryEscape(q), ""), 400, "invalid_last_event_id")
-		secExpectError(t, do(t, "GET", e.URL+"/v1/streams/sec-cursor?last_event_id="+url.QueryEscape(q), ""), 400, "invalid_last_event_id")
+		testutil.ExpectAPIError(t, do(t, "GET", e.URL+loc+"&last_event_id="+url.QueryEscape(q), ""), 400, "invalid_last_event_id")
+		testutil.ExpectAPIError(t, do(t, "GET", e.URL+"/v1/streams/sec-cursor?last_event_id="+url.QueryEscape(q), ""), 400, "invalid_last_event_id")
 	}
 	for _, p := range []string{"/nothing", "/v1/nothing", "/v1/streams", "/v1/streams/", "/v1/models", "/.env", "/v1/streams/a/b"} {
-		secExpectError(t, do(t, "GET", e.URL+p, ""), 404, "not_found")
+		testutil.ExpectAPIError(t, do(t, "GET", e.URL+p, ""), 404, "not_found")
 	}
-	secExpectError(t, do(t, "POST", e.URL+"/nothing", "{}"), 404, "not_found")
-	secExpectError(t, do(t, "DELETE", e.URL+"/v1/streams/sec-cursor", ""), 405, "method_not_allowed")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+"/nothing", "{}"), 404, "not_found")
+	testutil.ExpectAPIError(t, do(t, "DELETE", e.URL+"/v1/streams/sec-cursor", ""), 405, "method_not_allowed")
 }
 
 // secLogBuffer is a log sink safe for concurrent handlers.
@@ -1103,8 +1029,8 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 				_, _ = secReadWS(conn, 5*time.Second)
 				conn.Close()
 			}
-			secWaitState(t, e, "log-slow", "completed", auth...)
-			secWaitState(t, e, "log-abort", "failed", auth...)
+			testutil.WaitState(t, e.URL, "log-slow", "completed", auth...)
+			testutil.WaitState(t, e.URL, "log-abort", "failed", auth...)
 
 			log := buf.String()
 			if !strings.Contains(log, "upstream call failed") || !strings.Contains(log, "generation ended") {
@@ -1173,7 +1099,7 @@ func TestSecurityKnownGaps(t *testing.T) {
 			_, _ = secRawGet(e, "POST", chatPath, body, "Idempotency-Key", "gap-json")
 		}()
 		defer func() { <-done }()
-		secWaitState(t, e, "gap-json", "in_progress")
+		testutil.WaitState(t, e.URL, "gap-json", "in_progress")
 		codes := make(chan int, 3)
 		for range 3 {
 			go func() {
