@@ -92,7 +92,9 @@ func TestResume(t *testing.T) {
 // upstream is called once.
 func TestDuplicateReplays(t *testing.T) {
 	e := newEnv(t)
-	prompt := uniquePrompt(t, "[tokens=30] [delay=10ms]")
+	// 30 tokens at 30 ms take 0.9 s: room for the second request to come
+	// while they run, on a loaded machine too.
+	prompt := uniquePrompt(t, "[tokens=30] [delay=30ms]")
 	body := chatBody(prompt, true)
 	first := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-dup")
 	a := readEvents(t, first, 3) // drop early; the upstream keeps going
@@ -101,6 +103,10 @@ func TestDuplicateReplays(t *testing.T) {
 		t.Errorf("attach to a running generation marked as replayed")
 	}
 	b := readEvents(t, during, -1)
+	// Readers get [DONE] as soon as it is journaled, the key's record is
+	// completed just after: until then a duplicate attaches (same events,
+	// no Idempotent-Replayed).
+	waitState(t, e, "k-dup", "completed")
 	after := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-dup")
 	if after.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("replay of a completed key lacks Idempotent-Replayed: true")

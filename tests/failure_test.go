@@ -250,7 +250,9 @@ func TestUpstreamIgnoresStream(t *testing.T) {
 // key ends cleanly for its readers and may generate later.
 func TestTenantLimitSparesAttach(t *testing.T) {
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.Limits.MaxTenantGenerations = 1 }))
-	slow := chatBody(uniquePrompt(t, "[tokens=40] [delay=10ms]"), true)
+	// 40 tokens at 25 ms take 1 s: room for the other key to be refused
+	// while they run, on a loaded machine too.
+	slow := chatBody(uniquePrompt(t, "[tokens=40] [delay=25ms]"), true)
 	first := readEvents(t, do(t, "POST", e.URL+chatPath, slow, "Idempotency-Key", "k-lim-a"), 2)
 	other := chatBody(uniquePrompt(t, "[tokens=3]"), true)
 	resp := do(t, "POST", e.URL+chatPath, other, "Idempotency-Key", "k-lim-b")

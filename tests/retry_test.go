@@ -1004,10 +1004,11 @@ func TestSDKRetryAttaches(t *testing.T) {
 	}
 
 	// Fresh identical requests (count 0, or no header) are new generations.
+	var latest string
 	for i, hdr := range [][]string{{"X-Stainless-Retry-Count", "0"}, nil} {
 		resp := post(hdr...)
-		if k := resp.Header.Get("Idempotency-Key"); k == key1 || k == "" {
-			t.Errorf("fresh request %d got key %q", i, k)
+		if latest = resp.Header.Get("Idempotency-Key"); latest == key1 || latest == "" {
+			t.Errorf("fresh request %d got key %q", i, latest)
 		}
 		if n := attemptsHeader(t, resp); n != 1 {
 			t.Errorf("fresh request %d: Reprise-Attempts %d, want 1", i, n)
@@ -1025,7 +1026,9 @@ func TestSDKRetryAttaches(t *testing.T) {
 	if g := gens(); g != 4 || attemptsHeader(t, resp) != 1 {
 		t.Errorf("retry from another tenant: %d generations (attempts %s), want 4", g, resp.Header.Get("Reprise-Attempts"))
 	}
-	// A late SDK retry (count 2) replays the tenant's latest request.
+	// A late SDK retry (count 2) replays the tenant's latest request, once
+	// its record says completed (until then it would attach).
+	waitState(t, e, latest, "completed")
 	resp = post("X-Stainless-Retry-Count", "2")
 	if resp.Header.Get("Idempotent-Replayed") != "true" || attemptsHeader(t, resp) != 0 {
 		t.Errorf("late SDK retry: replayed %q, attempts %s", resp.Header.Get("Idempotent-Replayed"), resp.Header.Get("Reprise-Attempts"))
