@@ -25,6 +25,7 @@ import (
 // mock's deterministic content, and the upstream ledger: one generation per
 // prompt, whatever the browser did.
 func TestBrowserDemo(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}

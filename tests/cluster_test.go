@@ -85,6 +85,7 @@ func readAll(t *testing.T, resp *http.Response) []event { t.Helper(); return rea
 // while it runs and after it completed: byte-exact, no duplicates, one
 // upstream generation.
 func TestClusterResumeAcrossInstances(t *testing.T) {
+	t.Parallel()
 	w := newClusterWorld(t)
 	a := startInstance(t, "A", w.c.urlsFrom(0), w.llmURL, instanceOptions{})
 	b := startInstance(t, "B", w.c.urlsFrom(1), w.llmURL, instanceOptions{})
@@ -143,6 +144,7 @@ func TestClusterResumeAcrossInstances(t *testing.T) {
 // key then regenerates once through B. A key A completed before it died
 // replays through B unchanged.
 func TestClusterInstanceKilled(t *testing.T) {
+	// Not parallel: it SIGKILLs a reprise process and times owner_lost against a 1 s lease on an R3 cluster.
 	w := newClusterWorld(t)
 	const lease = time.Second
 	a := startReprise(t, "--nats", strings.Join(w.c.urlsFrom(0), ","), "--replicas", "3",
@@ -350,6 +352,7 @@ func gapsOf(evs []event) (gaps []string) {
 //     the records bucket: the same — writers and leases ride out the
 //     reconnect and the election.
 func TestClusterNATSNodeKilled(t *testing.T) {
+	// Not parallel: it kills NATS nodes and needs the elections to end within the instances' 2 s leases.
 	for _, victim := range []string{"follower, no instance on it", "follower with A on it", "journal leader", "records leader"} {
 		t.Run(victim, func(t *testing.T) {
 			w := newClusterWorld(t)

@@ -15,6 +15,7 @@ const chatPath = "/v1/chat/completions"
 // TestCompleteStream: a streamed chat passes every upstream event through,
 // with ids, the contract headers and [DONE] last; the upstream is billed once.
 func TestCompleteStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=12]")
 	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", `"k-complete"`)
@@ -46,6 +47,7 @@ func TestCompleteStream(t *testing.T) {
 
 // TestResume covers a client that drops after k events and comes back.
 func TestResume(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		resume func(t *testing.T, e *env, key, body, last string) *http.Response
@@ -91,6 +93,7 @@ func TestResume(t *testing.T) {
 // generation runs, and after it completed, gets the full stream; the
 // upstream is called once.
 func TestDuplicateReplays(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// 30 tokens at 30 ms take 0.9 s: room for the second request to come
 	// while they run, on a loaded machine too.
@@ -133,6 +136,7 @@ func TestDuplicateReplays(t *testing.T) {
 // TestClientGone: the upstream runs to its end and is journaled after the
 // only client left.
 func TestClientGone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=25] [delay=5ms]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-gone"), 2)
@@ -170,6 +174,7 @@ func waitState(t testing.TB, e *env, key, state string) keyStatus {
 // TestConcurrentDuplicates: many identical requests at once make one
 // generation and identical streams.
 func TestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=20] [delay=2ms]")
 	body := chatBody(prompt, true)

@@ -48,6 +48,7 @@ func rawRequest(t *testing.T, base, req string) (net.Conn, *bufio.Reader, *http.
 // connection; HTTP/1.0 gets an HTTP/1.0 status line. The POST's own answer
 // stays with net/http and keeps its connection.
 func TestDetachedResponse(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=4]")
 	key := "k-detached"
@@ -82,6 +83,7 @@ func TestDetachedResponse(t *testing.T) {
 // once (the connection is watched, not found dead at the next write), and
 // a later reader of the key gets the rest.
 func TestDetachedClientLeaves(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1; c.HTTP.Heartbeat = time.Minute }))
 	prompt := uniquePrompt(t, "[tokens=40] [delay=50ms]")
 	key := "k-leaves"
@@ -134,6 +136,7 @@ func TestDetachedClientLeaves(t *testing.T) {
 // their own, and cuts the rest when its context ends (the long generation
 // is cancelled then: its reader ends without [DONE]).
 func TestDetachedClose(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAbandon()) // the long generation is still running at the end
 	short := uniquePrompt(t, "[tokens=5] [delay=20ms]")
 	long := uniquePrompt(t, "[tokens=1000] [delay=50ms]")
@@ -166,6 +169,7 @@ func TestDetachedClose(t *testing.T) {
 // TestDetachedNotOverHTTP2: HTTP/2 cannot be taken over; the stream is
 // served by net/http as before.
 func TestDetachedNotOverHTTP2(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	hs := httptest.NewUnstartedServer(e.p)
 	hs.EnableHTTP2 = true
@@ -192,6 +196,7 @@ func TestDetachedNotOverHTTP2(t *testing.T) {
 // TestDetachedPipelined: a request pipelined behind a stream's GET is not
 // answered on that connection (Connection: close says so); the stream is.
 func TestDetachedPipelined(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=3]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-pipe"), -1)
@@ -213,6 +218,7 @@ func TestDetachedPipelined(t *testing.T) {
 // stream's connection is cut once it sent more than a pipelined request
 // could need, instead of being read forever.
 func TestDetachedChattyClient(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAbandon())
 	prompt := uniquePrompt(t, "[tokens=1000] [delay=50ms]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-chatty"), 1)
@@ -240,6 +246,7 @@ func TestDetachedChattyClient(t *testing.T) {
 // client sees a broken stream, which it resumes, never a clean end without
 // [DONE].
 func TestCanceledStreamIsBroken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())

@@ -14,6 +14,7 @@ import (
 
 // TestRestartKeepsResults: completed keys replay after a restart on the same data.
 func TestRestartKeepsResults(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=10]")
 	body := chatBody(prompt, true)
@@ -35,6 +36,7 @@ func TestRestartKeepsResults(t *testing.T) {
 
 // TestAudioResume: a speech stream dropped midway resumes byte-exact.
 func TestAudioResume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	input := uniquePrompt(t, "[tokens=12] [delay=3ms]")
 	body := speechBody(input, true)
@@ -85,6 +87,7 @@ func TestAudioResume(t *testing.T) {
 
 // TestWebSocketResume: the stream URL upgrades to WebSocket, one JSON frame per event.
 func TestWebSocketResume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	first := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=20] [delay=3ms]"), true), "Idempotency-Key", "k-ws"), 4)
 	wsURL := "ws" + strings.TrimPrefix(e.URL, "http") + "/v1/streams/k-ws?last_event_id=" + lastID(first)
@@ -116,6 +119,7 @@ func TestWebSocketResume(t *testing.T) {
 // TestTenantsAreSeparate: another credential using the same key gets its own
 // key space and cannot read the first one's stream.
 func TestTenantsAreSeparate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	pa, pb := uniquePrompt(t, "a [tokens=3]"), uniquePrompt(t, "b [tokens=3]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(pa, true), "Idempotency-Key", "shared", "Authorization", "Bearer alice"), -1)

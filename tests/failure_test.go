@@ -20,6 +20,7 @@ import (
 // at once with its body, the key is failed, and the same key may generate
 // again. (Retryable statuses: retry_test.go.)
 func TestUpstreamErrorBeforeStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, status := range []int{400, 401, 403, 404, 409, 422} {
 		prompt := uniquePrompt(t, "[tokens=3] [status="+itoa(status)+"] [retry_after=2]")
@@ -49,6 +50,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // client gets event: error and no [DONE], the key is failed, a retry of the
 // key generates afresh and a reader of the old generation gets a reset.
 func TestUpstreamBreaksMidStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=30] [abort_after=8]")
 	body := chatBody(prompt, true)
@@ -95,6 +97,7 @@ func TestUpstreamBreaksMidStream(t *testing.T) {
 
 // TestBadRequests: every refusal is an OpenAI-shaped JSON error with the right status.
 func TestBadRequests(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "k-bad"), -1)
 	tests := []struct {
@@ -134,6 +137,7 @@ func TestBadRequests(t *testing.T) {
 // TestEndOfStream204: a cursor at the end of a completed stream gets 204, so
 // EventSource stops reconnecting.
 func TestEndOfStream204(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "k-204"), -1)
 	waitState(t, e, "k-204", "completed")
@@ -147,6 +151,7 @@ func TestEndOfStream204(t *testing.T) {
 // TestNonStreaming: a non-streamed result is stored and replayed; a
 // duplicate while it runs waits for it, or gets 409 when the wait is over.
 func TestNonStreaming(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAttachWait(150*time.Millisecond))
 	prompt := uniquePrompt(t, "[tokens=6]")
 	body := chatBody(prompt, false)
@@ -184,6 +189,7 @@ func TestNonStreaming(t *testing.T) {
 
 // TestHealth: /healthz and /readyz answer 200.
 func TestHealth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if resp := do(t, "GET", e.URL+p, ""); resp.StatusCode != 200 {
@@ -195,6 +201,7 @@ func TestHealth(t *testing.T) {
 // TestStaleCursorOnNewKey: a Last-Event-ID that cannot belong to a key that
 // is only now created is ignored: the client gets the whole stream.
 func TestStaleCursorOnNewKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=5]"), true), "Idempotency-Key", "k-stale", "Last-Event-ID", "1-4-4"), -1)
 	if len(evs) != 9 || evs[0].ID != "1-1-"+strings.Split(evs[0].ID, "-")[2] {
@@ -209,6 +216,7 @@ func TestStaleCursorOnNewKey(t *testing.T) {
 // TestForgedCursorHint: the journal position inside a Last-Event-ID is only
 // a hint; a wrong one costs time, never events.
 func TestForgedCursorHint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	all := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=10]"), true), "Idempotency-Key", "k-forged"), -1)
 	waitState(t, e, "k-forged", "completed")
@@ -223,6 +231,7 @@ func TestForgedCursorHint(t *testing.T) {
 // TestUpstreamIgnoresStream: an upstream that answers a stream request with
 // plain JSON is stored and replayed as JSON, not as events.
 func TestUpstreamIgnoresStream(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	e := newEnv(t, withUpstream(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -249,6 +258,7 @@ func TestUpstreamIgnoresStream(t *testing.T) {
 // generations only; attaching to a running one still works, and a refused
 // key ends cleanly for its readers and may generate later.
 func TestTenantLimitSparesAttach(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.Limits.MaxTenantGenerations = 1 }))
 	// 40 tokens at 25 ms take 1 s: room for the other key to be refused
 	// while they run, on a loaded machine too.
@@ -284,6 +294,7 @@ func TestTenantLimitSparesAttach(t *testing.T) {
 // at the same position — the record counts only the stored events, and
 // the key generates afresh once the journal takes messages again.
 func TestJournalFailure(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withNATSPort(), withJournal(func(c *journal.Config) { c.AppendTimeout = time.Second }))
 	b := startInstance(t, "B", []string{e.natsURL()}, e.llmSrv.URL, instanceOptions{replicas: 1})
 	prompt := uniquePrompt(t, "[tokens=40] [delay=30ms]")

@@ -61,6 +61,7 @@ func startProcess(tb testing.TB, e *env, extra ...string) *process {
 // readers elsewhere get event: error once its lease expires; the same key
 // then regenerates on another instance.
 func TestOwnerKilled(t *testing.T) {
+	// Not parallel: it SIGKILLs a reprise process and times how long readers wait for the dead owner's 1 s lease.
 	if testing.Short() {
 		t.Skip("builds and kills a reprise binary")
 	}
@@ -117,6 +118,7 @@ func TestOwnerKilled(t *testing.T) {
 
 // TestGracefulShutdown: SIGTERM lets a running generation finish journaling.
 func TestGracefulShutdown(t *testing.T) {
+	// Not parallel: it SIGTERMs a reprise process and gives its running generation the grace to finish.
 	if testing.Short() {
 		t.Skip("builds a reprise binary")
 	}

@@ -18,6 +18,7 @@ import (
 // a non-streamed answer's "usage", speech.audio.done's input/output
 // tokens) is in the key's status; a replay changes nothing.
 func TestUsageRecorded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=7]")
 	words := int64(len(strings.Fields(prompt)))
@@ -54,6 +55,7 @@ func TestUsageRecorded(t *testing.T) {
 // upstream's message and code, no [DONE]; the key is failed and the next
 // request with it generates afresh.
 func TestUpstreamErrorEvent(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	e := newEnv(t, withUpstream(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)

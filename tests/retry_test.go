@@ -155,6 +155,7 @@ func (u *upstreamTap) requests(marker string) []tappedRequest {
 // over, whatever form the wait takes; the retry is billed once. Backoff is
 // ~1 ms here, so the elapsed time shows the wait was honoured.
 func TestRetryAfter429(t *testing.T) {
+	t.Parallel()
 	rateLimited := func(w http.ResponseWriter, body string) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -222,6 +223,7 @@ func TestRetryAfter429(t *testing.T) {
 // the first byte are retried with backoff; one generation is billed and
 // Reprise-Attempts counts every upstream request.
 func TestRetry5xxThenSuccess(t *testing.T) {
+	t.Parallel()
 	pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
 	e := newEnv(t, withPolicy(t, pc))
 	tests := []struct {
@@ -260,6 +262,7 @@ func TestRetry5xxThenSuccess(t *testing.T) {
 // upstream request, the upstream's status and OpenAI-shaped body to the
 // client, and no effect on the circuit breaker.
 func TestRetryNeverOn4xx(t *testing.T) {
+	t.Parallel()
 	pc := classify.Config{MaxAttempts: 5, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, BreakerFailures: 2}
 	e := newEnv(t, withPolicy(t, pc))
 	codes := []int{400, 401, 403, 404, 422}
@@ -301,6 +304,7 @@ func TestRetryNeverOn4xx(t *testing.T) {
 // TestRetryAfterTooLong: a 429 whose wait does not fit the call's deadline
 // is not retried: the client gets it at once, with the upstream's wait.
 func TestRetryAfterTooLong(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		deadline   time.Duration
@@ -313,6 +317,7 @@ func TestRetryAfterTooLong(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			pc := fastRetries()
 			pc.Deadline = tc.deadline
 			e := newEnv(t, withPolicy(t, pc))
@@ -346,6 +351,7 @@ func TestRetryAfterTooLong(t *testing.T) {
 // client with the upstream's status; the key is failed, and the same key
 // later starts a new generation.
 func TestRetryExhausted(t *testing.T) {
+	t.Parallel()
 	pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
 	e := newEnv(t, withPolicy(t, pc))
 	prompt := uniquePrompt(t, "[tokens=4] [status=500,500,500,500]")
@@ -398,6 +404,7 @@ func TestRetryExhausted(t *testing.T) {
 // error, the key is failed, the same key regenerates, and readers of the old
 // generation are told to reset. Nothing partial is ever served as a result.
 func TestRetryNotOnInterruptedStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withPolicy(t, fastRetries()))
 	prompt := uniquePrompt(t, "[tokens=20] [abort_after=5]")
 	body := chatBody(prompt, true)
@@ -460,6 +467,7 @@ func TestRetryNotOnInterruptedStream(t *testing.T) {
 // that very port and only then returns the error to the policy. Whatever the
 // backoff, the retry finds the port listening: no sleep, no race.
 func TestRefusedConnectionRetried(t *testing.T) {
+	// Not parallel: it reserves upstream ports by closing a listener (testutil.FreeAddr); a parallel test's listener could take one.
 	t.Run("refused then listening", func(t *testing.T) {
 		addr := testutil.FreeAddr(t)
 		llm := mockllm.New(mockllm.Config{})
@@ -580,6 +588,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 // unless the upstream honours Idempotency-Key: then it is, with the
 // generation's key on every attempt.
 func TestAmbiguousTimeout(t *testing.T) {
+	t.Parallel()
 	const headTimeout = 300 * time.Millisecond
 	// "[hang_first]" (unknown to the fake, so ignored by it) makes the tap
 	// hold only the first request for its body until the proxy gives up.
@@ -600,6 +609,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 	}
 
 	t.Run("not retried by default", func(t *testing.T) {
+		t.Parallel()
 		tap := newTap(hangFirst)
 		e := newEnv(t, withUpstream(tap), policy(t, false, false))
 		prompt := uniquePrompt(t, "[tokens=3] [hang]")
@@ -638,6 +648,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 	})
 
 	t.Run("retried with UpstreamIdempotency", func(t *testing.T) {
+		t.Parallel()
 		tap := newTap(hangFirst)
 		e := newEnv(t, withUpstream(tap), policy(t, true, true))
 
@@ -692,6 +703,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 // TestStalledStreamNotRetried: a stream that stops sending for the idle
 // timeout is cut and failed (upstream_interrupted), never retried.
 func TestStalledStreamNotRetried(t *testing.T) {
+	t.Parallel()
 	const idle = 300 * time.Millisecond
 	e := newEnv(t, withPolicy(t, fastRetries(), func(cfg *proxy.Config) { cfg.Limits.IdleTimeout = idle }))
 	prompt := uniquePrompt(t, "[tokens=10] [hang_after=3]")
@@ -731,6 +743,7 @@ func TestStalledStreamNotRetried(t *testing.T) {
 // flight: it binds when failures are slow, and barely when they are
 // instant (a retry is in flight for a millisecond). Both are measured.
 func TestRetryBudgetBurst(t *testing.T) {
+	t.Parallel()
 	const n = 40
 	budget := classify.Config{MaxAttempts: 3, BaseDelay: 50 * time.Millisecond, MaxDelay: 100 * time.Millisecond, BudgetRatio: 0.1, BudgetMin: 2, BreakerFailures: 1000}
 	noBudget := budget
@@ -838,6 +851,7 @@ func TestRetryBudgetBurst(t *testing.T) {
 // upstream_unavailable and a Retry-After, without an upstream request.
 // After the delay one probe closes it again.
 func TestBreakerOpensAndRecovers(t *testing.T) {
+	t.Parallel()
 	const delay = 2 * time.Second
 	pc := classify.Config{MaxAttempts: 1, BreakerFailures: 3, BreakerDelay: delay}
 	e := newEnv(t, withPolicy(t, pc))
@@ -899,8 +913,10 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 // told, Reprise-Attempts counts exactly the upstream requests made, and no
 // request is made past the breaker.
 func TestBreakerOpensDuringRetries(t *testing.T) {
+	t.Parallel()
 	for _, failures := range []uint{1, 2} {
 		t.Run("breaker after "+itoa(int(failures)), func(t *testing.T) {
+			t.Parallel()
 			pc := classify.Config{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, BreakerFailures: failures, BreakerDelay: 5 * time.Second}
 			e := newEnv(t, withPolicy(t, pc))
 			prompt := uniquePrompt(t, "[tokens=3] [status=500,500,500]")
@@ -923,6 +939,7 @@ func TestBreakerOpensDuringRetries(t *testing.T) {
 // generation waits the queue timeout, then gets 503 upstream_saturated
 // without an upstream request; once a place is free the key works.
 func TestRefusedWhenSaturated(t *testing.T) {
+	t.Parallel()
 	const queue = 200 * time.Millisecond
 	pc := fastRetries()
 	pc.MaxConcurrent, pc.QueueTimeout = 1, queue
@@ -967,6 +984,7 @@ func TestRefusedWhenSaturated(t *testing.T) {
 // (X-Stainless-Retry-Count ≥ 1, same body, same tenant) attaches to the
 // first one instead of generating again; fresh requests never do.
 func TestSDKRetryAttaches(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=40] [delay=10ms]")
 	body := chatBody(prompt, true)
@@ -1042,6 +1060,7 @@ func TestSDKRetryAttaches(t *testing.T) {
 	logAmplification(t, "keyless: 1 + SDK retry, 2 fresh, other tenant, late retry", testutil.Settled(t, e.LLM.Ledger(), prompt, 4).Requests, clientRequests, "")
 
 	t.Run("window over", func(t *testing.T) {
+		t.Parallel()
 		e := newEnv(t, withConfig(func(cfg *proxy.Config) { cfg.HTTP.SDKRetryWindow = 300 * time.Millisecond }))
 		prompt := uniquePrompt(t, "[tokens=3]")
 		body := chatBody(prompt, true)
@@ -1054,6 +1073,7 @@ func TestSDKRetryAttaches(t *testing.T) {
 		}
 	})
 	t.Run("disabled", func(t *testing.T) {
+		t.Parallel()
 		e := newEnv(t, withConfig(func(cfg *proxy.Config) { cfg.HTTP.SDKRetryWindow = -1 }))
 		prompt := uniquePrompt(t, "[tokens=3]")
 		body := chatBody(prompt, true)
@@ -1089,6 +1109,7 @@ func (s *sdkAttempts) add(req *http.Request, resp *http.Response) {
 // X-Stainless-Retry-Count: 1, attaches, and gets the whole stream. One
 // generation is billed.
 func TestSDKRetryOpenAIClient(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var rec sdkAttempts
 	var calls atomic.Int32
@@ -1139,6 +1160,7 @@ func TestSDKRetryOpenAIClient(t *testing.T) {
 // openai-go honours: one SDK call costs at most reprise's own attempts
 // (without the header: 3 SDK attempts × 3 = 9 upstream requests).
 func TestSDKRetryAmplification(t *testing.T) {
+	t.Parallel()
 	pc := classify.Config{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, BreakerFailures: 1000}
 	e := newEnv(t, withPolicy(t, pc))
 	var rec sdkAttempts

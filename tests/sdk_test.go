@@ -15,6 +15,7 @@ import (
 // TestOpenAISDK: the official SDK streams through reprise via its base URL,
 // and a second call with the same key is a replay, not a second generation.
 func TestOpenAISDK(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	client := openai.NewClient(option.WithBaseURL(e.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
 	prompt := uniquePrompt(t, "[tokens=15]")

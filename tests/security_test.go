@@ -184,6 +184,7 @@ func secReadWS(conn *websocket.Conn, d time.Duration) (frames []event, err error
 // its refusal is byte-identical to the answer for a key that does not exist,
 // over SSE, JSON status and WebSocket.
 func TestSecurityCrossTenantRead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	notFound := secNotFound(t, e)
 	resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=3]"), true), secHeaders([]string{"Idempotency-Key", "sec-x"}, secBearer("alice"))...)
@@ -224,6 +225,7 @@ func TestSecurityCrossTenantRead(t *testing.T) {
 // key (with the same body or another) gets its own generation, never an
 // attach to or a replay of the first tenant's, and never a 422.
 func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up))
 
@@ -290,6 +292,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 // credential, over SSE, WebSocket and JSON status; without token and
 // credential the key is a 404.
 func TestSecurityCapability(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	notFound := secNotFound(t, e)
 	prompt := uniquePrompt(t, "[tokens=6]")
@@ -343,6 +346,7 @@ func TestSecurityCapability(t *testing.T) {
 // TestSecurityForgedCapability: every altered, borrowed or made-up token is
 // refused exactly like a key that does not exist.
 func TestSecurityForgedCapability(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	notFound := secNotFound(t, e)
 	post := func(key, cred string) string {
@@ -419,6 +423,7 @@ func TestSecurityForgedCapability(t *testing.T) {
 // TestSecurityExpiredCapability: a token past its TTL grants nothing; the
 // creator's credential still reads the key.
 func TestSecurityExpiredCapability(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.Auth.CapabilityTTL = time.Second }))
 	notFound := secNotFound(t, e)
 	t0 := time.Now()
@@ -440,6 +445,7 @@ func TestSecurityExpiredCapability(t *testing.T) {
 // TestSecurityStaticAuth: only proxy keys are accepted; the upstream gets the
 // configured key and never a proxy key.
 func TestSecurityStaticAuth(t *testing.T) {
+	t.Parallel()
 	const upstreamKey = "sk-upstream-static-7777"
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
@@ -511,6 +517,7 @@ func TestSecurityStaticAuth(t *testing.T) {
 // TestSecurityPassthroughForwardsBearer: in passthrough the caller's own
 // bearer goes upstream (and nothing when the caller has none).
 func TestSecurityPassthroughForwardsBearer(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Auth.UpstreamKey = "sk-never-used-in-passthrough" }))
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), secBearer("sk-caller-alice")...), -1)
@@ -527,6 +534,7 @@ func TestSecurityPassthroughForwardsBearer(t *testing.T) {
 // bearers read and replay each other's keys; the upstream gets the
 // configured key, never a caller's bearer.
 func TestSecurityNoneModeSharesTenant(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Auth.Mode, c.Auth.UpstreamKey = auth.None, "sk-up-none" }))
 	prompt := uniquePrompt(t, "[tokens=3]")
@@ -554,6 +562,7 @@ func TestSecurityNoneModeSharesTenant(t *testing.T) {
 // TestSecurityTenantHeader: with TenantHeader the tenant is that header's
 // value, whatever the bearer; the bearer still goes upstream (passthrough).
 func TestSecurityTenantHeader(t *testing.T) {
+	t.Parallel()
 	const th = "X-Reprise-Tenant"
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Auth.TenantHeader = th }))
@@ -584,6 +593,7 @@ func TestSecurityTenantHeader(t *testing.T) {
 // TestSecurityStreamLimits: past MaxStreamEvents or MaxStreamBytes a
 // generation fails with stream_too_large; exactly at the limit it completes.
 func TestSecurityStreamLimits(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		if !bytes.Contains(body, []byte("BIGEVENTS")) {
 			return false
@@ -628,6 +638,7 @@ func TestSecurityStreamLimits(t *testing.T) {
 // 429 too_many_generations for another key, other tenants do not, and the
 // place comes back when the generation ends.
 func TestSecurityTenantGenerationLimit(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Limits.MaxTenantGenerations = 1 }))
 	slow := uniquePrompt(t, "[tokens=50] [delay=30ms]")
@@ -674,6 +685,7 @@ func TestSecurityTenantGenerationLimit(t *testing.T) {
 // TestSecurityReaderLimit: past MaxReadersPerKey a reader gets 429
 // too_many_readers (SSE and WebSocket); the place comes back when a reader leaves.
 func TestSecurityReaderLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
 	prompt := uniquePrompt(t, "[tokens=60] [delay=25ms]")
 	first := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), secHeaders([]string{"Idempotency-Key", "sec-readers"}, secBearer("alice"))...)
@@ -720,6 +732,7 @@ func TestSecurityReaderLimit(t *testing.T) {
 // TestSecurityMaxBody: a body over MaxBody is 413 request_too_large and
 // never reaches the upstream.
 func TestSecurityMaxBody(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.HTTP.MaxBody = 4096 }))
 	big := chatBody(strings.Repeat("a", 5000), true)
@@ -738,6 +751,7 @@ func TestSecurityMaxBody(t *testing.T) {
 // TestSecurityWebSocketMessageLimit: a client WebSocket message over
 // MaxWSMessage closes the connection; the generation goes on.
 func TestSecurityWebSocketMessageLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxWSMessage = 512 }))
 	prompt := uniquePrompt(t, "[tokens=150] [delay=10ms]")
 	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "sec-ws")
@@ -784,6 +798,7 @@ func TestSecurityWebSocketMessageLimit(t *testing.T) {
 // never-ending events fail their generation cleanly (no terminal event, the
 // key failed) while a normal stream alongside completes.
 func TestSecurityMaliciousUpstream(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		var mode string
 		for _, m := range []string{"GARBAGE", "BADUTF8", "BADTYPE", "HUGEEVENT", "NEVERENDING", "ENDLESSLINES"} {
@@ -879,6 +894,7 @@ func TestSecurityMaliciousUpstream(t *testing.T) {
 // TestSecurityRangeOnStoredResult: a stored raw result (WAV) serves one byte
 // range; malformed ranges are 400, unsatisfiable ones 416, both JSON.
 func TestSecurityRangeOnStoredResult(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	resp := do(t, "POST", e.URL+"/v1/audio/speech", speechBody(uniquePrompt(t, "[tokens=4]"), false), secHeaders([]string{"Idempotency-Key", "sec-wav"}, secBearer("alice"))...)
 	loc := secLocation(t, resp)
@@ -939,6 +955,7 @@ func TestSecurityRangeOnStoredResult(t *testing.T) {
 // TestSecurityBadCursorAndUnknownPath: a malformed last_event_id query is
 // 400; unknown paths are JSON 404s.
 func TestSecurityBadCursorAndUnknownPath(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "sec-cursor")
 	loc := secLocation(t, resp)
@@ -976,6 +993,7 @@ func (b *secLogBuffer) String() string {
 // errors, broken streams, capability reads and forged tokens, the log never
 // holds a credential, a capability token, the word Bearer or the upstream key.
 func TestSecurityLogsHoldNoSecrets(t *testing.T) {
+	t.Parallel()
 	const (
 		bearer      = "sk-live-SECRET-1234"
 		upstreamKey = "sk-upstream-SECRET-5678"
@@ -993,6 +1011,7 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 	}
 	for _, mode := range []auth.Mode{auth.Passthrough, auth.Static} {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			var buf secLogBuffer
 			up := newSecUpstream(echo)
 			e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
@@ -1057,7 +1076,9 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 // TestSecurityKnownGaps guards against regressions of the gaps the first
 // review found (docs/security.md, "Fixed after review").
 func TestSecurityKnownGaps(t *testing.T) {
+	t.Parallel()
 	t.Run("lowercase bearer scheme is a credential", func(t *testing.T) {
+		t.Parallel()
 		// RFC 9110 §11.1: the auth scheme is case-insensitive. In passthrough
 		// "bearer sk-…" is forwarded upstream but, today, gets the anonymous
 		// tenant: anyone without credentials reads it.
@@ -1066,6 +1087,7 @@ func TestSecurityKnownGaps(t *testing.T) {
 		secSameNotFound(t, do(t, "GET", e.URL+"/v1/streams/gap-lower", ""), secNotFound(t, e), "anonymous reads a lowercase-bearer key")
 	})
 	t.Run("an upstream error echoing the upstream key does not reach clients", func(t *testing.T) {
+		t.Parallel()
 		// In static and none modes the upstream's error body is passed on
 		// verbatim; an upstream that echoes the credential it got (OpenAI
 		// masks all but 4 characters; others echo it whole) shows clients the
@@ -1089,6 +1111,7 @@ func TestSecurityKnownGaps(t *testing.T) {
 		}
 	})
 	t.Run("non-streamed readers count against MaxReadersPerKey", func(t *testing.T) {
+		t.Parallel()
 		// GETs of a non-streamed key (awaitResult, serveResult) take no reader
 		// place: each polls the record and buffers the whole result.
 		e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
