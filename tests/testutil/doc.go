@@ -1,6 +1,6 @@
 // Package testutil holds the helpers reprise's tests share: waits with a
-// deadline that say what they waited for, free loopback ports, HTTP
-// requests with a deadline, a server's readiness, a key's JSON status and
+// deadline that say what they waited for, loopback ports (free ones, and
+// reserved ones that refuse connections), HTTP requests with a deadline, a server's readiness, a key's JSON status and
 // the OpenAI-shaped error answers. It is for tests only; every helper that
 // can fail takes a testing.TB, calls tb.Helper() and fails the test itself.
 //

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,9 +10,12 @@ import (
 	"time"
 )
 
-// FreePort returns a loopback TCP port that was free a moment ago. Prefer
-// a listener on port 0 (or port -1 for nats-server) where the server
-// accepts one: another listener may take the port before it is used.
+// FreePort returns a loopback TCP port that was free a moment ago. Any
+// listener, of this process or another (a test binary of another package,
+// another user of the machine), may take it before it is used: prefer a
+// listener on port 0 (port -1 for nats-server) where the server accepts
+// one, start a server handed a free port again on another when it fails,
+// and use [ReserveAddr] for an address that must refuse connections.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -34,26 +38,37 @@ func FreeAddr(tb testing.TB) string {
 	return ln.Addr().String()
 }
 
-// WaitReady polls GET base/readyz until it answers 200, and fails the test
-// after timeout, or as soon as exited is closed (the server's process
-// ended; nil if there is none to watch).
-func WaitReady(tb testing.TB, base string, timeout time.Duration, exited <-chan struct{}) {
-	tb.Helper()
+// ErrExited is returned by [AwaitReady] when the server's process ended
+// before it was ready.
+var ErrExited = errors.New("testutil: the process exited before it was ready")
+
+// AwaitReady polls GET base/readyz until it answers 200. It returns an
+// error after timeout, or [ErrExited] as soon as exited is closed (the
+// server's process ended; nil if there is none to watch).
+func AwaitReady(base string, timeout time.Duration, exited <-chan struct{}) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := ready(base)
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-exited:
-			tb.Fatalf("%s exited before it was ready (%v)", base, err)
+			return fmt.Errorf("%s: %w (%v)", base, ErrExited, err)
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("%s not ready after %s: %v", base, timeout, err)
+			return fmt.Errorf("%s not ready after %s: %w", base, timeout, err)
 		}
 		time.Sleep(50 * time.Millisecond) // waiting for another process to listen; bounded above
+	}
+}
+
+// WaitReady is [AwaitReady], failing the test on its error.
+func WaitReady(tb testing.TB, base string, timeout time.Duration, exited <-chan struct{}) {
+	tb.Helper()
+	if err := AwaitReady(base, timeout, exited); err != nil {
+		tb.Fatal(err)
 	}
 }
 

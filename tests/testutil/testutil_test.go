@@ -1,6 +1,7 @@
 package testutil_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,9 +86,16 @@ func TestWaitReady(t *testing.T) {
 
 	exited := make(chan struct{})
 	close(exited)
-	msg := failure(t, func(tb testing.TB) { testutil.WaitReady(tb, "http://"+testutil.FreeAddr(t), time.Minute, exited) })
+	nothing := "http://" + testutil.ReserveAddr(t).Addr // refuses connections, and no other server can take it
+	msg := failure(t, func(tb testing.TB) { testutil.WaitReady(tb, nothing, time.Minute, exited) })
 	if !strings.Contains(msg, "exited before it was ready") {
 		t.Errorf("a server that exited: %q", msg)
+	}
+	if err := testutil.AwaitReady(nothing, time.Minute, exited); !errors.Is(err, testutil.ErrExited) {
+		t.Errorf("AwaitReady of a server that exited: %v, want ErrExited", err)
+	}
+	if err := testutil.AwaitReady(nothing, 100*time.Millisecond, nil); err == nil || errors.Is(err, testutil.ErrExited) {
+		t.Errorf("AwaitReady of nothing: %v, want a timeout", err)
 	}
 }
 
@@ -165,5 +174,45 @@ func TestSettled(t *testing.T) {
 	}
 	if got := testutil.Settled(t, fake.Ledger(), prompt, 1); got != (mockllm.Entry{Requests: 1, Generations: 1, Completed: 1, Tokens: 3}) {
 		t.Errorf("settled entry %+v", got)
+	}
+}
+
+// TestReserveAddr: a reserved address refuses connections and cannot be
+// taken by another listener; once it listens, it accepts.
+func TestReserveAddr(t *testing.T) {
+	t.Parallel()
+	r := testutil.ReserveAddr(t)
+	for range 3 {
+		if c, err := net.Dial("tcp", r.Addr); err == nil {
+			c.Close()
+			t.Fatalf("a connection to the reserved %s was accepted", r.Addr)
+		} else if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("dial %s: %v, want connection refused", r.Addr, err)
+		}
+	}
+	if ln, err := net.Listen("tcp", r.Addr); err == nil {
+		ln.Close()
+		t.Fatalf("another listener took the reserved %s", r.Addr)
+	}
+	ln, err := r.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if ln.Addr().String() != r.Addr {
+		t.Errorf("listening on %s, reserved %s", ln.Addr(), r.Addr)
+	}
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("tcp", r.Addr)
+	if err != nil {
+		t.Fatalf("dial once listening: %v", err)
+	}
+	c.Close()
+	if _, err := r.Listen(); err == nil {
+		t.Error("a second Listen succeeded")
 	}
 }
