@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -126,9 +127,29 @@ func (in *instance) stop(tb testing.TB) {
 // startReprise runs the reprise binary with args (plus a loopback listen
 // address and error logging) and waits until it is ready. SIGKILL it with
 // sigkill; p.exited is closed once it ended, with its exit status in p.err.
+// The listen address is one that was free: should another listener take it
+// first, the binary exits, and starts again on another (three tries).
 func startReprise(tb testing.TB, args ...string) *process {
 	tb.Helper()
-	addr := testutil.FreeAddr(tb)
+	var err error
+	for try := 1; try <= 3; try++ {
+		var p *process
+		if p, err = launchReprise(tb, testutil.FreeAddr(tb), args); err == nil {
+			return p
+		}
+		if !errors.Is(err, testutil.ErrExited) {
+			break
+		}
+		tb.Logf("reprise %v, try %d: %v", args, try, err)
+	}
+	tb.Fatalf("reprise %v: %v", args, err)
+	return nil
+}
+
+// launchReprise starts the binary listening on addr and waits until it is
+// ready, or has exited.
+func launchReprise(tb testing.TB, addr string, args []string) (*process, error) {
+	tb.Helper()
 	args = append([]string{"--listen", addr, "--log-level", "error", "--secret", string(testSecret)}, args...)
 	cmd := exec.Command(reprisebin(tb), args...)
 	cmd.Stderr = os.Stderr
@@ -141,8 +162,7 @@ func startReprise(tb testing.TB, args ...string) *process {
 		_ = cmd.Process.Kill()
 		<-p.exited
 	})
-	testutil.WaitReady(tb, p.URL, 30*time.Second, p.exited)
-	return p
+	return p, testutil.AwaitReady(p.URL, 30*time.Second, p.exited)
 }
 
 // sigkill kills p for real and waits until it is gone.

@@ -461,15 +461,19 @@ func TestRetryNotOnInterruptedStream(t *testing.T) {
 // TestRefusedConnectionRetried: a connection that could not be opened wrote
 // nothing, so it is retried.
 //
-// The proxy's upstream URL is a reserved 127.0.0.1 port where nothing
-// listens. The proxy's dialer is the real one, wrapped: when the first dial
-// comes back (refused by the kernel), the wrapper starts the fake upstream on
-// that very port and only then returns the error to the policy. Whatever the
-// backoff, the retry finds the port listening: no sleep, no race.
+// The proxy's upstream URL is a reserved 127.0.0.1 port (testutil.ReserveAddr:
+// bound, not listening, so refused, and no other listener can take it). The
+// proxy's dialer is the real one, wrapped: when the first dial comes back
+// (refused by the kernel), the wrapper makes the reserved socket listen,
+// serves the fake upstream on it, and only then returns the error to the
+// policy. Whatever the backoff, the retry finds the port listening: no
+// sleep, no race.
 func TestRefusedConnectionRetried(t *testing.T) {
-	// Not parallel: it reserves upstream ports by closing a listener (testutil.FreeAddr); a parallel test's listener could take one.
+	t.Parallel()
 	t.Run("refused then listening", func(t *testing.T) {
-		addr := testutil.FreeAddr(t)
+		t.Parallel()
+		reserved := testutil.ReserveAddr(t)
+		addr := reserved.Addr
 		llm := mockllm.New(mockllm.Config{})
 		up := &http.Server{Handler: llm, ReadHeaderTimeout: 5 * time.Second}
 		t.Cleanup(func() { _ = up.Close() })
@@ -486,7 +490,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 				c, err := dial(ctx, network, a)
 				if dials.Add(1) == 1 {
 					f := first{dialErr: err}
-					if ln, lerr := net.Listen("tcp", addr); lerr == nil {
+					if ln, lerr := reserved.Listen(); lerr == nil {
 						go func() { _ = up.Serve(ln) }()
 					} else {
 						f.listenErr = lerr
@@ -519,6 +523,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 	// dialer given an already expired deadline: the error a dial to a
 	// black-holed address returns when the connect timeout is over.
 	t.Run("connect timeout then success", func(t *testing.T) {
+		t.Parallel()
 		var dials atomic.Int32
 		firstDial := make(chan error, 1)
 		pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
@@ -559,7 +564,8 @@ func TestRefusedConnectionRetried(t *testing.T) {
 	})
 
 	t.Run("refused every time", func(t *testing.T) {
-		addr := testutil.FreeAddr(t)
+		t.Parallel()
+		addr := testutil.ReserveAddr(t).Addr
 		var dials atomic.Int32
 		pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
 		e := newEnv(t, withPolicy(t, pc, func(cfg *proxy.Config) {
