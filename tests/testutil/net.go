@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -18,12 +19,12 @@ import (
 // and use [ReserveAddr] for an address that must refuse connections.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, _ := net.SplitHostPort(FreeAddr(tb))
+	n, err := strconv.Atoi(port)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return n
 }
 
 // FreeAddr returns a loopback host:port that was free a moment ago (see
