@@ -51,6 +51,7 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 }
 
 func startCluster(tb testing.TB, n int) (*Cluster, error) {
+	tb.Helper()
 	routes := make([]string, n)
 	ports := make([]int, n)
 	for i := range n {

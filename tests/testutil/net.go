@@ -55,7 +55,7 @@ func AwaitReady(base string, timeout time.Duration, exited <-chan struct{}) erro
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("%s: %w (%v)", base, ErrExited, err)
+			return fmt.Errorf("%s: %w (%w)", base, ErrExited, err)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -81,7 +81,7 @@ func ready(base string) error {
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("/readyz answered %d", resp.StatusCode)
 	}

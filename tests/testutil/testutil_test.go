@@ -55,6 +55,7 @@ func TestEventually(t *testing.T) {
 	var n atomic.Int32
 	testutil.Eventually(t, 5*time.Second, "three looks", func() bool { return n.Add(1) >= 3 })
 	msg := failure(t, func(tb testing.TB) {
+		tb.Helper()
 		testutil.Eventually(tb, 50*time.Millisecond, "the impossible", func() bool { return false })
 	})
 	if !strings.Contains(msg, "timed out after 50ms waiting for the impossible") {
@@ -87,7 +88,10 @@ func TestWaitReady(t *testing.T) {
 	exited := make(chan struct{})
 	close(exited)
 	nothing := "http://" + testutil.ReserveAddr(t).Addr // refuses connections, and no other server can take it
-	msg := failure(t, func(tb testing.TB) { testutil.WaitReady(tb, nothing, time.Minute, exited) })
+	msg := failure(t, func(tb testing.TB) {
+		tb.Helper()
+		testutil.WaitReady(tb, nothing, time.Minute, exited)
+	})
 	if !strings.Contains(msg, "exited before it was ready") {
 		t.Errorf("a server that exited: %q", msg)
 	}
@@ -130,33 +134,47 @@ func TestStatus(t *testing.T) {
 
 func TestAPIError(t *testing.T) {
 	t.Parallel()
-	answer := func(status int, ct, body string) *http.Response {
+	// expect answers status with ct and body, and reads it with ExpectAPIError.
+	expect := func(tb testing.TB, status int, ct, body string, wantStatus int, wantCode string) testutil.APIError {
+		tb.Helper()
 		rec := httptest.NewRecorder()
 		rec.Header().Set("Content-Type", ct)
 		rec.Header().Set("Retry-After", "2")
 		rec.WriteHeader(status)
 		_, _ = io.WriteString(rec, body)
-		return rec.Result()
+		resp := rec.Result()
+		defer resp.Body.Close()
+		return testutil.ExpectAPIError(tb, resp, wantStatus, wantCode)
 	}
 	const body = `{"error":{"message":"slow down","type":"rate_limit_error","code":"too_many_readers"}}`
-	e := testutil.ExpectAPIError(t, answer(429, "application/json", body), 429, "too_many_readers")
+	e := expect(t, 429, "application/json", body, 429, "too_many_readers")
 	if e != (testutil.APIError{Status: 429, ContentType: "application/json", RetryAfter: "2", Body: body, Message: "slow down", Type: "rate_limit_error", Code: "too_many_readers"}) {
 		t.Errorf("ExpectAPIError = %+v", e)
 	}
 	if e := testutil.ParseAPIError(t, `{"error":{"message":"m","type":"t","code":null}}`); e.Code != "" || e.Message != "m" {
 		t.Errorf("a null code: %+v", e)
 	}
-	for name, fn := range map[string]func(tb testing.TB){
-		"not JSON": func(tb testing.TB) { testutil.ParseAPIError(tb, "oops") },
-		"no type":  func(tb testing.TB) { testutil.ParseAPIError(tb, `{"error":{"message":"m"}}`) },
-		"other status": func(tb testing.TB) {
-			testutil.ExpectAPIError(tb, answer(500, "application/json", body), 429, "too_many_readers")
-		},
-		"other code":    func(tb testing.TB) { testutil.ExpectAPIError(tb, answer(429, "application/json", body), 429, "x") },
-		"not an answer": func(tb testing.TB) { testutil.ReadAPIError(tb, answer(502, "text/plain", "bad gateway")) },
+	for _, tc := range []struct {
+		name, body string
+		status     int    // 0: the body alone, through ParseAPIError
+		code       string // the code expected of a 429
+	}{
+		{"not JSON", "oops", 0, ""},
+		{"no type", `{"error":{"message":"m"}}`, 0, ""},
+		{"other status", body, 500, "too_many_readers"},
+		{"other code", body, 429, "x"},
+		{"not an answer", "bad gateway", 502, "too_many_readers"},
 	} {
-		if msg := failure(t, fn); msg == "" {
-			t.Errorf("%s: accepted", name)
+		msg := failure(t, func(tb testing.TB) {
+			tb.Helper()
+			if tc.status == 0 {
+				testutil.ParseAPIError(tb, tc.body)
+			} else {
+				expect(tb, tc.status, "application/json", tc.body, 429, tc.code)
+			}
+		})
+		if msg == "" {
+			t.Errorf("%s: accepted", tc.name)
 		}
 	}
 }
@@ -169,6 +187,7 @@ func TestSettled(t *testing.T) {
 	const prompt = "settle [tokens=3]"
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + prompt + `"}]}`
 	resp := testutil.Do(t, http.MethodPost, srv.URL+mockllm.ChatPath, body)
+	defer resp.Body.Close()
 	if b := testutil.ReadBody(t, resp); !strings.Contains(b, "[DONE]") {
 		t.Fatalf("stream %q", b)
 	}
