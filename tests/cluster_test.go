@@ -137,6 +137,13 @@ func TestClusterResumeAcrossInstances(t *testing.T) {
 	}
 }
 
+// clusterStatus reads key's JSON status from the instance at base
+// (testutil.GetStatus); the chaos tests call it.
+func clusterStatus(t *testing.T, base, key string) (keyStatus, int) {
+	t.Helper()
+	return testutil.GetStatus(t, base, key)
+}
+
 // TestClusterInstanceKilled: instance A (the reprise binary, on the
 // cluster through --nats with --replicas 3) is SIGKILLed mid-stream. A
 // reader attached through B and the client that was on A (resuming
@@ -201,7 +208,7 @@ func TestClusterInstanceKilled(t *testing.T) {
 			t.Fatalf("resume through B: %d events, the reader on B had %d (or they differ)", len(resumed), len(onB))
 		}
 	})
-	st, _ := testutil.GetStatus(t, b.URL, "k-killed")
+	st, _ := clusterStatus(t, b.URL, "k-killed")
 	if st.State != "failed" || st.Error != resume.OwnerLost {
 		t.Fatalf("status %+v, want failed owner_lost", st)
 	}
