@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web"
 	"github.com/reprise-dev/reprise/web/mockllm"
 	"github.com/reprise-dev/reprise/web/webtest"
@@ -24,6 +25,7 @@ import (
 // mock's deterministic content, and the upstream ledger: one generation per
 // prompt, whatever the browser did.
 func TestBrowserDemo(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
@@ -52,7 +54,7 @@ func TestBrowserDemo(t *testing.T) {
 
 	ledgerIs1 := func(t *testing.T, prompt string) {
 		t.Helper()
-		if g := e.LLM.Ledger().Get(prompt); g.Generations != 1 || g.Requests != 1 {
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 || g.Requests != 1 {
 			p.fail(t, "upstream ledger for %q: %+v, want exactly 1 request and 1 generation", prompt, g)
 		}
 	}
@@ -103,9 +105,7 @@ func TestBrowserDemo(t *testing.T) {
 
 		// The server keeps generating without a client; the page gets
 		// nothing meanwhile.
-		if err := e.LLM.Ledger().Wait(waitCtx(t, 10*time.Second), prompt, 1); err != nil {
-			p.fail(t, "the upstream generation did not finish after the drop: %v", err)
-		}
+		testutil.Settled(t, e.LLM.Ledger(), prompt, 1) // the generation finishes after the drop
 		if gens := e.LLM.Ledger().Generations(prompt); len(gens) != 1 || !gens[0].Completed || gens[0].Content != want {
 			p.fail(t, "upstream generations after the drop: %+v, want one completed with the full content", gens)
 		}

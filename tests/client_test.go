@@ -11,6 +11,8 @@ import (
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 // event is one SSE event as a client sees it.
@@ -37,32 +39,17 @@ func speechBody(input string, sseFormat bool) string {
 	return string(b)
 }
 
-// do sends a request with a deadline; header pairs are name, value, ...
+// do sends a request with a deadline (testutil.Do); header pairs are
+// name, value, ...
 func do(tb testing.TB, method, url, body string, header ...string) *http.Response {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	tb.Cleanup(cancel)
-	resp, err := send(ctx, method, url, body, header...)
-	if err != nil {
-		tb.Fatalf("%s %s: %v", method, url, err)
-	}
-	return resp
+	return testutil.Do(tb, method, url, body, header...)
 }
 
-// send sends a request (a JSON body when there is one); header pairs are
-// name, value, ... It returns errors, so it may run in any goroutine.
+// send sends a request (testutil.Send); it returns errors, so it may run
+// in any goroutine.
 func send(ctx context.Context, method, url, body string, header ...string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	return http.DefaultClient.Do(req)
+	return testutil.Send(ctx, method, url, body, header...)
 }
 
 // readEvents reads up to max events (all when max < 0) and closes the body:
@@ -89,12 +76,7 @@ func readEvents(tb testing.TB, resp *http.Response, max int) []event {
 
 func readBody(tb testing.TB, resp *http.Response) string {
 	tb.Helper()
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return string(b)
+	return testutil.ReadBody(tb, resp)
 }
 
 // content reassembles the text of chat chunks.
@@ -162,9 +144,8 @@ func uniquePrompt(tb testing.TB, directives string) string {
 	return fmt.Sprintf("%s %d %s", tb.Name(), time.Now().UnixNano(), directives)
 }
 
+// waitCtx is a context that ends after d or with the test.
 func waitCtx(tb testing.TB, d time.Duration) context.Context {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	tb.Cleanup(cancel)
-	return ctx
+	return testutil.Context(tb, d)
 }

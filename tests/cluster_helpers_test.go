@@ -2,154 +2,64 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/journal/journaltest"
 	"github.com/reprise-dev/reprise/stream"
 	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
-// natsCluster is a 3-node JetStream cluster of embedded nats-servers,
-// clustered over loopback routes, each with a loopback client port.
+// natsCluster is a JetStream cluster of embedded nats-servers
+// (journaltest.Cluster) under the names the tests use.
 type natsCluster struct {
-	tb    testing.TB
-	nodes []*journal.Embedded
+	*journaltest.Cluster
 	names []string
-	urls  []string
-	down  []bool
-}
-
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startNATSCluster starts n nodes and returns once JetStream is clustered
 // and current everywhere.
 func startNATSCluster(tb testing.TB, n int) *natsCluster {
 	tb.Helper()
-	c := &natsCluster{tb: tb, down: make([]bool, n)}
-	routes := make([]string, n)
-	ports := make([]int, n)
-	for i := range n {
-		ports[i] = freePort(tb)
-		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
-	}
-	for i := range n {
-		name := "n" + strconv.Itoa(i)
-		e, err := journal.StartEmbedded(journal.EmbeddedConfig{
-			Dir: tb.TempDir(), Port: -1, ServerName: name,
-			Cluster: &server.ClusterOpts{Name: "reprise-chaos", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  routes,
-		})
-		if err != nil {
-			tb.Fatalf("node %d: %v", i, err)
-		}
-		c.nodes = append(c.nodes, e)
-		c.names = append(c.names, name)
-		c.urls = append(c.urls, e.Server.ClientURL())
-		tb.Cleanup(func() { c.kill(i) })
-	}
-	pollUntil(tb, 30*time.Second, "the JetStream cluster to form", func() bool {
-		for _, e := range c.nodes {
-			if !e.Server.JetStreamIsClustered() || !e.Server.JetStreamIsCurrent() {
-				return false
-			}
-		}
-		return true
-	})
-	return c
+	c := journaltest.StartCluster(tb, n)
+	return &natsCluster{Cluster: c, names: c.Names}
 }
 
 // kill shuts node i down (idempotent).
-func (c *natsCluster) kill(i int) {
-	if c.down[i] {
-		return
-	}
-	c.down[i] = true
-	c.nodes[i].Shutdown()
-}
+func (c *natsCluster) kill(i int) { c.Kill(i) }
 
 // urlsFrom lists the client URLs starting with node first (with
 // nats.DontRandomize a client connects to it, and fails over in order).
-func (c *natsCluster) urlsFrom(first int) []string {
-	out := []string{c.urls[first]}
-	for i, u := range c.urls {
-		if i != first {
-			out = append(out, u)
-		}
-	}
-	return out
-}
+func (c *natsCluster) urlsFrom(first int) []string { return c.URLsFrom(first) }
 
-func (c *natsCluster) index(name string) int {
-	for i, n := range c.names {
-		if n == name {
-			return i
-		}
-	}
-	return -1
-}
+func (c *natsCluster) index(name string) int { return c.Index(name) }
 
 // leaders returns the node names leading the journal's stream and the
 // records bucket's stream.
 func (c *natsCluster) leaders(ctx context.Context, nc *nats.Conn) (events, records string, err error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return "", "", err
-	}
-	for _, s := range []struct {
-		name string
-		out  *string
-	}{{journal.DefaultStream, &events}, {"KV_" + journal.DefaultBucket, &records}} {
-		st, err := js.Stream(ctx, s.name)
-		if err != nil {
-			return "", "", err
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			return "", "", err
-		}
-		if info.Cluster == nil || info.Cluster.Leader == "" {
-			return "", "", fmt.Errorf("stream %s has no leader", s.name)
-		}
-		*s.out = info.Cluster.Leader
-	}
-	return events, records, nil
+	return c.Leaders(ctx, nc)
 }
 
-// pollUntil checks cond every 20ms until it holds, failing after timeout.
+// pollUntil checks cond until it holds, failing after timeout
+// (testutil.Eventually).
 func pollUntil(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling external state; bounded above
-	}
+	testutil.Eventually(tb, timeout, what, cond)
 }
 
 // instance is an in-process reprise (a proxy.Proxy on a loopback port) on
@@ -216,45 +126,43 @@ func (in *instance) stop(tb testing.TB) {
 
 // startReprise runs the reprise binary with args (plus a loopback listen
 // address and error logging) and waits until it is ready. SIGKILL it with
-// p.cmd.Process.Kill().
+// sigkill; p.exited is closed once it ended, with its exit status in p.err.
+// The listen address is one that was free: should another listener take it
+// first, the binary exits, and starts again on another (three tries).
 func startReprise(tb testing.TB, args ...string) *process {
 	tb.Helper()
-	addr := freeAddr(tb)
+	var err error
+	for try := 1; try <= 3; try++ {
+		var p *process
+		if p, err = launchReprise(tb, testutil.FreeAddr(tb), args); err == nil {
+			return p
+		}
+		if !errors.Is(err, testutil.ErrExited) {
+			break
+		}
+		tb.Logf("reprise %v, try %d: %v", args, try, err)
+	}
+	tb.Fatalf("reprise %v: %v", args, err)
+	return nil
+}
+
+// launchReprise starts the binary listening on addr and waits until it is
+// ready, or has exited.
+func launchReprise(tb testing.TB, addr string, args []string) (*process, error) {
+	tb.Helper()
 	args = append([]string{"--listen", addr, "--log-level", "error", "--secret", string(testSecret)}, args...)
 	cmd := exec.Command(reprisebin(tb), args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	p := &process{cmd: cmd, URL: "http://" + addr}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	p := &process{cmd: cmd, URL: "http://" + addr, exited: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-p.exited
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/readyz", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		cancel()
-		if err == nil && resp.StatusCode == 200 {
-			return p
-		}
-		select {
-		case <-exited:
-			tb.Fatalf("reprise %v exited before it was ready", args)
-		default:
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("reprise at %s not ready after 30s: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for a child process to listen; bounded above
-	}
+	return p, testutil.AwaitReady(p.URL, 30*time.Second, p.exited)
 }
 
 // sigkill kills p for real and waits until it is gone.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -65,9 +66,7 @@ func checkStream(t *testing.T, llm *mockllm.Server, prompt string, evs []event, 
 	if len(last) == 0 || last[len(last)-1].Data != "[DONE]" {
 		t.Fatalf("the stream did not end with [DONE]: last %+v", evs[len(evs)-1])
 	}
-	if err := llm.Ledger().Wait(waitCtx(t, 15*time.Second), prompt, wantGens); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Settled(t, llm.Ledger(), prompt, wantGens)
 	gens := llm.Ledger().Generations(prompt)
 	if len(gens) != wantGens {
 		t.Fatalf("%d upstream generations, want %d", len(gens), wantGens)
@@ -86,6 +85,7 @@ func readAll(t *testing.T, resp *http.Response) []event { t.Helper(); return rea
 // while it runs and after it completed: byte-exact, no duplicates, one
 // upstream generation.
 func TestClusterResumeAcrossInstances(t *testing.T) {
+	t.Parallel()
 	w := newClusterWorld(t)
 	a := startInstance(t, "A", w.c.urlsFrom(0), w.llmURL, instanceOptions{})
 	b := startInstance(t, "B", w.c.urlsFrom(1), w.llmURL, instanceOptions{})
@@ -112,13 +112,8 @@ func TestClusterResumeAcrossInstances(t *testing.T) {
 				key := "k-" + strings.NewReplacer(" ", "-", "/", "-").Replace(t.Name())
 				first := readEvents(t, do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key), 7)
 				if !running {
-					if err := w.llm.Ledger().Wait(waitCtx(t, 15*time.Second), prompt, 1); err != nil {
-						t.Fatal(err)
-					}
-					pollUntil(t, 15*time.Second, "completion", func() bool {
-						st, code := clusterStatus(t, b.URL, key)
-						return code == 200 && st.State == "completed"
-					})
+					testutil.Settled(t, w.llm.Ledger(), prompt, 1)
+					testutil.WaitState(t, b.URL, key, "completed")
 				}
 				rest := readAll(t, m.resume(key, body, lastID(first)))
 				all := rest
@@ -142,13 +137,11 @@ func TestClusterResumeAcrossInstances(t *testing.T) {
 	}
 }
 
+// clusterStatus reads key's JSON status from the instance at base
+// (testutil.GetStatus); the chaos tests call it.
 func clusterStatus(t *testing.T, base, key string) (keyStatus, int) {
 	t.Helper()
-	st, code, err := chaosStatus(context.Background(), base, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st, code
+	return testutil.GetStatus(t, base, key)
 }
 
 // TestClusterInstanceKilled: instance A (the reprise binary, on the
@@ -158,6 +151,7 @@ func clusterStatus(t *testing.T, base, key string) (keyStatus, int) {
 // key then regenerates once through B. A key A completed before it died
 // replays through B unchanged.
 func TestClusterInstanceKilled(t *testing.T) {
+	// Not parallel: it SIGKILLs a reprise process and times owner_lost against a 1 s lease on an R3 cluster.
 	w := newClusterWorld(t)
 	const lease = time.Second
 	a := startReprise(t, "--nats", strings.Join(w.c.urlsFrom(0), ","), "--replicas", "3",
@@ -307,9 +301,7 @@ func runNodeKill(t *testing.T, w *clusterWorld, a, b *instance, victim int, stre
 		} else {
 			out.failed++
 		}
-		if err := w.llm.Ledger().Wait(waitCtx(t, 15*time.Second), r.prompt, 1); err != nil {
-			t.Fatal(err)
-		}
+		testutil.Settled(t, w.llm.Ledger(), r.prompt, 1)
 		gens := w.llm.Ledger().Generations(r.prompt)
 		if gaps := gapsOf(r.evs); len(gaps) > 0 || done && (content(t, r.evs) != gens[0].Content || !gens[0].Completed) {
 			out.silent = append(out.silent, fmt.Sprintf("%s: the client's stream has gaps %v or other content than the upstream's", r.key, gaps))
@@ -367,6 +359,7 @@ func gapsOf(evs []event) (gaps []string) {
 //     the records bucket: the same — writers and leases ride out the
 //     reconnect and the election.
 func TestClusterNATSNodeKilled(t *testing.T) {
+	// Not parallel: it kills NATS nodes and needs the elections to end within the instances' 2 s leases.
 	for _, victim := range []string{"follower, no instance on it", "follower with A on it", "journal leader", "records leader"} {
 		t.Run(victim, func(t *testing.T) {
 			w := newClusterWorld(t)

@@ -34,6 +34,7 @@ const composeShutdownTail = 17 * time.Second
 // behind a load balancer without stickiness, the fake upstream; and the
 // load balancer's config and the Dockerfile it builds.
 func TestComposeFile(t *testing.T) {
+	t.Parallel()
 	root := composeRoot(t)
 	p, err := composeLoad(root, map[string]string{"REPRISE_SECRET": composeSecret})
 	if err != nil {

@@ -1,14 +1,12 @@
 package tests
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -17,6 +15,7 @@ const chatPath = "/v1/chat/completions"
 // TestCompleteStream: a streamed chat passes every upstream event through,
 // with ids, the contract headers and [DONE] last; the upstream is billed once.
 func TestCompleteStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=12]")
 	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", `"k-complete"`)
@@ -41,13 +40,14 @@ func TestCompleteStream(t *testing.T) {
 	if got := content(t, evs); got != want {
 		t.Errorf("content %q, want %q", got, want)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Generations != 1 || g.Requests != 1 {
-		t.Errorf("ledger %+v, want one request and one generation", g)
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 || g.Requests != 1 || g.Completed != 1 {
+		t.Errorf("ledger %+v, want one request and one completed generation", g)
 	}
 }
 
 // TestResume covers a client that drops after k events and comes back.
 func TestResume(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		resume func(t *testing.T, e *env, key, body, last string) *http.Response
@@ -76,9 +76,7 @@ func TestResume(t *testing.T) {
 				if all[len(all)-1].Data != "[DONE]" {
 					t.Fatalf("k=%d: resumed stream did not end with [DONE]", k)
 				}
-				if err := e.LLM.Ledger().Wait(waitCtx(t, 10*time.Second), prompt, 1); err != nil {
-					t.Fatal(err)
-				}
+				testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
 				gens := e.LLM.Ledger().Generations(prompt)
 				if len(gens) != 1 {
 					t.Fatalf("k=%d: %d upstream generations, want 1", k, len(gens))
@@ -95,8 +93,11 @@ func TestResume(t *testing.T) {
 // generation runs, and after it completed, gets the full stream; the
 // upstream is called once.
 func TestDuplicateReplays(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	prompt := uniquePrompt(t, "[tokens=30] [delay=10ms]")
+	// 30 tokens at 30 ms take 0.9 s: room for the second request to come
+	// while they run, on a loaded machine too.
+	prompt := uniquePrompt(t, "[tokens=30] [delay=30ms]")
 	body := chatBody(prompt, true)
 	first := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-dup")
 	a := readEvents(t, first, 3) // drop early; the upstream keeps going
@@ -105,6 +106,10 @@ func TestDuplicateReplays(t *testing.T) {
 		t.Errorf("attach to a running generation marked as replayed")
 	}
 	b := readEvents(t, during, -1)
+	// Readers get [DONE] as soon as it is journaled, the key's record is
+	// completed just after: until then a duplicate attaches (same events,
+	// no Idempotent-Replayed).
+	waitState(t, e, "k-dup", "completed")
 	after := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-dup")
 	if after.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("replay of a completed key lacks Idempotent-Replayed: true")
@@ -123,7 +128,7 @@ func TestDuplicateReplays(t *testing.T) {
 			t.Fatalf("event %d differs between first client and attach", i)
 		}
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 request, 1 generation", g)
 	}
 }
@@ -131,12 +136,11 @@ func TestDuplicateReplays(t *testing.T) {
 // TestClientGone: the upstream runs to its end and is journaled after the
 // only client left.
 func TestClientGone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=25] [delay=5ms]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-gone"), 2)
-	if err := e.LLM.Ledger().Wait(waitCtx(t, 10*time.Second), prompt, 1); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
 	gens := e.LLM.Ledger().Generations(prompt)
 	if !gens[0].Completed {
 		t.Fatalf("upstream generation did not complete after the client left: %+v", gens[0])
@@ -151,47 +155,26 @@ func TestClientGone(t *testing.T) {
 	}
 }
 
-type keyStatus struct {
-	Key        string        `json:"key"`
-	State      string        `json:"state"`
-	Generation int           `json:"generation"`
-	Events     int           `json:"events"`
-	Error      string        `json:"error"`
-	Usage      *resume.Usage `json:"usage"`
-}
+// keyStatus is a key's JSON status.
+type keyStatus = testutil.Status
 
+// getStatus reads key's JSON status from e (testutil.GetStatus).
 func getStatus(t testing.TB, e *env, key string) (keyStatus, int) {
 	t.Helper()
-	resp := do(t, "GET", e.URL+"/v1/streams/"+key, "", "Accept", "application/json")
-	body := readBody(t, resp)
-	var st keyStatus
-	if resp.StatusCode == 200 {
-		if err := json.Unmarshal([]byte(body), &st); err != nil {
-			t.Fatalf("status body %q: %v", body, err)
-		}
-	}
-	return st, resp.StatusCode
+	return testutil.GetStatus(t, e.URL, key)
 }
 
-// waitState polls the JSON status until the key reaches state.
+// waitState polls the JSON status until the key reaches state
+// (testutil.WaitState).
 func waitState(t testing.TB, e *env, key, state string) keyStatus {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, code := getStatus(t, e, key)
-		if code == 200 && st.State == state {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %s: state %q (HTTP %d) after 15s, want %q", key, st.State, code, state)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an external state; bounded above
-	}
+	return testutil.WaitState(t, e.URL, key, state)
 }
 
 // TestConcurrentDuplicates: many identical requests at once make one
 // generation and identical streams.
 func TestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=20] [delay=2ms]")
 	body := chatBody(prompt, true)
@@ -212,7 +195,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	if len(streams[0]) != 24 {
 		t.Fatalf("got %d events, want 24", len(streams[0]))
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 request, 1 generation", g)
 	}
 }

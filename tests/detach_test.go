@@ -14,6 +14,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 // SSE readers on HTTP/1 are served on connections taken over from net/http
@@ -47,6 +48,7 @@ func rawRequest(t *testing.T, base, req string) (net.Conn, *bufio.Reader, *http.
 // connection; HTTP/1.0 gets an HTTP/1.0 status line. The POST's own answer
 // stays with net/http and keeps its connection.
 func TestDetachedResponse(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=4]")
 	key := "k-detached"
@@ -81,25 +83,28 @@ func TestDetachedResponse(t *testing.T) {
 // once (the connection is watched, not found dead at the next write), and
 // a later reader of the key gets the rest.
 func TestDetachedClientLeaves(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1; c.HTTP.Heartbeat = time.Minute }))
 	prompt := uniquePrompt(t, "[tokens=40] [delay=50ms]")
 	key := "k-leaves"
 	post := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
 	first := readEvents(t, post, 1)
 	post.Body.Close() // the POSTing client leaves; a GET reader takes the place
-	var conn net.Conn
-	var br *bufio.Reader
-	for {
-		var resp *http.Response
-		conn, br, resp = rawRequest(t, e.URL, fmt.Sprintf("GET /v1/streams/%s HTTP/1.1\r\nHost: x\r\nLast-Event-ID: %s\r\n\r\n", key, lastID(first)))
-		if resp.StatusCode == http.StatusOK {
-			if !resp.Close {
-				t.Fatal("the GET reader was not detached")
-			}
-			break
+	var (
+		conn net.Conn
+		br   *bufio.Reader
+		head *http.Response
+	)
+	testutil.Eventually(t, 10*time.Second, "the POSTing client's reader place to come back (429 until then)", func() bool {
+		conn, br, head = rawRequest(t, e.URL, fmt.Sprintf("GET /v1/streams/%s HTTP/1.1\r\nHost: x\r\nLast-Event-ID: %s\r\n\r\n", key, lastID(first)))
+		if head.StatusCode != http.StatusOK {
+			conn.Close()
+			return false
 		}
-		conn.Close()
-		time.Sleep(10 * time.Millisecond)
+		return true
+	})
+	if !head.Close {
+		t.Fatal("the GET reader was not detached")
 	}
 	got := first
 	for ev, err := range sse.Read(br, nil) {
@@ -112,27 +117,26 @@ func TestDetachedClientLeaves(t *testing.T) {
 	}
 	conn.Close()
 	left := time.Now()
-	for {
-		resp := do(t, "GET", e.URL+"/v1/streams/k-leaves", "", "Last-Event-ID", lastID(got))
+	var resp *http.Response
+	// Well within the 2s the generation still runs.
+	testutil.Eventually(t, time.Second, "the reader that left to give its place back (429 until then)", func() bool {
+		resp = do(t, "GET", e.URL+"/v1/streams/k-leaves", "", "Last-Event-ID", lastID(got))
 		if resp.StatusCode == http.StatusTooManyRequests {
 			readBody(t, resp)
-			if time.Since(left) > time.Second { // the generation runs 2s more
-				t.Fatal("the reader that left still holds its place after 1s")
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
+			return false
 		}
-		t.Logf("place back after %s", time.Since(left).Round(time.Millisecond))
-		rest := readEvents(t, resp, -1)
-		checkComplete(t, append(got, rest...), prompt, 40)
-		return
-	}
+		return true
+	})
+	t.Logf("place back after %s", time.Since(left).Round(time.Millisecond))
+	rest := readEvents(t, resp, -1)
+	checkComplete(t, append(got, rest...), prompt, 40)
 }
 
 // TestDetachedClose: Shutdown lets readers of finishing generations end on
 // their own, and cuts the rest when its context ends (the long generation
 // is cancelled then: its reader ends without [DONE]).
 func TestDetachedClose(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAbandon()) // the long generation is still running at the end
 	short := uniquePrompt(t, "[tokens=5] [delay=20ms]")
 	long := uniquePrompt(t, "[tokens=1000] [delay=50ms]")
@@ -165,6 +169,7 @@ func TestDetachedClose(t *testing.T) {
 // TestDetachedNotOverHTTP2: HTTP/2 cannot be taken over; the stream is
 // served by net/http as before.
 func TestDetachedNotOverHTTP2(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	hs := httptest.NewUnstartedServer(e.p)
 	hs.EnableHTTP2 = true
@@ -191,6 +196,7 @@ func TestDetachedNotOverHTTP2(t *testing.T) {
 // TestDetachedPipelined: a request pipelined behind a stream's GET is not
 // answered on that connection (Connection: close says so); the stream is.
 func TestDetachedPipelined(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=3]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-pipe"), -1)
@@ -212,6 +218,7 @@ func TestDetachedPipelined(t *testing.T) {
 // stream's connection is cut once it sent more than a pipelined request
 // could need, instead of being read forever.
 func TestDetachedChattyClient(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAbandon())
 	prompt := uniquePrompt(t, "[tokens=1000] [delay=50ms]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-chatty"), 1)
@@ -239,6 +246,7 @@ func TestDetachedChattyClient(t *testing.T) {
 // client sees a broken stream, which it resumes, never a clean end without
 // [DONE].
 func TestCanceledStreamIsBroken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())

@@ -18,6 +18,7 @@ import (
 // answered by the next; Reprise-Upstream and the status name the one that
 // served; a stream that broke after its first event never moves.
 func TestFailover(t *testing.T) {
+	t.Parallel()
 	var down atomic.Int32
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		down.Add(1)

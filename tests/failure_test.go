@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,29 +13,24 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 // TestUpstreamErrorBeforeStream: a fatal upstream status reaches the client
 // at once with its body, the key is failed, and the same key may generate
 // again. (Retryable statuses: retry_test.go.)
 func TestUpstreamErrorBeforeStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, status := range []int{400, 401, 403, 404, 409, 422} {
 		prompt := uniquePrompt(t, "[tokens=3] [status="+itoa(status)+"] [retry_after=2]")
 		key := "k-err-" + itoa(status)
 		resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
-		body := readBody(t, resp)
-		if resp.StatusCode != status {
-			t.Fatalf("status %d, want %d (%s)", resp.StatusCode, status, body)
+		if x := testutil.ReadAPIError(t, resp); x.Status != status {
+			t.Fatalf("status %d, want %d (%s)", x.Status, status, x.Body)
 		}
 		if got := resp.Header.Get("Reprise-Attempts"); got != "1" {
 			t.Errorf("%d: Reprise-Attempts %q, want 1", status, got)
-		}
-		var v struct {
-			Error struct{ Message, Type, Code string } `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error.Message == "" {
-			t.Fatalf("%d: body %q is not an OpenAI error", status, body)
 		}
 		waitState(t, e, key, "failed")
 		// The same key starts afresh (the mock succeeds on the second request).
@@ -44,7 +38,7 @@ func TestUpstreamErrorBeforeStream(t *testing.T) {
 		if evs[len(evs)-1].Data != "[DONE]" {
 			t.Fatalf("%d: second attempt did not complete", status)
 		}
-		if g := e.LLM.Ledger().Get(prompt); g.Requests != 2 || g.Generations != 1 {
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 2 || g.Generations != 1 {
 			t.Errorf("%d: ledger %+v, want 2 requests, 1 generation", status, g)
 		}
 	}
@@ -56,6 +50,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // client gets event: error and no [DONE], the key is failed, a retry of the
 // key generates afresh and a reader of the old generation gets a reset.
 func TestUpstreamBreaksMidStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=30] [abort_after=8]")
 	body := chatBody(prompt, true)
@@ -86,7 +81,7 @@ func TestUpstreamBreaksMidStream(t *testing.T) {
 	if evs2[0].Type != "reset" {
 		t.Fatalf("first event %+v, want reset", evs2[0])
 	}
-	if got := e.LLM.Ledger().Get(prompt).Generations; got != 2 {
+	if got := testutil.Settled(t, e.LLM.Ledger(), prompt, 2).Generations; got != 2 {
 		t.Errorf("%d generations, want exactly 2", got)
 	}
 	st = waitState(t, e, "k-break", "failed")
@@ -102,6 +97,7 @@ func TestUpstreamBreaksMidStream(t *testing.T) {
 
 // TestBadRequests: every refusal is an OpenAI-shaped JSON error with the right status.
 func TestBadRequests(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "k-bad"), -1)
 	tests := []struct {
@@ -128,20 +124,7 @@ func TestBadRequests(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := do(t, tc.method, e.URL+tc.path, tc.body, tc.header...)
-			body := readBody(t, resp)
-			if resp.StatusCode != tc.want {
-				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.want, body)
-			}
-			var v struct {
-				Error struct{ Message, Type, Code string } `json:"error"`
-			}
-			if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error.Code != tc.code || v.Error.Message == "" {
-				t.Errorf("body %q, want an OpenAI error with code %s", body, tc.code)
-			}
-			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-				t.Errorf("Content-Type %q", ct)
-			}
+			testutil.ExpectAPIError(t, do(t, tc.method, e.URL+tc.path, tc.body, tc.header...), tc.want, tc.code)
 		})
 	}
 	// Nothing was lost: the key still replays completely.
@@ -154,6 +137,7 @@ func TestBadRequests(t *testing.T) {
 // TestEndOfStream204: a cursor at the end of a completed stream gets 204, so
 // EventSource stops reconnecting.
 func TestEndOfStream204(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "k-204"), -1)
 	waitState(t, e, "k-204", "completed")
@@ -167,6 +151,7 @@ func TestEndOfStream204(t *testing.T) {
 // TestNonStreaming: a non-streamed result is stored and replayed; a
 // duplicate while it runs waits for it, or gets 409 when the wait is over.
 func TestNonStreaming(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAttachWait(150*time.Millisecond))
 	prompt := uniquePrompt(t, "[tokens=6]")
 	body := chatBody(prompt, false)
@@ -184,7 +169,7 @@ func TestNonStreaming(t *testing.T) {
 	if loc := readBody(t, do(t, "GET", e.URL+"/v1/streams/k-json", "")); loc != first {
 		t.Errorf("the Location of a non-streamed result serves %q, want %q", loc, first)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 {
 		t.Errorf("ledger %+v", g)
 	}
 
@@ -204,6 +189,7 @@ func TestNonStreaming(t *testing.T) {
 
 // TestHealth: /healthz and /readyz answer 200.
 func TestHealth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if resp := do(t, "GET", e.URL+p, ""); resp.StatusCode != 200 {
@@ -215,6 +201,7 @@ func TestHealth(t *testing.T) {
 // TestStaleCursorOnNewKey: a Last-Event-ID that cannot belong to a key that
 // is only now created is ignored: the client gets the whole stream.
 func TestStaleCursorOnNewKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=5]"), true), "Idempotency-Key", "k-stale", "Last-Event-ID", "1-4-4"), -1)
 	if len(evs) != 9 || evs[0].ID != "1-1-"+strings.Split(evs[0].ID, "-")[2] {
@@ -229,6 +216,7 @@ func TestStaleCursorOnNewKey(t *testing.T) {
 // TestForgedCursorHint: the journal position inside a Last-Event-ID is only
 // a hint; a wrong one costs time, never events.
 func TestForgedCursorHint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	all := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=10]"), true), "Idempotency-Key", "k-forged"), -1)
 	waitState(t, e, "k-forged", "completed")
@@ -243,6 +231,7 @@ func TestForgedCursorHint(t *testing.T) {
 // TestUpstreamIgnoresStream: an upstream that answers a stream request with
 // plain JSON is stored and replayed as JSON, not as events.
 func TestUpstreamIgnoresStream(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	e := newEnv(t, withUpstream(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -269,8 +258,11 @@ func TestUpstreamIgnoresStream(t *testing.T) {
 // generations only; attaching to a running one still works, and a refused
 // key ends cleanly for its readers and may generate later.
 func TestTenantLimitSparesAttach(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.Limits.MaxTenantGenerations = 1 }))
-	slow := chatBody(uniquePrompt(t, "[tokens=40] [delay=10ms]"), true)
+	// 40 tokens at 25 ms take 1 s: room for the other key to be refused
+	// while they run, on a loaded machine too.
+	slow := chatBody(uniquePrompt(t, "[tokens=40] [delay=25ms]"), true)
 	first := readEvents(t, do(t, "POST", e.URL+chatPath, slow, "Idempotency-Key", "k-lim-a"), 2)
 	other := chatBody(uniquePrompt(t, "[tokens=3]"), true)
 	resp := do(t, "POST", e.URL+chatPath, other, "Idempotency-Key", "k-lim-b")
@@ -302,6 +294,7 @@ func TestTenantLimitSparesAttach(t *testing.T) {
 // at the same position — the record counts only the stored events, and
 // the key generates afresh once the journal takes messages again.
 func TestJournalFailure(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withNATSPort(), withJournal(func(c *journal.Config) { c.AppendTimeout = time.Second }))
 	b := startInstance(t, "B", []string{e.natsURL()}, e.llmSrv.URL, instanceOptions{replicas: 1})
 	prompt := uniquePrompt(t, "[tokens=40] [delay=30ms]")

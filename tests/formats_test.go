@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -47,6 +48,7 @@ func quote(s string) string { return `"` + strings.NewReplacer(`\`, `\\`, `"`, `
 // the same key again is a replay; the events keep their names and the
 // stream ends with response.completed; the usage is recorded.
 func TestResponsesSDK(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	client := openai.NewClient(option.WithBaseURL(e.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
 	prompt := uniquePrompt(t, "[tokens=12]")
@@ -73,7 +75,7 @@ func TestResponsesSDK(t *testing.T) {
 	if g := e.LLM.Ledger().Get(prompt); g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 generation", g)
 	}
-	st := waitStateAs(t, e, "k-responses-sdk", "completed", "Authorization", "Bearer sk-test")
+	st := testutil.WaitState(t, e.URL, "k-responses-sdk", "completed", "Authorization", "Bearer sk-test")
 	if st.Usage == nil || st.Usage.CompletionTokens != 12 {
 		t.Errorf("usage %+v, want 12 completion tokens", st.Usage)
 	}
@@ -90,6 +92,7 @@ func TestResponsesSDK(t *testing.T) {
 // the Location with Last-Event-ID: the missed named events, then the rest,
 // byte-exact and once.
 func TestResponsesResume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withTokenDelay(5*time.Millisecond))
 	prompt := uniquePrompt(t, "[tokens=20]")
 	resp := do(t, "POST", e.URL+responsesPath, responsesBody(prompt, true), "Idempotency-Key", "k-responses-resume")
@@ -122,6 +125,7 @@ func TestResponsesResume(t *testing.T) {
 // result: the readers get event: error, the key fails, the same key
 // generates afresh.
 func TestResponsesErrorEvent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=10] [error_after=6]")
 	for try := 1; try <= 2; try++ {
@@ -130,7 +134,7 @@ func TestResponsesErrorEvent(t *testing.T) {
 		if last.Type != "error" || len(evs) != 7 {
 			t.Fatalf("try %d: %d events ending %+v, want 6 then event: error", try, len(evs), last)
 		}
-		if _, _, code := openAIError(t, last.Data); code != "server_error" {
+		if code := testutil.ParseAPIError(t, last.Data).Code; code != "server_error" {
 			t.Errorf("try %d: code %q, want the upstream's server_error", try, code)
 		}
 		if st := waitState(t, e, "k-responses-error", "failed"); st.Generation != try {
@@ -144,6 +148,7 @@ func TestResponsesErrorEvent(t *testing.T) {
 // (input tokens from message_start, output from message_delta) is
 // recorded.
 func TestMessagesSDK(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	client := anthropic.NewClient(aoption.WithBaseURL(e.URL), aoption.WithAPIKey("sk-ant-test"), aoption.WithMaxRetries(0))
 	prompt := uniquePrompt(t, "[tokens=9]")
@@ -171,7 +176,7 @@ func TestMessagesSDK(t *testing.T) {
 		t.Errorf("ledger %+v, want 1 generation", g)
 	}
 	words := int64(len(strings.Fields(prompt)))
-	st := waitStateAs(t, e, "k-messages-sdk", "completed", "X-Api-Key", "sk-ant-test")
+	st := testutil.WaitState(t, e.URL, "k-messages-sdk", "completed", "X-Api-Key", "sk-ant-test")
 	if st.Usage == nil || st.Usage.PromptTokens != words || st.Usage.CompletionTokens != 9 || st.Usage.TotalTokens != words+9 {
 		t.Errorf("usage %+v, want %d + 9", st.Usage, words)
 	}
@@ -189,6 +194,7 @@ func TestMessagesSDK(t *testing.T) {
 // mid-stream is no result, reaches the SDK as an error, and the key
 // generates afresh.
 func TestMessagesErrors(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	resp := do(t, "POST", e.URL+messagesPath, `{"model":`, "Idempotency-Key", "k-messages-bad")
 	body := readBody(t, resp)
@@ -213,7 +219,7 @@ func TestMessagesErrors(t *testing.T) {
 		if err := s.Err(); err == nil || !strings.Contains(err.Error(), "overloaded") {
 			t.Errorf("try %d: stream error %v, want the upstream's overloaded_error", try, err)
 		}
-		if st := waitStateAs(t, e, "k-messages-overloaded", "failed", "X-Api-Key", "sk-ant-test"); st.Error != "overloaded_error" || st.Generation != try {
+		if st := testutil.WaitState(t, e.URL, "k-messages-overloaded", "failed", "X-Api-Key", "sk-ant-test"); st.Error != "overloaded_error" || st.Generation != try {
 			t.Errorf("try %d: status %+v", try, st)
 		}
 	}
@@ -232,93 +238,4 @@ func deltaOf(tb testing.TB, data string) string {
 		tb.Fatalf("delta %q: %v", data, err)
 	}
 	return v.Delta
-}
-
-// waitStateAs polls the key's JSON status, read with the creator's
-// credential header, until it reaches state.
-func waitStateAs(tb testing.TB, e *env, key, state string, header ...string) keyStatus {
-	tb.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp := do(tb, "GET", e.URL+"/v1/streams/"+key, "", append([]string{"Accept", "application/json"}, header...)...)
-		body := readBody(tb, resp)
-		var st keyStatus
-		if resp.StatusCode == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil && st.State == state {
-			return st
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("key %s: %d %s after 15s, want state %q", key, resp.StatusCode, body, state)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an external state; bounded above
-	}
-}
-
-// TestResponsesRetrieveAndResume: OpenAI's own resume API works against
-// reprise for an upstream without background mode: openai-go's
-// Responses.GetStreaming(id, starting_after) continues a dropped stream
-// from the journal, and Responses.Get(id) returns the stored response.
-func TestResponsesRetrieveAndResume(t *testing.T) {
-	e := newEnv(t, withTokenDelay(5*time.Millisecond))
-	client := openai.NewClient(option.WithBaseURL(e.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
-	prompt := uniquePrompt(t, "[tokens=20]")
-	want := strings.Join(mockllm.Content(prompt, 20, false), "")
-	params := responses.ResponseNewParams{Model: "mock-1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(prompt)}}
-	ctx := waitCtx(t, 20*time.Second)
-	s := client.Responses.NewStreaming(ctx, params, option.WithHeader("Idempotency-Key", "k-responses-get"))
-	var text strings.Builder
-	var id string
-	var seq int64
-	for s.Next() { // drop after the fifth text delta
-		ev := s.Current()
-		if ev.Type == "response.created" {
-			id = ev.Response.ID
-		}
-		seq = ev.SequenceNumber
-		if ev.Type == "response.output_text.delta" {
-			text.WriteString(ev.Delta)
-			if seq >= 8 {
-				break
-			}
-		}
-	}
-	_ = s.Close()
-	if id == "" || seq < 8 {
-		t.Fatalf("the stream named no response id (%q) or ended early (seq %d)", id, seq)
-	}
-	rest := client.Responses.GetStreaming(ctx, id, responses.ResponseGetParams{StartingAfter: openai.Int(seq)})
-	var last string
-	for rest.Next() {
-		ev := rest.Current()
-		if ev.SequenceNumber <= seq {
-			t.Fatalf("resumed at sequence_number %d, after %d", ev.SequenceNumber, seq)
-		}
-		if ev.Type == "response.output_text.delta" {
-			text.WriteString(ev.Delta)
-		}
-		last = ev.Type
-	}
-	if err := rest.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if text.String() != want || last != "response.completed" {
-		t.Errorf("resumed text %q ending %s, want %q ending response.completed", text.String(), last, want)
-	}
-	res, err := client.Responses.Get(ctx, id, responses.ResponseGetParams{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.OutputText() != want || res.ID != id || res.Status != "completed" {
-		t.Errorf("retrieved %s %s %q, want %s completed %q", res.ID, res.Status, res.OutputText(), id, want)
-	}
-	// The documented query form, as curl sends it.
-	raw := readEvents(t, do(t, "GET", e.URL+"/v1/responses/"+id+"?stream=true&starting_after=3", "", "Authorization", "Bearer sk-test"), 1)
-	if len(raw) != 1 || !strings.Contains(raw[0].Data, `"sequence_number":4`) {
-		t.Errorf("starting_after=3 began with %+v, want sequence_number 4", raw)
-	}
-	if _, err := client.Responses.Get(ctx, "resp-nobody", responses.ResponseGetParams{}); err == nil {
-		t.Error("an unknown response id was found")
-	}
-	if g := e.LLM.Ledger().Get(prompt); g.Generations != 1 {
-		t.Errorf("ledger %+v, want 1 generation", g)
-	}
 }

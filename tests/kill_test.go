@@ -1,10 +1,7 @@
 package tests
 
 import (
-	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 var (
@@ -42,56 +41,27 @@ func reprisebin(tb testing.TB) string {
 	return binPath
 }
 
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// process is a reprise binary running against env's NATS and upstream.
+// process is a reprise binary started by startReprise.
 type process struct {
-	cmd *exec.Cmd
-	URL string
+	cmd    *exec.Cmd
+	URL    string
+	exited chan struct{} // closed once the process ended
+	err    error         // its exit status, once exited is closed
 }
 
+// startProcess runs the reprise binary against env's NATS and upstream.
 func startProcess(tb testing.TB, e *env, extra ...string) *process {
 	tb.Helper()
-	addr := freeAddr(tb)
-	args := append([]string{
-		"--listen", addr, "--nats", e.natsURL(), "--upstream", e.llmSrv.URL,
-		"--data", tb.TempDir(), "--secret", string(testSecret), "--lease", e.opt.lease.String(), "--log-level", "error",
-	}, extra...)
-	cmd := exec.Command(reprisebin(tb), args...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	p := &process{cmd: cmd, URL: "http://" + addr}
-	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(p.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("reprise at %s not ready after 20s: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for a child process to listen; bounded above
-	}
+	return startReprise(tb, append([]string{
+		"--nats", e.natsURL(), "--upstream", e.llmSrv.URL, "--data", tb.TempDir(), "--lease", e.opt.lease.String(),
+	}, extra...)...)
 }
 
 // TestOwnerKilled: an instance killed mid-stream leaves a generation whose
 // readers elsewhere get event: error once its lease expires; the same key
 // then regenerates on another instance.
 func TestOwnerKilled(t *testing.T) {
+	// Not parallel: it SIGKILLs a reprise process and times how long readers wait for the dead owner's 1 s lease.
 	if testing.Short() {
 		t.Skip("builds and kills a reprise binary")
 	}
@@ -136,11 +106,7 @@ func TestOwnerKilled(t *testing.T) {
 	if evs[0].Type != "reset" || evs[len(evs)-1].Data != "[DONE]" {
 		t.Fatalf("regeneration: first %+v last %+v", evs[0], evs[len(evs)-1])
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.LLM.Ledger().Wait(ctx, prompt, 2); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Settled(t, e.LLM.Ledger(), prompt, 2)
 	gens := e.LLM.Ledger().Generations(prompt)
 	if len(gens) != 2 || gens[0].Completed || !gens[1].Completed {
 		t.Fatalf("generations %d (first completed=%v), want the killed one and one complete", len(gens), gens[0].Completed)
@@ -152,6 +118,7 @@ func TestOwnerKilled(t *testing.T) {
 
 // TestGracefulShutdown: SIGTERM lets a running generation finish journaling.
 func TestGracefulShutdown(t *testing.T) {
+	// Not parallel: it SIGTERMs a reprise process and gives its running generation the grace to finish.
 	if testing.Short() {
 		t.Skip("builds a reprise binary")
 	}
@@ -162,12 +129,10 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- a.cmd.Wait() }()
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("reprise exited with %v", err)
+	case <-a.exited:
+		if a.err != nil {
+			t.Fatalf("reprise exited with %v", a.err)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("reprise did not exit within 20s of SIGTERM")
@@ -176,7 +141,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if st.Events != 64 {
 		t.Errorf("journaled %d events, want 64", st.Events)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Completed != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Completed != 1 {
 		t.Errorf("ledger %+v", g)
 	}
 }

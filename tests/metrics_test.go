@@ -30,6 +30,7 @@ func metric(tb testing.TB, e *env, name, label string) float64 {
 
 // TestMetrics: decisions, generations and journaled events are counted.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	body := chatBody(uniquePrompt(t, "[tokens=5]"), true)
 	readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-metrics"), -1)

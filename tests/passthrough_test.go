@@ -11,6 +11,7 @@ import (
 
 	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -19,6 +20,7 @@ import (
 // embeddings POST is executed once and replayed, 422 with another body;
 // reprise's own namespace is never forwarded.
 func TestPassThrough(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	client := openai.NewClient(option.WithBaseURL(e.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
 	ctx := waitCtx(t, 20*time.Second)
@@ -44,7 +46,7 @@ func TestPassThrough(t *testing.T) {
 	if g := e.LLM.Ledger().Get(input); g.Generations != 2 {
 		t.Errorf("two keyed calls: ledger %+v, want 2 generations in all (one keyless, one keyed)", g)
 	}
-	st := waitStateAs(t, e, "k-embed", "completed", "Authorization", "Bearer sk-test")
+	st := testutil.WaitState(t, e.URL, "k-embed", "completed", "Authorization", "Bearer sk-test")
 	if st.Usage == nil || st.Usage.PromptTokens == 0 {
 		t.Errorf("embeddings usage %+v", st.Usage)
 	}
@@ -67,6 +69,7 @@ func TestPassThrough(t *testing.T) {
 // reaches the upstream, which gets the configured key; a caller without a
 // valid proxy key is refused before anything is forwarded.
 func TestPassThroughStatic(t *testing.T) {
+	t.Parallel()
 	var seen []string
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = append(seen, r.Header.Get("Authorization"))
@@ -90,6 +93,7 @@ func TestPassThroughStatic(t *testing.T) {
 // 400/413/415/422, the upstream's 4xx) carries X-Should-Retry: false; a 409
 // in progress carries Retry-After instead, so the SDK's retry attaches.
 func TestShouldRetrySteering(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAttachWait(50*time.Millisecond))
 	for _, tc := range []struct {
 		name, body, key string
@@ -131,7 +135,7 @@ func TestShouldRetrySteering(t *testing.T) {
 // answered 202 at once with its Location; the client polls the status and
 // fetches the result there; the same request again is still one
 // generation.
-func TestRespondAsync(t *testing.T) {
+func TestRespondAsync(t *testing.T) { // not parallel: it times the 202 against the generation
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=30] [delay=10ms]")
 	start := time.Now()

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 // Each format's knowledge (package engine's Protocol): the usage a
@@ -18,11 +18,12 @@ import (
 // a non-streamed answer's "usage", speech.audio.done's input/output
 // tokens) is in the key's status; a replay changes nothing.
 func TestUsageRecorded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=7]")
 	words := int64(len(strings.Fields(prompt)))
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-usage-stream"), -1)
-	want := resume.Usage{PromptTokens: words, CompletionTokens: 7, TotalTokens: words + 7}
+	want := testutil.Usage{PromptTokens: words, CompletionTokens: 7, TotalTokens: words + 7}
 	if st := waitState(t, e, "k-usage-stream", "completed"); st.Usage == nil || *st.Usage != want {
 		t.Errorf("streamed chat usage %+v, want %+v", st.Usage, want)
 	}
@@ -34,7 +35,7 @@ func TestUsageRecorded(t *testing.T) {
 	plain := uniquePrompt(t, "[tokens=4]")
 	words = int64(len(strings.Fields(plain)))
 	readBody(t, do(t, "POST", e.URL+chatPath, chatBody(plain, false), "Idempotency-Key", "k-usage-plain"))
-	want = resume.Usage{PromptTokens: words, CompletionTokens: 4, TotalTokens: words + 4}
+	want = testutil.Usage{PromptTokens: words, CompletionTokens: 4, TotalTokens: words + 4}
 	if st := waitState(t, e, "k-usage-plain", "completed"); st.Usage == nil || *st.Usage != want {
 		t.Errorf("non-streamed chat usage %+v, want %+v", st.Usage, want)
 	}
@@ -42,7 +43,7 @@ func TestUsageRecorded(t *testing.T) {
 	input := uniquePrompt(t, "[tokens=3]")
 	words = int64(len(strings.Fields(input)))
 	readEvents(t, do(t, "POST", e.URL+"/v1/audio/speech", speechBody(input, true), "Idempotency-Key", "k-usage-speech"), -1)
-	want = resume.Usage{PromptTokens: words, CompletionTokens: 3, TotalTokens: words + 3}
+	want = testutil.Usage{PromptTokens: words, CompletionTokens: 3, TotalTokens: words + 3}
 	if st := waitState(t, e, "k-usage-speech", "completed"); st.Usage == nil || *st.Usage != want {
 		t.Errorf("speech usage %+v, want %+v", st.Usage, want)
 	}
@@ -54,6 +55,7 @@ func TestUsageRecorded(t *testing.T) {
 // upstream's message and code, no [DONE]; the key is failed and the next
 // request with it generates afresh.
 func TestUpstreamErrorEvent(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	e := newEnv(t, withUpstream(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -74,9 +76,8 @@ func TestUpstreamErrorEvent(t *testing.T) {
 		if len(evs) != 2 || last.Type != "error" {
 			t.Fatalf("try %d: %d events ending %+v, want the chunk then event: error", try, len(evs), last)
 		}
-		msg, typ, code := openAIError(t, last.Data)
-		if code != "server_overloaded" || typ != "server_error" || !strings.Contains(msg, "server had an error") {
-			t.Errorf("try %d: error %q %q %q, want the upstream's", try, msg, typ, code)
+		if x := testutil.ParseAPIError(t, last.Data); x.Code != "server_overloaded" || x.Type != "server_error" || !strings.Contains(x.Message, "server had an error") {
+			t.Errorf("try %d: error %q %q %q, want the upstream's", try, x.Message, x.Type, x.Code)
 		}
 		if st := waitState(t, e, "k-error-event", "failed"); st.Error != "server_overloaded" || st.Generation != try {
 			t.Errorf("try %d: status %+v, want failed with server_overloaded in generation %d", try, st, try)

@@ -24,6 +24,7 @@ import (
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -60,23 +61,6 @@ func logAmplification(tb testing.TB, mix string, upstream, client int, extra str
 		ratio = float64(upstream) / float64(client)
 	}
 	tb.Logf("amplification: %-62s upstream=%3d client=%3d ratio=%.2f %s", mix, upstream, client, ratio, extra)
-}
-
-// openAIError parses an OpenAI-shaped error body, failing the test if it is not one.
-func openAIError(tb testing.TB, body string) (message, typ, code string) {
-	tb.Helper()
-	var v struct {
-		Error *struct {
-			Message string `json:"message"`
-			Type    string `json:"type"`
-			Code    any    `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error == nil || v.Error.Message == "" || v.Error.Type == "" {
-		tb.Fatalf("body %q is not an OpenAI error", body)
-	}
-	c, _ := v.Error.Code.(string)
-	return v.Error.Message, v.Error.Type, c
 }
 
 func attemptsHeader(tb testing.TB, resp *http.Response) int {
@@ -171,6 +155,7 @@ func (u *upstreamTap) requests(marker string) []tappedRequest {
 // over, whatever form the wait takes; the retry is billed once. Backoff is
 // ~1 ms here, so the elapsed time shows the wait was honoured.
 func TestRetryAfter429(t *testing.T) {
+	t.Parallel()
 	rateLimited := func(w http.ResponseWriter, body string) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -225,7 +210,7 @@ func TestRetryAfter429(t *testing.T) {
 			}
 			checkComplete(t, readEvents(t, resp, -1), prompt, 5)
 			requests := len(tap.requests(prompt))
-			if g := tap.llm.Ledger().Get(prompt); requests != 2 || g.Generations != 1 || g.Completed != 1 {
+			if g := testutil.Settled(t, tap.llm.Ledger(), prompt, 1); requests != 2 || g.Generations != 1 || g.Completed != 1 {
 				t.Errorf("%d upstream requests, ledger %+v: want 2 requests, 1 generation", requests, g)
 			}
 			t.Logf("429 with %s answered after %s", tc.name, elapsed.Round(time.Millisecond))
@@ -238,6 +223,7 @@ func TestRetryAfter429(t *testing.T) {
 // the first byte are retried with backoff; one generation is billed and
 // Reprise-Attempts counts every upstream request.
 func TestRetry5xxThenSuccess(t *testing.T) {
+	t.Parallel()
 	pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
 	e := newEnv(t, withPolicy(t, pc))
 	tests := []struct {
@@ -261,10 +247,11 @@ func TestRetry5xxThenSuccess(t *testing.T) {
 				t.Errorf("Reprise-Attempts %d, want %d", n, tc.attempts)
 			}
 			checkComplete(t, readEvents(t, resp, -1), prompt, 6)
-			if g := e.LLM.Ledger().Get(prompt); g.Requests != tc.attempts || g.Generations != 1 || g.Completed != 1 {
+			g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+			if g.Requests != tc.attempts || g.Generations != 1 || g.Completed != 1 {
 				t.Errorf("ledger %+v, want %d requests, 1 generation", g, tc.attempts)
 			}
-			upstream += e.LLM.Ledger().Get(prompt).Requests
+			upstream += g.Requests
 			client++
 		})
 	}
@@ -275,6 +262,7 @@ func TestRetry5xxThenSuccess(t *testing.T) {
 // upstream request, the upstream's status and OpenAI-shaped body to the
 // client, and no effect on the circuit breaker.
 func TestRetryNeverOn4xx(t *testing.T) {
+	t.Parallel()
 	pc := classify.Config{MaxAttempts: 5, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, BreakerFailures: 2}
 	e := newEnv(t, withPolicy(t, pc))
 	codes := []int{400, 401, 403, 404, 422}
@@ -282,15 +270,15 @@ func TestRetryNeverOn4xx(t *testing.T) {
 		prompt := uniquePrompt(t, "[tokens=3] [status="+itoa(code)+"]")
 		key := "k-4xx-" + itoa(code)
 		resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
-		body := readBody(t, resp)
-		if resp.StatusCode != code {
-			t.Fatalf("%d: client got %d: %s", code, resp.StatusCode, body)
+		x := testutil.ReadAPIError(t, resp)
+		if x.Status != code {
+			t.Fatalf("%d: client got %d: %s", code, x.Status, x.Body)
 		}
-		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-			t.Errorf("%d: Content-Type %q", code, ct)
+		if x.ContentType != "application/json" {
+			t.Errorf("%d: Content-Type %q", code, x.ContentType)
 		}
-		if msg, _, _ := openAIError(t, body); msg != "mock status "+itoa(code) {
-			t.Errorf("%d: message %q is not the upstream's", code, msg)
+		if x.Message != "mock status "+itoa(code) {
+			t.Errorf("%d: message %q is not the upstream's", code, x.Message)
 		}
 		if n := attemptsHeader(t, resp); n != 1 {
 			t.Errorf("%d: Reprise-Attempts %d, want 1", code, n)
@@ -316,6 +304,7 @@ func TestRetryNeverOn4xx(t *testing.T) {
 // TestRetryAfterTooLong: a 429 whose wait does not fit the call's deadline
 // is not retried: the client gets it at once, with the upstream's wait.
 func TestRetryAfterTooLong(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		deadline   time.Duration
@@ -328,6 +317,7 @@ func TestRetryAfterTooLong(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			pc := fastRetries()
 			pc.Deadline = tc.deadline
 			e := newEnv(t, withPolicy(t, pc))
@@ -342,9 +332,7 @@ func TestRetryAfterTooLong(t *testing.T) {
 			if ra := resp.Header.Get("Retry-After"); ra != tc.retryAfter {
 				t.Errorf("Retry-After %q, want %q", ra, tc.retryAfter)
 			}
-			if _, typ, _ := openAIError(t, body); typ == "" {
-				t.Error("no error type")
-			}
+			testutil.ParseAPIError(t, body) // with a message and a type
 			if n := attemptsHeader(t, resp); n != 1 {
 				t.Errorf("Reprise-Attempts %d, want 1", n)
 			}
@@ -363,6 +351,7 @@ func TestRetryAfterTooLong(t *testing.T) {
 // client with the upstream's status; the key is failed, and the same key
 // later starts a new generation.
 func TestRetryExhausted(t *testing.T) {
+	t.Parallel()
 	pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
 	e := newEnv(t, withPolicy(t, pc))
 	prompt := uniquePrompt(t, "[tokens=4] [status=500,500,500,500]")
@@ -372,8 +361,8 @@ func TestRetryExhausted(t *testing.T) {
 	if resp.StatusCode != 500 {
 		t.Fatalf("status %d, want 500: %s", resp.StatusCode, got)
 	}
-	if msg, _, _ := openAIError(t, got); msg != "mock status 500" {
-		t.Errorf("message %q is not the upstream's", msg)
+	if x := testutil.ParseAPIError(t, got); x.Message != "mock status 500" {
+		t.Errorf("message %q is not the upstream's", x.Message)
 	}
 	if n := attemptsHeader(t, resp); n != 3 {
 		t.Errorf("Reprise-Attempts %d, want 3", n)
@@ -405,7 +394,7 @@ func TestRetryExhausted(t *testing.T) {
 	if st.Generation != 2 {
 		t.Errorf("generation %d, want 2", st.Generation)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 5 || g.Generations != 1 || g.Completed != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 5 || g.Generations != 1 || g.Completed != 1 {
 		t.Errorf("ledger %+v, want 5 requests, 1 generation", g)
 	}
 }
@@ -415,6 +404,7 @@ func TestRetryExhausted(t *testing.T) {
 // error, the key is failed, the same key regenerates, and readers of the old
 // generation are told to reset. Nothing partial is ever served as a result.
 func TestRetryNotOnInterruptedStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withPolicy(t, fastRetries()))
 	prompt := uniquePrompt(t, "[tokens=20] [abort_after=5]")
 	body := chatBody(prompt, true)
@@ -433,7 +423,7 @@ func TestRetryNotOnInterruptedStream(t *testing.T) {
 	if st.Error != "upstream_interrupted" {
 		t.Errorf("error code %q", st.Error)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 || g.Completed != 0 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 || g.Completed != 0 {
 		t.Fatalf("ledger %+v: an interrupted stream was retried", g)
 	}
 	// Reading the failed key never presents the partial stream as a result.
@@ -462,7 +452,7 @@ func TestRetryNotOnInterruptedStream(t *testing.T) {
 	if evs3[0].Type != "reset" || evs3[0].ID != "2-0-0" || hasDone(evs3) {
 		t.Errorf("reader of generation 1 got %+v first (done=%v), want reset 2-0-0", evs3[0], hasDone(evs3))
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 2 || g.Generations != 2 || g.Completed != 0 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 2); g.Requests != 2 || g.Generations != 2 || g.Completed != 0 {
 		t.Errorf("ledger %+v, want exactly 2 requests and 2 generations", g)
 	}
 	logAmplification(t, "stream broken after 5 events (abort_after)", 1, 1, "")
@@ -471,14 +461,19 @@ func TestRetryNotOnInterruptedStream(t *testing.T) {
 // TestRefusedConnectionRetried: a connection that could not be opened wrote
 // nothing, so it is retried.
 //
-// The proxy's upstream URL is a reserved 127.0.0.1 port where nothing
-// listens. The proxy's dialer is the real one, wrapped: when the first dial
-// comes back (refused by the kernel), the wrapper starts the fake upstream on
-// that very port and only then returns the error to the policy. Whatever the
-// backoff, the retry finds the port listening: no sleep, no race.
+// The proxy's upstream URL is a reserved 127.0.0.1 port (testutil.ReserveAddr:
+// bound, not listening, so refused, and no other listener can take it). The
+// proxy's dialer is the real one, wrapped: when the first dial comes back
+// (refused by the kernel), the wrapper makes the reserved socket listen,
+// serves the fake upstream on it, and only then returns the error to the
+// policy. Whatever the backoff, the retry finds the port listening: no
+// sleep, no race.
 func TestRefusedConnectionRetried(t *testing.T) {
+	t.Parallel()
 	t.Run("refused then listening", func(t *testing.T) {
-		addr := freeAddr(t)
+		t.Parallel()
+		reserved := testutil.ReserveAddr(t)
+		addr := reserved.Addr
 		llm := mockllm.New(mockllm.Config{})
 		up := &http.Server{Handler: llm, ReadHeaderTimeout: 5 * time.Second}
 		t.Cleanup(func() { _ = up.Close() })
@@ -495,7 +490,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 				c, err := dial(ctx, network, a)
 				if dials.Add(1) == 1 {
 					f := first{dialErr: err}
-					if ln, lerr := net.Listen("tcp", addr); lerr == nil {
+					if ln, lerr := reserved.Listen(); lerr == nil {
 						go func() { _ = up.Serve(ln) }()
 					} else {
 						f.listenErr = lerr
@@ -518,7 +513,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 			t.Errorf("Reprise-Attempts %d, want at least 2", n)
 		}
 		checkComplete(t, readEvents(t, resp, -1), prompt, 5)
-		if g := llm.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 || g.Completed != 1 {
+		if g := testutil.Settled(t, llm.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 || g.Completed != 1 {
 			t.Errorf("ledger %+v, want 1 request (the refused one never arrived), 1 generation", g)
 		}
 		logAmplification(t, "connection refused once, then success", int(dials.Load()), 1, "(dials; the upstream saw 1 request)")
@@ -528,6 +523,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 	// dialer given an already expired deadline: the error a dial to a
 	// black-holed address returns when the connect timeout is over.
 	t.Run("connect timeout then success", func(t *testing.T) {
+		t.Parallel()
 		var dials atomic.Int32
 		firstDial := make(chan error, 1)
 		pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
@@ -562,13 +558,14 @@ func TestRefusedConnectionRetried(t *testing.T) {
 			t.Errorf("Reprise-Attempts %d, want 2", n)
 		}
 		checkComplete(t, readEvents(t, resp, -1), prompt, 5)
-		if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 			t.Errorf("ledger %+v, want 1 request, 1 generation", g)
 		}
 	})
 
 	t.Run("refused every time", func(t *testing.T) {
-		addr := freeAddr(t)
+		t.Parallel()
+		addr := testutil.ReserveAddr(t).Addr
 		var dials atomic.Int32
 		pc := classify.Config{MaxAttempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, BreakerFailures: 1000}
 		e := newEnv(t, withPolicy(t, pc, func(cfg *proxy.Config) {
@@ -582,13 +579,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 			}
 		}))
 		resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=5]"), true), "Idempotency-Key", "k-refused-all")
-		body := readBody(t, resp)
-		if resp.StatusCode != http.StatusBadGateway {
-			t.Fatalf("status %d, want 502: %s", resp.StatusCode, body)
-		}
-		if _, _, code := openAIError(t, body); code != "upstream_unreachable" {
-			t.Errorf("code %q, want upstream_unreachable", code)
-		}
+		testutil.ExpectAPIError(t, resp, http.StatusBadGateway, "upstream_unreachable")
 		if n := attemptsHeader(t, resp); n != 3 || dials.Load() != 3 {
 			t.Errorf("Reprise-Attempts %d, %d dials: want 3 and 3", n, dials.Load())
 		}
@@ -603,6 +594,7 @@ func TestRefusedConnectionRetried(t *testing.T) {
 // unless the upstream honours Idempotency-Key: then it is, with the
 // generation's key on every attempt.
 func TestAmbiguousTimeout(t *testing.T) {
+	t.Parallel()
 	const headTimeout = 300 * time.Millisecond
 	// "[hang_first]" (unknown to the fake, so ignored by it) makes the tap
 	// hold only the first request for its body until the proxy gives up.
@@ -623,19 +615,14 @@ func TestAmbiguousTimeout(t *testing.T) {
 	}
 
 	t.Run("not retried by default", func(t *testing.T) {
+		t.Parallel()
 		tap := newTap(hangFirst)
 		e := newEnv(t, withUpstream(tap), policy(t, false, false))
 		prompt := uniquePrompt(t, "[tokens=3] [hang]")
 		start := time.Now()
 		resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-ambiguous")
 		elapsed := time.Since(start)
-		body := readBody(t, resp)
-		if resp.StatusCode != http.StatusGatewayTimeout {
-			t.Fatalf("status %d, want 504: %s", resp.StatusCode, body)
-		}
-		if _, _, code := openAIError(t, body); code != "upstream_timeout" {
-			t.Errorf("code %q, want upstream_timeout", code)
-		}
+		testutil.ExpectAPIError(t, resp, http.StatusGatewayTimeout, "upstream_timeout")
 		if n := attemptsHeader(t, resp); n != 1 {
 			t.Errorf("Reprise-Attempts %d, want 1", n)
 		}
@@ -643,11 +630,9 @@ func TestAmbiguousTimeout(t *testing.T) {
 			t.Errorf("504 after %s, before the %s head timeout", elapsed, headTimeout)
 		}
 		waitState(t, e, "k-ambiguous", "failed")
-		if err := tap.llm.Ledger().Wait(waitCtx(t, 5*time.Second), prompt, 1); err != nil {
-			t.Fatal(err) // the hung upstream request was cut
-		}
+		g := testutil.Settled(t, tap.llm.Ledger(), prompt, 1) // the hung upstream request was cut
 		reqs := tap.requests(prompt)
-		if g := tap.llm.Ledger().Get(prompt); len(reqs) != 1 || g.Requests != 1 {
+		if len(reqs) != 1 || g.Requests != 1 {
 			t.Errorf("%d upstream requests (ledger %+v), want 1: an ambiguous failure was retried", len(reqs), g)
 		}
 		for _, r := range reqs {
@@ -669,6 +654,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 	})
 
 	t.Run("retried with UpstreamIdempotency", func(t *testing.T) {
+		t.Parallel()
 		tap := newTap(hangFirst)
 		e := newEnv(t, withUpstream(tap), policy(t, true, true))
 
@@ -692,7 +678,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 			t.Errorf("upstream requests %+v, want 2 with the same Idempotency-Key", reqs)
 		}
 		key1 := reqs[0].idempotencyKey
-		if g := tap.llm.Ledger().Get(prompt); g.Generations != 1 || g.Completed != 1 {
+		if g := testutil.Settled(t, tap.llm.Ledger(), prompt, 1); g.Generations != 1 || g.Completed != 1 {
 			t.Errorf("ledger %+v, want 1 generation", g)
 		}
 		logAmplification(t, "no response head once, idempotent upstream", len(reqs), 1, "")
@@ -701,13 +687,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 		// other generation's), then 504.
 		prompt2 := uniquePrompt(t, "[tokens=3] [hang]")
 		resp = do(t, "POST", e.URL+chatPath, chatBody(prompt2, true), "Idempotency-Key", "k-ambiguous-idem-2")
-		body := readBody(t, resp)
-		if resp.StatusCode != http.StatusGatewayTimeout {
-			t.Fatalf("status %d, want 504: %s", resp.StatusCode, body)
-		}
-		if _, _, code := openAIError(t, body); code != "upstream_timeout" {
-			t.Errorf("code %q, want upstream_timeout", code)
-		}
+		testutil.ExpectAPIError(t, resp, http.StatusGatewayTimeout, "upstream_timeout")
 		if n := attemptsHeader(t, resp); n != 3 {
 			t.Errorf("Reprise-Attempts %d, want 3", n)
 		}
@@ -729,6 +709,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 // TestStalledStreamNotRetried: a stream that stops sending for the idle
 // timeout is cut and failed (upstream_interrupted), never retried.
 func TestStalledStreamNotRetried(t *testing.T) {
+	t.Parallel()
 	const idle = 300 * time.Millisecond
 	e := newEnv(t, withPolicy(t, fastRetries(), func(cfg *proxy.Config) { cfg.Limits.IdleTimeout = idle }))
 	prompt := uniquePrompt(t, "[tokens=10] [hang_after=3]")
@@ -752,10 +733,8 @@ func TestStalledStreamNotRetried(t *testing.T) {
 	if st := waitState(t, e, "k-stall", "failed"); st.Error != "upstream_interrupted" {
 		t.Errorf("error code %q", st.Error)
 	}
-	if err := e.LLM.Ledger().Wait(waitCtx(t, 5*time.Second), prompt, 1); err != nil {
-		t.Fatal(err) // the stalled upstream connection was closed
-	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 || g.Completed != 0 {
+	// The stalled upstream connection was closed.
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 || g.Completed != 0 {
 		t.Errorf("ledger %+v, want 1 request: a stalled stream was retried", g)
 	}
 	logAmplification(t, "stream stalled after 3 events (idle timeout)", 1, 1, "")
@@ -770,6 +749,7 @@ func TestStalledStreamNotRetried(t *testing.T) {
 // flight: it binds when failures are slow, and barely when they are
 // instant (a retry is in flight for a millisecond). Both are measured.
 func TestRetryBudgetBurst(t *testing.T) {
+	t.Parallel()
 	const n = 40
 	budget := classify.Config{MaxAttempts: 3, BaseDelay: 50 * time.Millisecond, MaxDelay: 100 * time.Millisecond, BudgetRatio: 0.1, BudgetMin: 2, BreakerFailures: 1000}
 	noBudget := budget
@@ -877,6 +857,7 @@ func TestRetryBudgetBurst(t *testing.T) {
 // upstream_unavailable and a Retry-After, without an upstream request.
 // After the delay one probe closes it again.
 func TestBreakerOpensAndRecovers(t *testing.T) {
+	t.Parallel()
 	const delay = 2 * time.Second
 	pc := classify.Config{MaxAttempts: 1, BreakerFailures: 3, BreakerDelay: delay}
 	e := newEnv(t, withPolicy(t, pc))
@@ -899,13 +880,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 		start := time.Now()
 		resp := do(t, "POST", e.URL+chatPath, chatBody(healthy, true), "Idempotency-Key", key)
 		elapsed := time.Since(start)
-		body := readBody(t, resp)
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("%s: status %d, want 503: %s", key, resp.StatusCode, body)
-		}
-		if _, _, code := openAIError(t, body); code != "upstream_unavailable" {
-			t.Errorf("%s: code %q, want upstream_unavailable", key, code)
-		}
+		testutil.ExpectAPIError(t, resp, http.StatusServiceUnavailable, "upstream_unavailable")
 		ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 		if err != nil || ra < 1 || ra > int(delay/time.Second) {
 			t.Errorf("%s: Retry-After %q, want 1..%d", key, resp.Header.Get("Retry-After"), int(delay/time.Second))
@@ -934,7 +909,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 		}
 		checkComplete(t, readEvents(t, resp, -1), healthy, 3)
 	}
-	if g := e.LLM.Ledger().Get(healthy); g.Requests != 2 || g.Generations != 2 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), healthy, 2); g.Requests != 2 || g.Generations != 2 {
 		t.Errorf("ledger %+v, want 2 requests (one per key)", g)
 	}
 }
@@ -944,15 +919,16 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 // told, Reprise-Attempts counts exactly the upstream requests made, and no
 // request is made past the breaker.
 func TestBreakerOpensDuringRetries(t *testing.T) {
+	t.Parallel()
 	for _, failures := range []uint{1, 2} {
 		t.Run("breaker after "+itoa(int(failures)), func(t *testing.T) {
+			t.Parallel()
 			pc := classify.Config{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, BreakerFailures: failures, BreakerDelay: 5 * time.Second}
 			e := newEnv(t, withPolicy(t, pc))
 			prompt := uniquePrompt(t, "[tokens=3] [status=500,500,500]")
 			resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-breaker-during")
-			body := readBody(t, resp)
 			n := attemptsHeader(t, resp)
-			_, _, code := openAIError(t, body)
+			code := testutil.ReadAPIError(t, resp).Code
 			if g := e.LLM.Ledger().Get(prompt); g.Requests != int(failures) || n != g.Requests {
 				t.Errorf("ledger %+v, Reprise-Attempts %d: want %d requests, counted", g, n, failures)
 			}
@@ -969,6 +945,7 @@ func TestBreakerOpensDuringRetries(t *testing.T) {
 // generation waits the queue timeout, then gets 503 upstream_saturated
 // without an upstream request; once a place is free the key works.
 func TestRefusedWhenSaturated(t *testing.T) {
+	t.Parallel()
 	const queue = 200 * time.Millisecond
 	pc := fastRetries()
 	pc.MaxConcurrent, pc.QueueTimeout = 1, queue
@@ -987,13 +964,7 @@ func TestRefusedWhenSaturated(t *testing.T) {
 	start := time.Now()
 	resp := do(t, "POST", e.URL+chatPath, chatBody(other, true), "Idempotency-Key", "k-queued")
 	elapsed := time.Since(start)
-	body := readBody(t, resp)
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("status %d, want 503: %s", resp.StatusCode, body)
-	}
-	if _, _, code := openAIError(t, body); code != "upstream_saturated" {
-		t.Errorf("code %q, want upstream_saturated", code)
-	}
+	testutil.ExpectAPIError(t, resp, http.StatusServiceUnavailable, "upstream_saturated")
 	if resp.Header.Get("Retry-After") == "" || attemptsHeader(t, resp) != 0 {
 		t.Errorf("Retry-After %q, Reprise-Attempts %q: want a wait and 0", resp.Header.Get("Retry-After"), resp.Header.Get("Reprise-Attempts"))
 	}
@@ -1003,16 +974,14 @@ func TestRefusedWhenSaturated(t *testing.T) {
 	if g := e.LLM.Ledger().Get(other); g.Requests != 0 {
 		t.Errorf("ledger %+v: a refused generation reached the upstream", g)
 	}
-	if err := e.LLM.Ledger().Wait(waitCtx(t, 10*time.Second), slow, 1); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Settled(t, e.LLM.Ledger(), slow, 1)
 	waitState(t, e, "k-busy", "completed")
 	resp = do(t, "POST", e.URL+chatPath, chatBody(other, true), "Idempotency-Key", "k-queued")
 	if resp.StatusCode != 200 {
 		t.Fatalf("once free: %d %s", resp.StatusCode, readBody(t, resp))
 	}
 	checkComplete(t, readEvents(t, resp, -1), other, 3)
-	if g := e.LLM.Ledger().Get(other); g.Requests != 1 || g.Generations != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), other, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 request", g)
 	}
 }
@@ -1021,6 +990,7 @@ func TestRefusedWhenSaturated(t *testing.T) {
 // (X-Stainless-Retry-Count ≥ 1, same body, same tenant) attaches to the
 // first one instead of generating again; fresh requests never do.
 func TestSDKRetryAttaches(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	prompt := uniquePrompt(t, "[tokens=40] [delay=10ms]")
 	body := chatBody(prompt, true)
@@ -1030,7 +1000,7 @@ func TestSDKRetryAttaches(t *testing.T) {
 		clientRequests++
 		return do(t, "POST", e.URL+chatPath, body, header...)
 	}
-	gens := func() int { return e.LLM.Ledger().Get(prompt).Generations }
+	gens := func() int { return testutil.Settled(t, e.LLM.Ledger(), prompt, 0).Generations }
 
 	r1 := post("X-Stainless-Retry-Count", "0")
 	key1 := r1.Header.Get("Idempotency-Key")
@@ -1053,15 +1023,16 @@ func TestSDKRetryAttaches(t *testing.T) {
 			t.Fatalf("event %d differs between the dropped attempt and the retry", i)
 		}
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Fatalf("ledger %+v, want 1 generation", g)
 	}
 
 	// Fresh identical requests (count 0, or no header) are new generations.
+	var latest string
 	for i, hdr := range [][]string{{"X-Stainless-Retry-Count", "0"}, nil} {
 		resp := post(hdr...)
-		if k := resp.Header.Get("Idempotency-Key"); k == key1 || k == "" {
-			t.Errorf("fresh request %d got key %q", i, k)
+		if latest = resp.Header.Get("Idempotency-Key"); latest == key1 || latest == "" {
+			t.Errorf("fresh request %d got key %q", i, latest)
 		}
 		if n := attemptsHeader(t, resp); n != 1 {
 			t.Errorf("fresh request %d: Reprise-Attempts %d, want 1", i, n)
@@ -1079,7 +1050,9 @@ func TestSDKRetryAttaches(t *testing.T) {
 	if g := gens(); g != 4 || attemptsHeader(t, resp) != 1 {
 		t.Errorf("retry from another tenant: %d generations (attempts %s), want 4", g, resp.Header.Get("Reprise-Attempts"))
 	}
-	// A late SDK retry (count 2) replays the tenant's latest request.
+	// A late SDK retry (count 2) replays the tenant's latest request, once
+	// its record says completed (until then it would attach).
+	waitState(t, e, latest, "completed")
 	resp = post("X-Stainless-Retry-Count", "2")
 	if resp.Header.Get("Idempotent-Replayed") != "true" || attemptsHeader(t, resp) != 0 {
 		t.Errorf("late SDK retry: replayed %q, attempts %s", resp.Header.Get("Idempotent-Replayed"), resp.Header.Get("Reprise-Attempts"))
@@ -1087,12 +1060,13 @@ func TestSDKRetryAttaches(t *testing.T) {
 	if got := content(t, readEvents(t, resp, -1)); got != want {
 		t.Errorf("late SDK retry: content %q", got)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Generations != 4 || g.Requests != 4 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 4); g.Generations != 4 || g.Requests != 4 {
 		t.Errorf("ledger %+v, want 4", g)
 	}
-	logAmplification(t, "keyless: 1 + SDK retry, 2 fresh, other tenant, late retry", e.LLM.Ledger().Get(prompt).Requests, clientRequests, "")
+	logAmplification(t, "keyless: 1 + SDK retry, 2 fresh, other tenant, late retry", testutil.Settled(t, e.LLM.Ledger(), prompt, 4).Requests, clientRequests, "")
 
 	t.Run("window over", func(t *testing.T) {
+		t.Parallel()
 		e := newEnv(t, withConfig(func(cfg *proxy.Config) { cfg.HTTP.SDKRetryWindow = 300 * time.Millisecond }))
 		prompt := uniquePrompt(t, "[tokens=3]")
 		body := chatBody(prompt, true)
@@ -1100,17 +1074,18 @@ func TestSDKRetryAttaches(t *testing.T) {
 		time.Sleep(400 * time.Millisecond) // past the window
 		resp := do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "1")
 		readEvents(t, resp, -1)
-		if g := e.LLM.Ledger().Get(prompt); g.Generations != 2 || attemptsHeader(t, resp) != 1 {
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 2); g.Generations != 2 || attemptsHeader(t, resp) != 1 {
 			t.Errorf("retry after the window: ledger %+v, want a new generation", g)
 		}
 	})
 	t.Run("disabled", func(t *testing.T) {
+		t.Parallel()
 		e := newEnv(t, withConfig(func(cfg *proxy.Config) { cfg.HTTP.SDKRetryWindow = -1 }))
 		prompt := uniquePrompt(t, "[tokens=3]")
 		body := chatBody(prompt, true)
 		readEvents(t, do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "0"), -1)
 		readEvents(t, do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "1"), -1)
-		if g := e.LLM.Ledger().Get(prompt); g.Generations != 2 {
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 2); g.Generations != 2 {
 			t.Errorf("absorption off: ledger %+v, want 2 generations", g)
 		}
 	})
@@ -1140,6 +1115,7 @@ func (s *sdkAttempts) add(req *http.Request, resp *http.Response) {
 // X-Stainless-Retry-Count: 1, attaches, and gets the whole stream. One
 // generation is billed.
 func TestSDKRetryOpenAIClient(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var rec sdkAttempts
 	var calls atomic.Int32
@@ -1177,10 +1153,11 @@ func TestSDKRetryOpenAIClient(t *testing.T) {
 	if rec.keys[0] == "" || rec.keys[0] != rec.keys[1] || rec.attempts[0] != "1" || rec.attempts[1] != "0" {
 		t.Errorf("keys %v, Reprise-Attempts %v: want one key, [1 0]", rec.keys, rec.attempts)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Requests != 1 || g.Generations != 1 || g.Completed != 1 {
+	g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+	if g.Requests != 1 || g.Generations != 1 || g.Completed != 1 {
 		t.Errorf("ledger %+v, want 1 generation", g)
 	}
-	logAmplification(t, "openai-go, first attempt lost after reprise started", e.LLM.Ledger().Get(prompt).Requests, 1,
+	logAmplification(t, "openai-go, first attempt lost after reprise started", g.Requests, 1,
 		fmt.Sprintf("(1 SDK call, %d HTTP attempts)", len(rec.retryCounts)))
 }
 
@@ -1189,6 +1166,7 @@ func TestSDKRetryOpenAIClient(t *testing.T) {
 // openai-go honours: one SDK call costs at most reprise's own attempts
 // (without the header: 3 SDK attempts × 3 = 9 upstream requests).
 func TestSDKRetryAmplification(t *testing.T) {
+	t.Parallel()
 	pc := classify.Config{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, BreakerFailures: 1000}
 	e := newEnv(t, withPolicy(t, pc))
 	var rec sdkAttempts

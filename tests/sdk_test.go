@@ -8,12 +8,14 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // TestOpenAISDK: the official SDK streams through reprise via its base URL,
 // and a second call with the same key is a replay, not a second generation.
 func TestOpenAISDK(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	client := openai.NewClient(option.WithBaseURL(e.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
 	prompt := uniquePrompt(t, "[tokens=15]")
@@ -46,7 +48,7 @@ func TestOpenAISDK(t *testing.T) {
 	if res.Choices[0].Message.Content != want {
 		t.Errorf("non-streamed content %q", res.Choices[0].Message.Content)
 	}
-	if g := e.LLM.Ledger().Get(prompt); g.Generations != 2 {
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 2); g.Generations != 2 {
 		t.Errorf("ledger %+v, want 2 generations (one per key)", g)
 	}
 }

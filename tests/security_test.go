@@ -3,7 +3,6 @@ package tests
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -63,60 +63,17 @@ func (u *secUpstream) authorizations() []string {
 	return append([]string(nil), u.auths...)
 }
 
-// secAPIError is an OpenAI-shaped error answer.
-type secAPIError struct {
-	Status      int
-	ContentType string
-	RetryAfter  string
-	Body        string
-	Code, Type  string
-	Message     string
-}
-
-// secErrorOf reads resp as an OpenAI error, failing the test if it is not one.
-func secErrorOf(tb testing.TB, resp *http.Response) secAPIError {
-	tb.Helper()
-	body := readBody(tb, resp)
-	var v struct {
-		Error *struct {
-			Message string `json:"message"`
-			Type    string `json:"type"`
-			Code    string `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error == nil || v.Error.Message == "" || v.Error.Type == "" {
-		tb.Fatalf("%d %q is not an OpenAI error", resp.StatusCode, body)
-	}
-	return secAPIError{
-		Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), RetryAfter: resp.Header.Get("Retry-After"),
-		Body: body, Code: v.Error.Code, Type: v.Error.Type, Message: v.Error.Message,
-	}
-}
-
-// secExpectError checks that resp is the OpenAI error status/code.
-func secExpectError(tb testing.TB, resp *http.Response, status int, code string) secAPIError {
-	tb.Helper()
-	e := secErrorOf(tb, resp)
-	if e.Status != status || e.Code != code {
-		tb.Fatalf("got %d %s (%s), want %d %s", e.Status, e.Code, e.Body, status, code)
-	}
-	if e.ContentType != "application/json" {
-		tb.Errorf("error Content-Type %q, want application/json", e.ContentType)
-	}
-	return e
-}
-
 // secNotFound is the 404 of a key that does not exist, as an unauthenticated
 // caller sees it: every refused read must be byte-identical to it.
-func secNotFound(tb testing.TB, e *env) secAPIError {
+func secNotFound(tb testing.TB, e *env) testutil.APIError {
 	tb.Helper()
-	return secExpectError(tb, do(tb, "GET", e.URL+"/v1/streams/sec-no-such-key-"+strconv.FormatInt(time.Now().UnixNano(), 10), ""), 404, "key_not_found")
+	return testutil.ExpectAPIError(tb, do(tb, "GET", e.URL+"/v1/streams/sec-no-such-key-"+strconv.FormatInt(time.Now().UnixNano(), 10), ""), 404, "key_not_found")
 }
 
 // secSameNotFound checks that resp is exactly the unknown key's 404.
-func secSameNotFound(tb testing.TB, resp *http.Response, want secAPIError, what string) {
+func secSameNotFound(tb testing.TB, resp *http.Response, want testutil.APIError, what string) {
 	tb.Helper()
-	got := secErrorOf(tb, resp)
+	got := testutil.ReadAPIError(tb, resp)
 	if got.Status != want.Status || got.Body != want.Body || got.ContentType != want.ContentType || resp.Header.Get("Cache-Control") != "no-store" {
 		tb.Errorf("%s: got %d %s %q, want the unknown key's %d %s %q", what, got.Status, got.ContentType, got.Body, want.Status, want.ContentType, want.Body)
 	}
@@ -130,36 +87,6 @@ func secHeaders(kv ...[]string) []string {
 		out = append(out, p...)
 	}
 	return out
-}
-
-// secStatus is the key's JSON status as the caller with header sees it.
-func secStatus(tb testing.TB, e *env, key string, header ...string) (keyStatus, int) {
-	tb.Helper()
-	resp := do(tb, "GET", e.URL+"/v1/streams/"+key, "", append([]string{"Accept", "application/json"}, header...)...)
-	body := readBody(tb, resp)
-	var st keyStatus
-	if resp.StatusCode == 200 {
-		if err := json.Unmarshal([]byte(body), &st); err != nil {
-			tb.Fatalf("status body %q: %v", body, err)
-		}
-	}
-	return st, resp.StatusCode
-}
-
-// secWaitState polls the key's status (as header's caller) until state.
-func secWaitState(tb testing.TB, e *env, key, state string, header ...string) keyStatus {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, code := secStatus(tb, e, key, header...)
-		if code == 200 && st.State == state {
-			return st
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("key %s: state %q (HTTP %d) after 10s, want %q", key, st.State, code, state)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an external state; bounded above
-	}
 }
 
 // secLocation is the Location of a POST answer: /v1/streams/{key}?token=…
@@ -257,11 +184,12 @@ func secReadWS(conn *websocket.Conn, d time.Duration) (frames []event, err error
 // its refusal is byte-identical to the answer for a key that does not exist,
 // over SSE, JSON status and WebSocket.
 func TestSecurityCrossTenantRead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	notFound := secNotFound(t, e)
 	resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=3]"), true), secHeaders([]string{"Idempotency-Key", "sec-x"}, secBearer("alice"))...)
 	readEvents(t, resp, -1)
-	secWaitState(t, e, "sec-x", "completed", secBearer("alice")...)
+	testutil.WaitState(t, e.URL, "sec-x", "completed", secBearer("alice")...)
 
 	for name, h := range map[string][]string{
 		"other bearer":         secBearer("bob"),
@@ -297,6 +225,7 @@ func TestSecurityCrossTenantRead(t *testing.T) {
 // key (with the same body or another) gets its own generation, never an
 // attach to or a replay of the first tenant's, and never a 422.
 func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up))
 
@@ -304,7 +233,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 	prompt := uniquePrompt(t, "[tokens=4]")
 	body := chatBody(prompt, true)
 	a := readEvents(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-shared"}, secBearer("alice"))...), -1)
-	secWaitState(t, e, "sec-shared", "completed", secBearer("alice")...)
+	testutil.WaitState(t, e.URL, "sec-shared", "completed", secBearer("alice")...)
 	resp := do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-shared"}, secBearer("bob"))...)
 	if resp.Header.Get("Idempotent-Replayed") != "" || resp.Header.Get("Reprise-Attempts") != "1" {
 		t.Errorf("bob's request was answered from alice's key: Idempotent-Replayed %q, Reprise-Attempts %q",
@@ -313,7 +242,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 	b := readEvents(t, resp, -1)
 	checkComplete(t, a, prompt, 4)
 	checkComplete(t, b, prompt, 4)
-	if g := up.llm.Ledger().Get(prompt); g.Generations != 2 {
+	if g := testutil.Settled(t, up.llm.Ledger(), prompt, 2); g.Generations != 2 {
 		t.Errorf("ledger %+v: want 2 generations, one per tenant", g)
 	}
 
@@ -327,7 +256,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 		t.Errorf("bob attached to alice's running generation (Reprise-Attempts %q)", got)
 	}
 	checkComplete(t, readEvents(t, resp, -1), slow, 30)
-	if g := up.llm.Ledger().Get(slow); g.Generations != 2 {
+	if g := testutil.Settled(t, up.llm.Ledger(), slow, 2); g.Generations != 2 {
 		t.Errorf("ledger %+v: want 2 generations", g)
 	}
 
@@ -340,7 +269,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 	}
 	checkComplete(t, readEvents(t, resp, -1), other, 2)
 	// …whereas alice herself gets the mismatch, and her key is untouched.
-	secExpectError(t, do(t, "POST", e.URL+chatPath, chatBody(other, true), secHeaders([]string{"Idempotency-Key", "sec-alice-only"}, secBearer("alice"))...), 422, "idempotency_key_mismatch")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, chatBody(other, true), secHeaders([]string{"Idempotency-Key", "sec-alice-only"}, secBearer("alice"))...), 422, "idempotency_key_mismatch")
 	checkComplete(t, readEvents(t, do(t, "GET", e.URL+"/v1/streams/sec-alice-only", "", secBearer("alice")...), -1), mine, 2)
 
 	// Keyless SDK retries are absorbed per tenant only.
@@ -354,7 +283,7 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 	if k1 == "" || k1 == k2 {
 		t.Errorf("bob's SDK retry took alice's keyless key %q", k1)
 	}
-	if g := up.llm.Ledger().Get(kl); g.Generations != 2 {
+	if g := testutil.Settled(t, up.llm.Ledger(), kl, 2); g.Generations != 2 {
 		t.Errorf("keyless ledger %+v: want 2 generations", g)
 	}
 }
@@ -363,13 +292,14 @@ func TestSecurityAttachAndReplayAcrossTenants(t *testing.T) {
 // credential, over SSE, WebSocket and JSON status; without token and
 // credential the key is a 404.
 func TestSecurityCapability(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	notFound := secNotFound(t, e)
 	prompt := uniquePrompt(t, "[tokens=6]")
 	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), secHeaders([]string{"Idempotency-Key", "sec-cap"}, secBearer("alice"))...)
 	loc := secLocation(t, resp)
 	evs := readEvents(t, resp, -1)
-	secWaitState(t, e, "sec-cap", "completed", secBearer("alice")...)
+	testutil.WaitState(t, e.URL, "sec-cap", "completed", secBearer("alice")...)
 
 	// SSE, whole and resumed.
 	got := readEvents(t, do(t, "GET", e.URL+loc, ""), -1)
@@ -416,6 +346,7 @@ func TestSecurityCapability(t *testing.T) {
 // TestSecurityForgedCapability: every altered, borrowed or made-up token is
 // refused exactly like a key that does not exist.
 func TestSecurityForgedCapability(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	notFound := secNotFound(t, e)
 	post := func(key, cred string) string {
@@ -492,6 +423,7 @@ func TestSecurityForgedCapability(t *testing.T) {
 // TestSecurityExpiredCapability: a token past its TTL grants nothing; the
 // creator's credential still reads the key.
 func TestSecurityExpiredCapability(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.Auth.CapabilityTTL = time.Second }))
 	notFound := secNotFound(t, e)
 	t0 := time.Now()
@@ -513,6 +445,7 @@ func TestSecurityExpiredCapability(t *testing.T) {
 // TestSecurityStaticAuth: only proxy keys are accepted; the upstream gets the
 // configured key and never a proxy key.
 func TestSecurityStaticAuth(t *testing.T) {
+	t.Parallel()
 	const upstreamKey = "sk-upstream-static-7777"
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
@@ -521,11 +454,11 @@ func TestSecurityStaticAuth(t *testing.T) {
 	notFound := secNotFound(t, e)
 	body := chatBody(uniquePrompt(t, "[tokens=3]"), true)
 
-	e1 := secExpectError(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "sec-static"), 401, "missing_api_key")
-	e2 := secExpectError(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-static"}, secBearer("pk-wrong"))...), 401, "invalid_api_key")
-	e3 := secExpectError(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "sec-static", "Authorization", "Basic cGstZ29vZC0xOg=="), 401, "missing_api_key")
-	e4 := secExpectError(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-static"}, secBearer(upstreamKey))...), 401, "invalid_api_key")
-	for _, x := range []secAPIError{e1, e2, e3, e4} {
+	e1 := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "sec-static"), 401, "missing_api_key")
+	e2 := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-static"}, secBearer("pk-wrong"))...), 401, "invalid_api_key")
+	e3 := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "sec-static", "Authorization", "Basic cGstZ29vZC0xOg=="), 401, "missing_api_key")
+	e4 := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-static"}, secBearer(upstreamKey))...), 401, "invalid_api_key")
+	for _, x := range []testutil.APIError{e1, e2, e3, e4} {
 		if x.Type != "authentication_error" {
 			t.Errorf("401 type %q", x.Type)
 		}
@@ -584,6 +517,7 @@ func TestSecurityStaticAuth(t *testing.T) {
 // TestSecurityPassthroughForwardsBearer: in passthrough the caller's own
 // bearer goes upstream (and nothing when the caller has none).
 func TestSecurityPassthroughForwardsBearer(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Auth.UpstreamKey = "sk-never-used-in-passthrough" }))
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), secBearer("sk-caller-alice")...), -1)
@@ -600,12 +534,13 @@ func TestSecurityPassthroughForwardsBearer(t *testing.T) {
 // bearers read and replay each other's keys; the upstream gets the
 // configured key, never a caller's bearer.
 func TestSecurityNoneModeSharesTenant(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Auth.Mode, c.Auth.UpstreamKey = auth.None, "sk-up-none" }))
 	prompt := uniquePrompt(t, "[tokens=3]")
 	body := chatBody(prompt, true)
 	readEvents(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-none"}, secBearer("alice"))...), -1)
-	secWaitState(t, e, "sec-none", "completed", secBearer("bob")...)
+	testutil.WaitState(t, e.URL, "sec-none", "completed", secBearer("bob")...)
 	if !hasDone(readEvents(t, do(t, "GET", e.URL+"/v1/streams/sec-none", "", secBearer("bob")...), -1)) {
 		t.Error("bob cannot read alice's key in auth none")
 	}
@@ -614,7 +549,7 @@ func TestSecurityNoneModeSharesTenant(t *testing.T) {
 		t.Error("bob's identical request was not a replay in auth none")
 	}
 	readEvents(t, resp, -1)
-	if g := up.llm.Ledger().Get(prompt); g.Generations != 1 {
+	if g := testutil.Settled(t, up.llm.Ledger(), prompt, 1); g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 generation", g)
 	}
 	for _, a := range up.authorizations() {
@@ -627,6 +562,7 @@ func TestSecurityNoneModeSharesTenant(t *testing.T) {
 // TestSecurityTenantHeader: with TenantHeader the tenant is that header's
 // value, whatever the bearer; the bearer still goes upstream (passthrough).
 func TestSecurityTenantHeader(t *testing.T) {
+	t.Parallel()
 	const th = "X-Reprise-Tenant"
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Auth.TenantHeader = th }))
@@ -634,7 +570,7 @@ func TestSecurityTenantHeader(t *testing.T) {
 	prompt := uniquePrompt(t, "[tokens=2]")
 	body := chatBody(prompt, true)
 	readEvents(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-th", th, "team-a"}, secBearer("shared-bearer"))...), -1)
-	secWaitState(t, e, "sec-th", "completed", th, "team-a")
+	testutil.WaitState(t, e.URL, "sec-th", "completed", th, "team-a")
 	// Same team, other bearer: same tenant.
 	if !hasDone(readEvents(t, do(t, "GET", e.URL+"/v1/streams/sec-th", "", secHeaders([]string{th, " team-a "}, secBearer("other-bearer"))...), -1)) {
 		t.Error("same tenant header, other bearer: cannot read")
@@ -644,7 +580,7 @@ func TestSecurityTenantHeader(t *testing.T) {
 	secSameNotFound(t, do(t, "GET", e.URL+"/v1/streams/sec-th", "", secBearer("shared-bearer")...), notFound, "bearer only")
 	// team-b's identical request is its own generation.
 	readEvents(t, do(t, "POST", e.URL+chatPath, body, secHeaders([]string{"Idempotency-Key", "sec-th", th, "team-b"}, secBearer("shared-bearer"))...), -1)
-	if g := up.llm.Ledger().Get(prompt); g.Generations != 2 {
+	if g := testutil.Settled(t, up.llm.Ledger(), prompt, 2); g.Generations != 2 {
 		t.Errorf("ledger %+v, want 2 generations", g)
 	}
 	for _, a := range up.authorizations() {
@@ -657,6 +593,7 @@ func TestSecurityTenantHeader(t *testing.T) {
 // TestSecurityStreamLimits: past MaxStreamEvents or MaxStreamBytes a
 // generation fails with stream_too_large; exactly at the limit it completes.
 func TestSecurityStreamLimits(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		if !bytes.Contains(body, []byte("BIGEVENTS")) {
 			return false
@@ -701,19 +638,20 @@ func TestSecurityStreamLimits(t *testing.T) {
 // 429 too_many_generations for another key, other tenants do not, and the
 // place comes back when the generation ends.
 func TestSecurityTenantGenerationLimit(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.Limits.MaxTenantGenerations = 1 }))
 	slow := uniquePrompt(t, "[tokens=50] [delay=30ms]")
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(slow, true), secHeaders([]string{"Idempotency-Key", "sec-gen-1"}, secBearer("alice"))...), 2)
 
 	refused := uniquePrompt(t, "[tokens=2]")
-	x := secExpectError(t, do(t, "POST", e.URL+chatPath, chatBody(refused, true), secHeaders([]string{"Idempotency-Key", "sec-gen-2"}, secBearer("alice"))...), 429, "too_many_generations")
+	x := testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, chatBody(refused, true), secHeaders([]string{"Idempotency-Key", "sec-gen-2"}, secBearer("alice"))...), 429, "too_many_generations")
 	if x.RetryAfter == "" || x.Type != "rate_limit_error" {
 		t.Errorf("429 without Retry-After or with type %q", x.Type)
 	}
-	secExpectError(t, do(t, "POST", e.URL+chatPath, chatBody(refused, false), secBearer("alice")...), 429, "too_many_generations")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, chatBody(refused, false), secBearer("alice")...), 429, "too_many_generations")
 	// A refused key never generated: it is failed with the reason (or absent).
-	if st, code := secStatus(t, e, "sec-gen-2", secBearer("alice")...); code != 404 && (st.State != "failed" || st.Error != "too_many_generations") {
+	if st, code := testutil.GetStatus(t, e.URL, "sec-gen-2", secBearer("alice")...); code != 404 && (st.State != "failed" || st.Error != "too_many_generations") {
 		t.Errorf("the refused key is %d %+v, want absent or failed too_many_generations", code, st)
 	}
 	if g := up.llm.Ledger().Get(refused); g.Requests != 0 {
@@ -730,23 +668,24 @@ func TestSecurityTenantGenerationLimit(t *testing.T) {
 	checkComplete(t, readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(bob, true), secBearer("bob")...), -1), bob, 2)
 
 	// Once alice's generation ended, she may start another.
-	secWaitState(t, e, "sec-gen-1", "completed", secBearer("alice")...)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp := do(t, "POST", e.URL+chatPath, chatBody(refused, true), secHeaders([]string{"Idempotency-Key", "sec-gen-2"}, secBearer("alice"))...)
-		if resp.StatusCode == 429 && time.Now().Before(deadline) {
-			readBody(t, resp)
-			time.Sleep(20 * time.Millisecond) // the place is returned just after the record is finished
-			continue
+	testutil.WaitState(t, e.URL, "sec-gen-1", "completed", secBearer("alice")...)
+	// The place is returned just after the record is finished.
+	var resp2 *http.Response
+	testutil.Eventually(t, 5*time.Second, "alice's generation place to come back (429 until then)", func() bool {
+		resp2 = do(t, "POST", e.URL+chatPath, chatBody(refused, true), secHeaders([]string{"Idempotency-Key", "sec-gen-2"}, secBearer("alice"))...)
+		if resp2.StatusCode == 429 {
+			readBody(t, resp2)
+			return false
 		}
-		checkComplete(t, readEvents(t, resp, -1), refused, 2)
-		break
-	}
+		return true
+	})
+	checkComplete(t, readEvents(t, resp2, -1), refused, 2)
 }
 
 // TestSecurityReaderLimit: past MaxReadersPerKey a reader gets 429
 // too_many_readers (SSE and WebSocket); the place comes back when a reader leaves.
 func TestSecurityReaderLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
 	prompt := uniquePrompt(t, "[tokens=60] [delay=25ms]")
 	first := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), secHeaders([]string{"Idempotency-Key", "sec-readers"}, secBearer("alice"))...)
@@ -757,11 +696,11 @@ func TestSecurityReaderLimit(t *testing.T) {
 		}
 		break
 	}
-	x := secExpectError(t, do(t, "GET", e.URL+"/v1/streams/sec-readers", "", secBearer("alice")...), 429, "too_many_readers")
+	x := testutil.ExpectAPIError(t, do(t, "GET", e.URL+"/v1/streams/sec-readers", "", secBearer("alice")...), 429, "too_many_readers")
 	if x.RetryAfter == "" || x.Type != "rate_limit_error" {
 		t.Errorf("429 without Retry-After or with type %q", x.Type)
 	}
-	secExpectError(t, do(t, "GET", e.URL+loc, ""), 429, "too_many_readers")
+	testutil.ExpectAPIError(t, do(t, "GET", e.URL+loc, ""), 429, "too_many_readers")
 	conn, wresp, err := websocket.DefaultDialer.DialContext(waitCtx(t, 5*time.Second), secWSURL(e, loc), nil)
 	if err == nil {
 		conn.Close()
@@ -770,34 +709,35 @@ func TestSecurityReaderLimit(t *testing.T) {
 	if wresp == nil {
 		t.Fatal(err)
 	}
-	secExpectError(t, wresp, 429, "too_many_readers")
+	testutil.ExpectAPIError(t, wresp, 429, "too_many_readers")
 	// The JSON status is not a reader.
-	if _, code := secStatus(t, e, "sec-readers", secBearer("alice")...); code != 200 {
+	if _, code := testutil.GetStatus(t, e.URL, "sec-readers", secBearer("alice")...); code != 200 {
 		t.Errorf("JSON status %d during the limit", code)
 	}
 	// The first reader leaves; another may come.
 	first.Body.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp := do(t, "GET", e.URL+"/v1/streams/sec-readers", "", secBearer("alice")...)
-		if resp.StatusCode == 429 && time.Now().Before(deadline) {
+	// The server notices the departure at its next write.
+	var resp *http.Response
+	testutil.Eventually(t, 5*time.Second, "the reader place to come back (429 until then)", func() bool {
+		resp = do(t, "GET", e.URL+"/v1/streams/sec-readers", "", secBearer("alice")...)
+		if resp.StatusCode == 429 {
 			readBody(t, resp)
-			time.Sleep(20 * time.Millisecond) // the server notices the departure at its next write
-			continue
+			return false
 		}
-		checkComplete(t, readEvents(t, resp, -1), prompt, 60)
-		break
-	}
+		return true
+	})
+	checkComplete(t, readEvents(t, resp, -1), prompt, 60)
 }
 
 // TestSecurityMaxBody: a body over MaxBody is 413 request_too_large and
 // never reaches the upstream.
 func TestSecurityMaxBody(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(nil)
 	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) { c.HTTP.MaxBody = 4096 }))
 	big := chatBody(strings.Repeat("a", 5000), true)
-	secExpectError(t, do(t, "POST", e.URL+chatPath, big, "Idempotency-Key", "sec-big"), 413, "request_too_large")
-	secExpectError(t, do(t, "POST", e.URL+"/v1/audio/speech", speechBody(strings.Repeat("a", 5000), false)), 413, "request_too_large")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+chatPath, big, "Idempotency-Key", "sec-big"), 413, "request_too_large")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+"/v1/audio/speech", speechBody(strings.Repeat("a", 5000), false)), 413, "request_too_large")
 	if n := len(up.authorizations()); n != 0 {
 		t.Errorf("an oversized body reached the upstream (%d requests)", n)
 	}
@@ -811,6 +751,7 @@ func TestSecurityMaxBody(t *testing.T) {
 // TestSecurityWebSocketMessageLimit: a client WebSocket message over
 // MaxWSMessage closes the connection; the generation goes on.
 func TestSecurityWebSocketMessageLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxWSMessage = 512 }))
 	prompt := uniquePrompt(t, "[tokens=150] [delay=10ms]")
 	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "sec-ws")
@@ -857,6 +798,7 @@ func TestSecurityWebSocketMessageLimit(t *testing.T) {
 // never-ending events fail their generation cleanly (no terminal event, the
 // key failed) while a normal stream alongside completes.
 func TestSecurityMaliciousUpstream(t *testing.T) {
+	t.Parallel()
 	up := newSecUpstream(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		var mode string
 		for _, m := range []string{"GARBAGE", "BADUTF8", "BADTYPE", "HUGEEVENT", "NEVERENDING", "ENDLESSLINES"} {
@@ -952,6 +894,7 @@ func TestSecurityMaliciousUpstream(t *testing.T) {
 // TestSecurityRangeOnStoredResult: a stored raw result (WAV) serves one byte
 // range; malformed ranges are 400, unsatisfiable ones 416, both JSON.
 func TestSecurityRangeOnStoredResult(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	resp := do(t, "POST", e.URL+"/v1/audio/speech", speechBody(uniquePrompt(t, "[tokens=4]"), false), secHeaders([]string{"Idempotency-Key", "sec-wav"}, secBearer("alice"))...)
 	loc := secLocation(t, resp)
@@ -960,7 +903,7 @@ func TestSecurityRangeOnStoredResult(t *testing.T) {
 		t.Fatalf("not a WAV (%d bytes)", len(wav))
 	}
 	n := len(wav)
-	secWaitState(t, e, "sec-wav", "completed", secBearer("alice")...)
+	testutil.WaitState(t, e.URL, "sec-wav", "completed", secBearer("alice")...)
 	get := func(rng string, header ...string) *http.Response {
 		h := append([]string{}, header...)
 		if rng != "" {
@@ -995,14 +938,14 @@ func TestSecurityRangeOnStoredResult(t *testing.T) {
 		}
 	}
 	for _, rng := range []string{"bytes=abc", "items=0-1", "bytes=5-1", "bytes=", "bytes=--1", "bytes=1-2-3", "bytes=0x10-", "bytes=+1-2", "bytes=0-1,x"} {
-		secExpectError(t, get(rng), 400, "invalid_range")
+		testutil.ExpectAPIError(t, get(rng), 400, "invalid_range")
 	}
 	for _, rng := range []string{"bytes=99999999-", fmt.Sprintf("bytes=%d-", n)} {
 		r := get(rng)
 		if cr := r.Header.Get("Content-Range"); cr != fmt.Sprintf("bytes */%d", n) {
 			t.Errorf("%s: Content-Range %q", rng, cr)
 		}
-		secExpectError(t, r, 416, "range_not_satisfiable")
+		testutil.ExpectAPIError(t, r, 416, "range_not_satisfiable")
 	}
 	// Ranges do not open another tenant's key: a valid Range is still 404
 	// without the token.
@@ -1012,19 +955,20 @@ func TestSecurityRangeOnStoredResult(t *testing.T) {
 // TestSecurityBadCursorAndUnknownPath: a malformed last_event_id query is
 // 400; unknown paths are JSON 404s.
 func TestSecurityBadCursorAndUnknownPath(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "sec-cursor")
 	loc := secLocation(t, resp)
 	readEvents(t, resp, -1)
 	for _, q := range []string{"zzz", "1-x-3", "0-1-1", "1-1", "-1-1-1", "01-1-1", strings.Repeat("9", 70), "99-1-1"} {
-		secExpectError(t, do(t, "GET", e.URL+loc+"&last_event_id="+url.QueryEscape(q), ""), 400, "invalid_last_event_id")
-		secExpectError(t, do(t, "GET", e.URL+"/v1/streams/sec-cursor?last_event_id="+url.QueryEscape(q), ""), 400, "invalid_last_event_id")
+		testutil.ExpectAPIError(t, do(t, "GET", e.URL+loc+"&last_event_id="+url.QueryEscape(q), ""), 400, "invalid_last_event_id")
+		testutil.ExpectAPIError(t, do(t, "GET", e.URL+"/v1/streams/sec-cursor?last_event_id="+url.QueryEscape(q), ""), 400, "invalid_last_event_id")
 	}
 	for _, p := range []string{"/nothing", "/v1/nothing", "/v1/streams", "/v1/streams/", "/.env", "/v1/streams/a/b"} { // /v1/nothing: the upstream's 404, passed through
-		secExpectError(t, do(t, "GET", e.URL+p, ""), 404, "not_found")
+		testutil.ExpectAPIError(t, do(t, "GET", e.URL+p, ""), 404, "not_found")
 	}
-	secExpectError(t, do(t, "POST", e.URL+"/nothing", "{}"), 404, "not_found")
-	secExpectError(t, do(t, "DELETE", e.URL+"/v1/streams/sec-cursor", ""), 405, "method_not_allowed")
+	testutil.ExpectAPIError(t, do(t, "POST", e.URL+"/nothing", "{}"), 404, "not_found")
+	testutil.ExpectAPIError(t, do(t, "DELETE", e.URL+"/v1/streams/sec-cursor", ""), 405, "method_not_allowed")
 }
 
 // secLogBuffer is a log sink safe for concurrent handlers.
@@ -1049,6 +993,7 @@ func (b *secLogBuffer) String() string {
 // errors, broken streams, capability reads and forged tokens, the log never
 // holds a credential, a capability token, the word Bearer or the upstream key.
 func TestSecurityLogsHoldNoSecrets(t *testing.T) {
+	t.Parallel()
 	const (
 		bearer      = "sk-live-SECRET-1234"
 		upstreamKey = "sk-upstream-SECRET-5678"
@@ -1066,6 +1011,7 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 	}
 	for _, mode := range []auth.Mode{auth.Passthrough, auth.Static} {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			var buf secLogBuffer
 			up := newSecUpstream(echo)
 			e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
@@ -1102,8 +1048,8 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 				_, _ = secReadWS(conn, 5*time.Second)
 				conn.Close()
 			}
-			secWaitState(t, e, "log-slow", "completed", auth...)
-			secWaitState(t, e, "log-abort", "failed", auth...)
+			testutil.WaitState(t, e.URL, "log-slow", "completed", auth...)
+			testutil.WaitState(t, e.URL, "log-abort", "failed", auth...)
 
 			log := buf.String()
 			if !strings.Contains(log, "upstream call failed") || !strings.Contains(log, "generation ended") {
@@ -1130,7 +1076,9 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 // TestSecurityKnownGaps guards against regressions of the gaps the first
 // review found (docs/security.md, "Fixed after review").
 func TestSecurityKnownGaps(t *testing.T) {
+	t.Parallel()
 	t.Run("lowercase bearer scheme is a credential", func(t *testing.T) {
+		t.Parallel()
 		// RFC 9110 §11.1: the auth scheme is case-insensitive. In passthrough
 		// "bearer sk-…" is forwarded upstream but, today, gets the anonymous
 		// tenant: anyone without credentials reads it.
@@ -1139,6 +1087,7 @@ func TestSecurityKnownGaps(t *testing.T) {
 		secSameNotFound(t, do(t, "GET", e.URL+"/v1/streams/gap-lower", ""), secNotFound(t, e), "anonymous reads a lowercase-bearer key")
 	})
 	t.Run("an upstream error echoing the upstream key does not reach clients", func(t *testing.T) {
+		t.Parallel()
 		// In static and none modes the upstream's error body is passed on
 		// verbatim; an upstream that echoes the credential it got (OpenAI
 		// masks all but 4 characters; others echo it whole) shows clients the
@@ -1162,6 +1111,7 @@ func TestSecurityKnownGaps(t *testing.T) {
 		}
 	})
 	t.Run("non-streamed readers count against MaxReadersPerKey", func(t *testing.T) {
+		t.Parallel()
 		// GETs of a non-streamed key (awaitResult, serveResult) take no reader
 		// place: each polls the record and buffers the whole result.
 		e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
@@ -1172,7 +1122,7 @@ func TestSecurityKnownGaps(t *testing.T) {
 			_, _ = secRawGet(e, "POST", chatPath, body, "Idempotency-Key", "gap-json")
 		}()
 		defer func() { <-done }()
-		secWaitState(t, e, "gap-json", "in_progress")
+		testutil.WaitState(t, e.URL, "gap-json", "in_progress")
 		codes := make(chan int, 3)
 		for range 3 {
 			go func() {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web"
 	"github.com/reprise-dev/reprise/web/webtest"
 )
@@ -589,7 +590,7 @@ func TestPageInBrowser(t *testing.T) {
 		t.Run("resume at the end is done (204)", func(t *testing.T) {
 			before := len(fake.resumeQueries())
 			b.click(t, "resume")
-			waitCond(t, 5*time.Second, func() bool { return len(fake.resumeQueries()) > before })
+			testutil.Eventually(t, 5*time.Second, "the page to send a resume request", func() bool { return len(fake.resumeQueries()) > before })
 			b.waitText(t, "conn", "done", 5*time.Second)
 			q := fake.resumeQueries()
 			if len(q) != before+1 {
@@ -617,7 +618,7 @@ func TestPageInBrowser(t *testing.T) {
 
 		// The server keeps generating; the page gets nothing meanwhile.
 		s := fake.stream1(key)
-		waitCond(t, 5*time.Second, func() bool {
+		testutil.Eventually(t, 5*time.Second, "the fake proxy to generate 12 events after the drop", func() bool {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			return len(s.events) >= 12
@@ -788,15 +789,4 @@ func (b *browser) waitJS(t *testing.T, predicate string, d time.Duration) {
 func (b *browser) waitText(t *testing.T, id, want string, d time.Duration) {
 	t.Helper()
 	b.waitJS(t, fmt.Sprintf(`document.getElementById(%q).textContent === %q`, id, want), d)
-}
-
-func waitCond(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %v", d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

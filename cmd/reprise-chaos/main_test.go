@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -33,7 +33,7 @@ func TestAgainstReprise(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../reprise").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	cmd := exec.Command(bin, "--listen", addr, "--upstream", up.URL, "--data", t.TempDir(), "--log-level", "error")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -41,7 +41,7 @@ func TestAgainstReprise(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	target := "http://" + addr
-	waitReady(t, target)
+	testutil.WaitReady(t, target, 30*time.Second, nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -134,29 +134,4 @@ func TestFlags(t *testing.T) {
 			t.Errorf("%v: accepted", args)
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func waitReady(t *testing.T, base string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for a child process to listen; bounded above
-	}
-	t.Fatalf("%s never became ready", base)
 }

@@ -1,6 +1,8 @@
 // Package journaltest starts what tests of the packages above the journal
 // need: an embedded nats-server with JetStream on a temporary directory and
-// a journal opened on it, stopped when the test ends. It is for tests only.
+// a journal opened on it, or a JetStream cluster of several ([StartCluster]),
+// stopped when the test ends. It is for tests only; the helpers that know
+// nothing of JetStream are in tests/testutil.
 package journaltest
 
 import (

@@ -15,7 +15,9 @@
 //   - A [Ledger] that counts every request, every generation started, every
 //     token written and every generation completed or aborted, per prompt, so
 //     tests can assert that the proxy caused an upstream generation exactly
-//     once ("billed once").
+//     once ("billed once"). A generation is booked as finished after its
+//     last write returned, so a client holding the whole stream may be ahead
+//     of the ledger: read it through [Ledger.WaitSettled] (or [Ledger.Wait]).
 //   - Deterministic content: [Content] and [Audio] return exactly what the
 //     fake generates for a given prompt, so tests can compute expectations.
 //

@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -118,34 +119,48 @@ func (l *Ledger) Reset() {
 }
 
 // Wait blocks until prompt has at least n finished (completed or aborted)
-// generations, or ctx ends.
+// generations, or ctx ends. A client that read a stream to its end may be
+// ahead of the ledger: the handler books a generation as finished after its
+// last write returned. The error says what was awaited and what was seen.
 func (l *Ledger) Wait(ctx context.Context, prompt string, n int) error {
-	return l.waitFor(ctx, prompt, func(p *promptLog) bool {
-		finished := 0
-		for _, g := range p.gens {
-			if g.Completed || g.Aborted {
-				finished++
-			}
-		}
-		return finished >= n
+	_, err := l.waitFor(ctx, prompt, fmt.Sprintf("%d finished generations", n), func(p *promptLog) bool {
+		return p.finished() >= n
+	})
+	return err
+}
+
+// WaitSettled blocks until prompt has at least n generations and every one
+// it started has finished (completed or aborted), or ctx ends. It returns
+// the prompt's entry at that moment: counts that stay put until another
+// request for prompt arrives. Read the ledger through it after a stream
+// ended, rather than with Get at once (see Wait). With n = 0 it waits only
+// for running generations to end.
+func (l *Ledger) WaitSettled(ctx context.Context, prompt string, n int) (Entry, error) {
+	return l.waitFor(ctx, prompt, fmt.Sprintf("at least %d generations, none running", n), func(p *promptLog) bool {
+		return len(p.gens) >= n && p.finished() == len(p.gens)
 	})
 }
 
 // WaitStarted blocks until prompt has at least n started generations, or ctx
 // ends. Useful to act (cancel, kill a connection) while a generation runs.
 func (l *Ledger) WaitStarted(ctx context.Context, prompt string, n int) error {
-	return l.waitFor(ctx, prompt, func(p *promptLog) bool { return len(p.gens) >= n })
+	_, err := l.waitFor(ctx, prompt, fmt.Sprintf("%d started generations", n), func(p *promptLog) bool { return len(p.gens) >= n })
+	return err
 }
 
 // WaitEvents blocks until the latest generation of prompt has written at
 // least n events, or ctx ends.
 func (l *Ledger) WaitEvents(ctx context.Context, prompt string, n int) error {
-	return l.waitFor(ctx, prompt, func(p *promptLog) bool {
+	_, err := l.waitFor(ctx, prompt, fmt.Sprintf("%d events written by the latest generation", n), func(p *promptLog) bool {
 		return len(p.gens) > 0 && p.gens[len(p.gens)-1].Events >= n
 	})
+	return err
 }
 
-func (l *Ledger) waitFor(ctx context.Context, prompt string, done func(*promptLog) bool) error {
+// waitFor blocks until done holds for prompt's log and returns its entry
+// then; when ctx ends first, the error names what (the awaited condition)
+// and what the log held.
+func (l *Ledger) waitFor(ctx context.Context, prompt, what string, done func(*promptLog) bool) (Entry, error) {
 	for {
 		l.mu.Lock()
 		p := l.prompts[prompt]
@@ -153,17 +168,39 @@ func (l *Ledger) waitFor(ctx context.Context, prompt string, done func(*promptLo
 			p = &promptLog{}
 		}
 		ok := done(p)
+		entry, seen := p.entry, p.describe()
 		changed := l.changed
 		l.mu.Unlock()
 		if ok {
-			return nil
+			return entry, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return entry, fmt.Errorf("mockllm: waiting for %s of prompt %q: %w (seen: %s)", what, prompt, ctx.Err(), seen)
 		case <-changed:
 		}
 	}
+}
+
+// finished counts the generations that completed or aborted. l.mu must be held.
+func (p *promptLog) finished() int {
+	n := 0
+	for _, g := range p.gens {
+		if g.Completed || g.Aborted {
+			n++
+		}
+	}
+	return n
+}
+
+// describe says what the log holds, for errors. l.mu must be held.
+func (p *promptLog) describe() string {
+	s := fmt.Sprintf("%d requests; generations: %d started, %d finished, %d completed",
+		p.entry.Requests, len(p.gens), p.finished(), p.entry.Completed)
+	if len(p.gens) > 0 {
+		s += fmt.Sprintf("; the latest wrote %d events", p.gens[len(p.gens)-1].Events)
+	}
+	return s
 }
 
 func (g *generation) snapshot() Generation {

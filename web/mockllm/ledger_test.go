@@ -1,7 +1,9 @@
 package mockllm_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -125,6 +128,93 @@ func TestLedgerHandler(t *testing.T) {
 			if !g.Completed || g.Content != strings.Join(mockllm.Content(tc.prompt, 3, false), "") {
 				t.Errorf("?prompt=%q generation = %+v", tc.prompt, g)
 			}
+		}
+	}
+}
+
+// TestLedgerWaitSettled: WaitSettled returns once every generation of the
+// prompt has ended, with the entry as it then was; a running one keeps it
+// waiting, and the error of a wait that ran out says what it waited for.
+func TestLedgerWaitSettled(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	fake, srv := newFake(t, mockllm.Config{})
+	l := fake.Ledger()
+
+	if got, err := l.WaitSettled(ctx, "never asked", 0); err != nil || got != (mockllm.Entry{}) {
+		t.Errorf("WaitSettled(never asked, 0) = %+v, %v; want the zero entry at once", got, err)
+	}
+
+	// A stream read to its end: its entry is final, completion included,
+	// whenever the handler gets to book it.
+	const done = "settled [tokens=4]"
+	resp := mustPost(t, ctx, srv.URL+mockllm.ChatPath, chatBody(done, true))
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.WaitSettled(ctx, done, 1); err != nil || got != (mockllm.Entry{Requests: 1, Generations: 1, Completed: 1, Tokens: 4}) {
+		t.Errorf("after the stream: %+v, %v; want 1 request, 1 completed generation of 4 tokens", got, err)
+	}
+
+	// An aborted generation is settled too, and an injected status makes none.
+	const broken = "settled broken [tokens=10] [abort_after=3]"
+	resp = mustPost(t, ctx, srv.URL+mockllm.ChatPath, chatBody(broken, true))
+	_, _ = io.Copy(io.Discard, resp.Body) // ends with a cut connection
+	if got, err := l.WaitSettled(ctx, broken, 1); err != nil || got.Generations != 1 || got.Completed != 0 {
+		t.Errorf("after an aborted stream: %+v, %v; want 1 generation, not completed", got, err)
+	}
+	const refused = "settled refused [status=503]"
+	resp = mustPost(t, ctx, srv.URL+mockllm.ChatPath, chatBody(refused, true))
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if got, err := l.WaitSettled(ctx, refused, 0); err != nil || got != (mockllm.Entry{Requests: 1}) {
+		t.Errorf("after a 503: %+v, %v; want 1 request, no generation", got, err)
+	}
+
+	// A running generation: the wait runs out and says so.
+	const running = "settled running [tokens=10] [hang_after=2]"
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp = mustPost(t, reqCtx, srv.URL+mockllm.ChatPath, chatBody(running, true))
+	if err := l.WaitEvents(ctx, running, 2); err != nil {
+		t.Fatal(err)
+	}
+	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer stop()
+	_, err := l.WaitSettled(short, running, 1)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitSettled on a running generation: %v, want a deadline error", err)
+	}
+	for _, want := range []string{running, "none running", "generations: 1 started, 0 finished"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	cancel() // the client leaves: the generation aborts, the prompt settles
+	if got, err := l.WaitSettled(ctx, running, 1); err != nil || got.Generations != 1 || got.Completed != 0 {
+		t.Errorf("after the client left: %+v, %v", got, err)
+	}
+	resp.Body.Close()
+}
+
+// TestLedgerWaitErrors: a wait that runs out names the prompt, the
+// condition and what the ledger held, and wraps the context's error.
+func TestLedgerWaitErrors(t *testing.T) {
+	t.Parallel()
+	fake, _ := newFake(t, mockllm.Config{})
+	expired, cancel := context.WithCancel(t.Context())
+	cancel()
+	l := fake.Ledger()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"Wait", l.Wait(expired, "p", 2), `waiting for 2 finished generations of prompt "p"`},
+		{"WaitStarted", l.WaitStarted(expired, "p", 1), `waiting for 1 started generations of prompt "p"`},
+		{"WaitEvents", l.WaitEvents(expired, "p", 3), `waiting for 3 events written by the latest generation of prompt "p"`},
+	} {
+		if !errors.Is(tc.err, context.Canceled) || !strings.Contains(tc.err.Error(), tc.want) || !strings.Contains(tc.err.Error(), "seen: 0 requests") {
+			t.Errorf("%s: %v, want it to wrap context.Canceled and say %q and what it saw", tc.name, tc.err, tc.want)
 		}
 	}
 }
