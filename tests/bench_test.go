@@ -81,6 +81,7 @@ func BenchmarkResume(b *testing.B) {
 }
 
 func benchResume(b *testing.B, url string, cursor func(i int) string) {
+	b.Helper()
 	lat := make([]time.Duration, 0, b.N)
 	client := &http.Client{}
 	b.ResetTimer()

@@ -357,7 +357,7 @@ func waitUpstreamEvents(ctx context.Context, l *mockllm.Ledger, prompt string, n
 	go func() { got <- l.Wait(ctx, prompt, 1) }()
 	err := <-got
 	cancel()
-	<-got
+	<-got //nolint:errcheck // the canceled wait's own error
 	if err != nil {
 		return fmt.Errorf("waiting for %d upstream events: %w", n, err)
 	}
@@ -433,10 +433,4 @@ func newChaosClient() *http.Client {
 		DisableKeepAlives: true,
 		DialContext:       (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 	}}
-}
-
-// chaosStatus reads a key's JSON status (usable from any goroutine).
-func chaosStatus(ctx context.Context, base, key string) (keyStatus, int, error) {
-	st, code, err := chaoscore.ReadStatus(ctx, http.DefaultClient, base, key, nil)
-	return keyStatus{Key: st.Key, State: st.State, Generation: st.Generation, Events: st.Events, Error: st.Error}, code, err
 }

@@ -36,6 +36,7 @@ func summarize(t *testing.T, name string, sum chaoscore.Summary, runs int, start
 }
 
 func hostOf(tb testing.TB, rawURL string) string {
+	tb.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		tb.Fatal(err)
@@ -69,7 +70,7 @@ func TestChaosNATSNodeKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	role := []string{"journal leader", "records leader", "follower"}[uint64(seed)%3]
+	role := []string{"journal leader", "records leader", "follower"}[seed%3]
 	victim := cw.c.index(evLeader)
 	switch role {
 	case "records leader":

@@ -37,6 +37,7 @@ var (
 const defaultChaosSeed = 1
 
 func chaosSeed(tb testing.TB) uint64 {
+	tb.Helper()
 	seed := *chaosSeedFlag
 	if seed == 0 {
 		seed = rand.Uint64N(1_000_000_000) + 1
@@ -58,6 +59,7 @@ var upstreamBreakCodes = []string{"upstream_interrupted", "upstream_no_response"
 // verifyNoLeaks waits (bounded) for goroutines to wind down, then reports
 // the ones still running.
 func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for goleak.Find(opts...) != nil && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond) // connections and timers closing; bounded above

@@ -173,7 +173,7 @@ func (rt *router) remove(run string) {
 
 func (rt *router) RoundTrip(req *http.Request) (*http.Response, error) {
 	run := req.Header.Get(routeHeader)
-	if v := req.Header[routeHeader]; len(v) > 0 {
+	if v := req.Header[routeHeader]; len(v) > 0 { //nolint:staticcheck // the raw spelling on purpose
 		run = v[0] // reprise forwards headers under their usual spelling, not the canonical one
 	}
 	rt.mu.Lock()

@@ -141,6 +141,7 @@ func checkUnique(tb testing.TB, evs []event) {
 }
 
 func uniquePrompt(tb testing.TB, directives string) string {
+	tb.Helper()
 	return fmt.Sprintf("%s %d %s", tb.Name(), time.Now().UnixNano(), directives)
 }
 

@@ -116,6 +116,7 @@ func startInstance(tb testing.TB, name string, urls []string, upstream string, o
 
 // stop shuts the instance down gracefully (idempotent).
 func (in *instance) stop(tb testing.TB) {
+	tb.Helper()
 	if in.done {
 		return
 	}

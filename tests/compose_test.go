@@ -351,7 +351,7 @@ func composeLoad(root string, env map[string]string) (*types.Project, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return cli.ProjectFromOptions(ctx, opts)
+	return opts.LoadProject(ctx)
 }
 
 func composeEnvOf(s types.ServiceConfig) map[string]string {

@@ -53,12 +53,15 @@ func TestResume(t *testing.T) {
 		resume func(t *testing.T, e *env, key, body, last string) *http.Response
 	}{
 		{"GET with Last-Event-ID header", func(t *testing.T, e *env, key, _, last string) *http.Response {
+			t.Helper()
 			return do(t, "GET", e.URL+"/v1/streams/"+key, "", "Last-Event-ID", last)
 		}},
 		{"GET with last_event_id query", func(t *testing.T, e *env, key, _, last string) *http.Response {
+			t.Helper()
 			return do(t, "GET", e.URL+"/v1/streams/"+key+"?last_event_id="+last, "")
 		}},
 		{"POST same key with Last-Event-ID", func(t *testing.T, e *env, key, body, last string) *http.Response {
+			t.Helper()
 			return do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key, "Last-Event-ID", last)
 		}},
 	}
@@ -159,16 +162,16 @@ func TestClientGone(t *testing.T) {
 type keyStatus = testutil.Status
 
 // getStatus reads key's JSON status from e (testutil.GetStatus).
-func getStatus(t testing.TB, e *env, key string) (keyStatus, int) {
-	t.Helper()
-	return testutil.GetStatus(t, e.URL, key)
+func getStatus(tb testing.TB, e *env, key string) (keyStatus, int) {
+	tb.Helper()
+	return testutil.GetStatus(tb, e.URL, key)
 }
 
 // waitState polls the JSON status until the key reaches state
 // (testutil.WaitState).
-func waitState(t testing.TB, e *env, key, state string) keyStatus {
-	t.Helper()
-	return testutil.WaitState(t, e.URL, key, state)
+func waitState(tb testing.TB, e *env, key, state string) keyStatus {
+	tb.Helper()
+	return testutil.WaitState(tb, e.URL, key, state)
 }
 
 // TestConcurrentDuplicates: many identical requests at once make one

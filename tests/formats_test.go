@@ -34,14 +34,6 @@ func responsesBody(prompt string, stream bool) string {
 	return `{"model":"mock-1","stream":` + s + `,"input":` + quote(prompt) + `}`
 }
 
-func messagesBody(prompt string, stream bool) string {
-	s := "false"
-	if stream {
-		s = "true"
-	}
-	return `{"model":"mock-1","max_tokens":256,"stream":` + s + `,"messages":[{"role":"user","content":` + quote(prompt) + `}]}`
-}
-
 func quote(s string) string { return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"` }
 
 // TestResponsesSDK: openai-go's Responses client streams through reprise;

@@ -32,7 +32,7 @@ func reprisebin(tb testing.TB) string {
 		binPath = filepath.Join(dir, "reprise")
 		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/reprise").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

@@ -37,6 +37,7 @@ import (
 // withPolicy sets the proxy's call policy, built over the proxy's client;
 // more adjusts the config first (client, upstream, timeouts).
 func withPolicy(tb testing.TB, pc classify.Config, more ...func(*proxy.Config)) envOption {
+	tb.Helper()
 	return withConfig(func(cfg *proxy.Config) {
 		for _, f := range more {
 			f(cfg)
@@ -606,6 +607,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 		return false
 	}
 	policy := func(tb testing.TB, retryAmbiguous, idempotency bool) envOption {
+		tb.Helper()
 		pc := fastRetries()
 		pc.RetryAmbiguous = retryAmbiguous
 		return withPolicy(tb, pc, func(cfg *proxy.Config) {

@@ -126,7 +126,7 @@ func (r *Run) attempt(ctx context.Context, mode Mode, d *Drop) (result, error) {
 		return result{out: outFailed, events: n}, nil
 	case c.failed:
 		return result{out: outFailed, events: n}, nil
-	case clean && !(d != nil && !d.clientSide()):
+	case clean && (d == nil || d.clientSide()):
 		// The server ended the stream on its own (no link fault was planned).
 		return result{out: outEnded, events: n}, nil
 	}
@@ -144,6 +144,7 @@ func (r *Run) open(ctx context.Context, mode Mode, base string, alive func()) (i
 			return nil, nil, result{out: outDropped}, nil
 		case err != nil: // the status says it
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			_ = resp.Body.Close()
 			res, err := r.answer(mode, resp.StatusCode, resp.Header, body)
 			return nil, nil, res, err
 		}
@@ -155,7 +156,7 @@ func (r *Run) open(ctx context.Context, mode Mode, base string, alive func()) (i
 	if err != nil {
 		return nil, nil, result{}, err
 	}
-	resp, err := r.rn.cfg.Client.Do(req)
+	resp, err := r.rn.cfg.Client.Do(req) //nolint:bodyclose // closed by the closer returned, or below
 	if err != nil {
 		return nil, nil, result{out: outDropped}, nil
 	}
@@ -382,7 +383,7 @@ func (r *Run) AwaitEnd(ctx context.Context, gen uint64) (Status, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("generation %d of %s still not over (state %q, HTTP %d, %v): %w", gen, r.Plan.Key, st.State, code, err, ctx.Err())
+			return st, fmt.Errorf("generation %d of %s still not over (state %q, HTTP %d, %w): %w", gen, r.Plan.Key, st.State, code, err, ctx.Err())
 		case <-time.After(10 * time.Millisecond): // polling the proxy's key state: it has no event to wait on
 		}
 	}
