@@ -31,13 +31,18 @@ func (Chat) Inspect(_ string, data []byte) Inspection {
 		return Inspection{Failure: f}
 	}
 	if u, ok := chatUsage(data); ok {
-		return Inspection{Usage: &u}
+		return Inspection{Usage: usagePtr(u)}
 	}
 	return Inspection{}
 }
 
 // Result implements Protocol.
 func (Chat) Result(_ string, body []byte) (resume.Usage, bool) { return chatUsage(body) }
+
+// usagePtr is u on the heap: only an event that reports usage pays the
+// allocation (&u of a variable declared beside the test would make every
+// event pay it).
+func usagePtr(u resume.Usage) *resume.Usage { return &u }
 
 // chatUsage reads {"usage":{"prompt_tokens","completion_tokens","total_tokens"}}.
 func chatUsage(data []byte) (resume.Usage, bool) {

@@ -71,9 +71,10 @@ func ShapeOf(path string) apierr.Shape {
 // upstreamFailure reads an error an upstream put in an event's data, in
 // OpenAI's shape {"error":{"message","type","code"}} or as a typed event
 // {"type":"error", "message", "code"} / {"type":"error","error":{...}}.
-// The cheap checks first: most events are not errors.
+// Both name the error first, as the APIs write them: the check costs no
+// scan of the (nearly always harmless) event.
 func upstreamFailure(data []byte) *apierr.Error {
-	if len(data) == 0 || data[0] != '{' || !bytes.Contains(data, []byte(`"error"`)) {
+	if !leadsWith(data, `"error"`) && !leadsWith(data, `"type":"error"`) {
 		return nil
 	}
 	type detail struct {
@@ -122,6 +123,15 @@ func codeString(raw json.RawMessage) string {
 		return n.String()
 	}
 	return ""
+}
+
+// leadsWith reports whether data is a JSON object whose text starts with
+// key (after the brace and any whitespace).
+func leadsWith(data []byte, key string) bool {
+	if len(data) == 0 || data[0] != '{' {
+		return false
+	}
+	return bytes.HasPrefix(bytes.TrimLeft(data[1:], " \t\r\n"), []byte(key))
 }
 
 // hasObject reports whether data may hold "field": {…}: a cheap check
