@@ -27,6 +27,10 @@ const readRetry = 30 * time.Second
 // openTimeout bounds one attempt to create a reader's consumer.
 const openTimeout = 5 * time.Second
 
+// consumerHeartbeat is how often an idle consumer's server says it is
+// alive.
+const consumerHeartbeat = 2 * time.Second
+
 // consumerInactive removes a reader's consumer once nobody pulls from it.
 // A live reader pulls continually, so only stopped readers' consumers go.
 const consumerInactive = 5 * time.Second
@@ -93,7 +97,10 @@ func (r *Reader) open(seq uint64) {
 			ch <- opened{err: fmt.Errorf("journal: read: %w", err)}
 			return
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(512))
+		// The server's heartbeats tell a stalled consumer (its node died,
+		// a leader moved) from an idle one: nats.go replaces it after two
+		// missed ones — in 4 s, not the default's 10.
+		it, err := cons.Messages(jetstream.PullMaxMessages(512), jetstream.PullHeartbeat(consumerHeartbeat))
 		ch <- opened{it: it, err: err}
 	}()
 }
