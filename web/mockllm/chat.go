@@ -119,49 +119,23 @@ func (j chatJob) chunk(choices []chunkChoice, usage *chatUsage) []byte {
 	return b
 }
 
-func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r)
-	if err != nil {
-		s.rejectBadRequest(w, r, "could not read body: "+err.Error())
-		return
-	}
-	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		s.rejectBadRequest(w, r, "invalid JSON body: "+err.Error())
-		return
-	}
-	prompt, err := promptOf(req)
-	if err != nil {
-		s.rejectBadRequest(w, r, err.Error())
-		return
-	}
-	d := ParseDirectives(prompt)
-	rec := s.admit(w, r, prompt, d)
-	if rec == nil {
-		return
-	}
-	defer rec.abort() // no-op once completed; books panics and early returns
-
-	n := s.cfg.Tokens
-	if d.Tokens >= 0 {
-		n = d.Tokens
-	}
-	job := chatJob{
-		id: s.newID("chatcmpl"), created: time.Now().Unix(), model: req.Model,
-		prompt: prompt, tokens: Content(prompt, n, s.cfg.Readable), delay: s.delay(d),
-	}
-	if job.model == "" {
-		job.model = DefaultModel
-	}
-	e := newEmitter(w, r, rec, d)
-	e.fault = []byte("data: " + `{"error":{"message":"mock error mid-stream","type":"server_error","param":null,"code":"server_error"}}` + "\n\n")
-	if req.Stream {
-		err = s.streamChat(e, job)
-	} else {
-		err = s.completeChat(e, job)
-	}
-	s.finish(r, rec, err)
+// chatFormat is OpenAI chat completions.
+var chatFormat = textFormat{
+	idPrefix: "chatcmpl",
+	request: func(body []byte) (string, string, bool, error) {
+		var req chatRequest
+		if err := decode(body, &req); err != nil {
+			return "", "", false, err
+		}
+		prompt, err := promptOf(req)
+		return prompt, req.Model, req.Stream, err
+	},
+	fault:    "data: " + `{"error":{"message":"mock error mid-stream","type":"server_error","param":null,"code":"server_error"}}` + "\n\n",
+	stream:   (*Server).streamChat,
+	complete: (*Server).completeChat,
 }
+
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) { s.serveText(w, r, chatFormat) }
 
 // streamChat writes the SSE chunk sequence: role, content tokens, stop,
 // usage, [DONE].

@@ -39,44 +39,24 @@ type (
 	}
 )
 
+// messagesFormat is Anthropic's Messages API.
+var messagesFormat = textFormat{
+	idPrefix: "msg",
+	request: func(body []byte) (string, string, bool, error) {
+		var req messagesRequest
+		if err := decode(body, &req); err != nil {
+			return "", "", false, err
+		}
+		prompt, err := promptOf(chatRequest{Messages: req.Messages})
+		return prompt, req.Model, req.Stream, err
+	},
+	fault:    "event: error\ndata: " + `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded (mock)"}}` + "\n\n",
+	stream:   (*Server).streamMessage,
+	complete: (*Server).completeMessage,
+}
+
 func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r)
-	if err != nil {
-		s.rejectBadRequest(w, r, "could not read body: "+err.Error())
-		return
-	}
-	var req messagesRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		s.rejectBadRequest(w, r, "invalid JSON body: "+err.Error())
-		return
-	}
-	prompt, err := promptOf(chatRequest{Messages: req.Messages})
-	if err != nil {
-		s.rejectBadRequest(w, r, err.Error())
-		return
-	}
-	d := ParseDirectives(prompt)
-	rec := s.admit(w, r, prompt, d)
-	if rec == nil {
-		return
-	}
-	defer rec.abort()
-	n := s.cfg.Tokens
-	if d.Tokens >= 0 {
-		n = d.Tokens
-	}
-	job := chatJob{id: s.newID("msg"), model: req.Model, prompt: prompt, tokens: Content(prompt, n, s.cfg.Readable), delay: s.delay(d)}
-	if job.model == "" {
-		job.model = DefaultModel
-	}
-	e := newEmitter(w, r, rec, d)
-	e.fault = []byte("event: error\ndata: " + `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded (mock)"}}` + "\n\n")
-	if req.Stream {
-		err = s.streamMessage(e, job)
-	} else {
-		err = s.completeMessage(e, job)
-	}
-	s.finish(r, rec, err)
+	s.serveText(w, r, messagesFormat)
 }
 
 // message is job's message object with text and the given stop reason.

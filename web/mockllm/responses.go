@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"time"
 )
 
 // ResponsesPath is the OpenAI Responses API.
@@ -70,47 +69,24 @@ type (
 	}
 )
 
+// responsesFormat is the OpenAI Responses API.
+var responsesFormat = textFormat{
+	idPrefix: "resp",
+	request: func(body []byte) (string, string, bool, error) {
+		var req responsesRequest
+		if err := decode(body, &req); err != nil {
+			return "", "", false, err
+		}
+		prompt, err := responsesPrompt(req.Input)
+		return prompt, req.Model, req.Stream, err
+	},
+	fault:    "event: error\ndata: " + `{"type":"error","code":"server_error","message":"mock error mid-stream","param":null}` + "\n\n",
+	stream:   (*Server).streamResponse,
+	complete: (*Server).completeResponse,
+}
+
 func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r)
-	if err != nil {
-		s.rejectBadRequest(w, r, "could not read body: "+err.Error())
-		return
-	}
-	var req responsesRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		s.rejectBadRequest(w, r, "invalid JSON body: "+err.Error())
-		return
-	}
-	prompt, err := responsesPrompt(req.Input)
-	if err != nil {
-		s.rejectBadRequest(w, r, err.Error())
-		return
-	}
-	d := ParseDirectives(prompt)
-	rec := s.admit(w, r, prompt, d)
-	if rec == nil {
-		return
-	}
-	defer rec.abort()
-	n := s.cfg.Tokens
-	if d.Tokens >= 0 {
-		n = d.Tokens
-	}
-	job := chatJob{
-		id: s.newID("resp"), created: time.Now().Unix(), model: req.Model,
-		prompt: prompt, tokens: Content(prompt, n, s.cfg.Readable), delay: s.delay(d),
-	}
-	if job.model == "" {
-		job.model = DefaultModel
-	}
-	e := newEmitter(w, r, rec, d)
-	e.fault = []byte("event: error\ndata: " + `{"type":"error","code":"server_error","message":"mock error mid-stream","param":null}` + "\n\n")
-	if req.Stream {
-		err = s.streamResponse(e, job)
-	} else {
-		err = s.completeResponse(e, job)
-	}
-	s.finish(r, rec, err)
+	s.serveText(w, r, responsesFormat)
 }
 
 // response is the response object of job in status, with text so far.

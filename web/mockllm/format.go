@@ -1,0 +1,74 @@
+package mockllm
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// textFormat is what differs between the text endpoints (chat, Responses,
+// Messages): how a request names its prompt, what an error event looks
+// like, and how a generation is written, streamed or whole.
+type textFormat struct {
+	idPrefix string
+	// request reads a body: the prompt, the model, whether it asks for a
+	// stream; an error is a 400.
+	request func(body []byte) (prompt, model string, stream bool, err error)
+	// fault is the format's error event, written by error_after.
+	fault            string
+	stream, complete func(s *Server, e *emitter, job chatJob) error
+}
+
+// serveText serves one request of format f: read, admit (status and hang
+// directives), generate, book.
+func (s *Server) serveText(w http.ResponseWriter, r *http.Request, f textFormat) {
+	body, err := readBody(w, r)
+	if err != nil {
+		s.rejectBadRequest(w, r, "could not read body: "+err.Error())
+		return
+	}
+	prompt, model, stream, err := f.request(body)
+	if err != nil {
+		s.rejectBadRequest(w, r, err.Error())
+		return
+	}
+	d := ParseDirectives(prompt)
+	rec := s.admit(w, r, prompt, d)
+	if rec == nil {
+		return
+	}
+	defer rec.abort() // no-op once completed; books panics and early returns
+
+	n := s.cfg.Tokens
+	if d.Tokens >= 0 {
+		n = d.Tokens
+	}
+	job := chatJob{
+		id: s.newID(f.idPrefix), created: time.Now().Unix(), model: model,
+		prompt: prompt, tokens: Content(prompt, n, s.cfg.Readable), delay: s.delay(d),
+	}
+	if job.model == "" {
+		job.model = DefaultModel
+	}
+	e := newEmitter(w, r, rec, d)
+	e.fault = []byte(f.fault)
+	if stream {
+		err = f.stream(s, e, job)
+	} else {
+		err = f.complete(s, e, job)
+	}
+	s.finish(r, rec, err)
+}
+
+// decode unmarshals a request body into v, naming the failure as a 400's
+// message.
+func decode(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return errBadJSON{err}
+	}
+	return nil
+}
+
+type errBadJSON struct{ err error }
+
+func (e errBadJSON) Error() string { return "invalid JSON body: " + e.err.Error() }
