@@ -86,7 +86,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		// Only a new generation takes one of the tenant's places; attaching
 		// and replaying cost the upstream nothing.
 		t, err = s.engine.Start(engine.Generation{
-			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto,
+			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto, Model: modelOf(body),
 			Path: r.URL.Path, Body: body, Header: r.Header.Clone(),
 		})
 		if err != nil {
@@ -142,6 +142,15 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 			s.serveResultLimited(w, r, id, rec, s.awaitResult)
 		}
 	}
+}
+
+// modelOf is the model a request body names, "" when it names none.
+func modelOf(body []byte) string {
+	var v struct {
+		Model string `json:"model"`
+	}
+	_ = json.Unmarshal(body, &v) // a body that is no JSON object names none
+	return v.Model
 }
 
 // respondAsync reports whether the request asks, RFC 7240's way, not to

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -67,5 +68,57 @@ func TestFailover(t *testing.T) {
 	}
 	if g := second.Ledger().Get(broken); g.Generations != 1 {
 		t.Errorf("a broken stream was asked again: %+v", g)
+	}
+}
+
+// TestRoutes: named upstreams route by path and by model, each with its
+// own key in static auth; a request no route serves is a clear 502.
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	type upstream struct {
+		llm  *mockllm.Server
+		url  *url.URL
+		keys chan string
+	}
+	start := func() upstream {
+		llm := mockllm.New(mockllm.Config{})
+		keys := make(chan string, 16)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			keys <- r.Header.Get("Authorization") + r.Header.Get("X-Api-Key")
+			llm.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		u, _ := url.Parse(srv.URL)
+		return upstream{llm, u, keys}
+	}
+	claude, gpt, rest := start(), start(), start()
+	e := newEnv(t, withConfig(func(c *proxy.Config) {
+		c.Auth.Mode, c.Auth.ProxyKeys = auth.Static, []string{"pk-1"}
+		c.Routes = []proxy.Route{
+			{Name: "claude", URL: claude.url, Key: "sk-claude", Paths: []string{"/v1/messages"}},
+			{Name: "gpt", URL: gpt.url, Key: "sk-gpt", Models: []string{"gpt-*"}},
+			{Name: "rest", URL: rest.url, Key: "sk-rest", Paths: []string{"/v1/chat/"}},
+		}
+	}))
+	post := func(path, body, key string) *http.Response {
+		return do(t, "POST", e.URL+path, body, "Idempotency-Key", key, "Authorization", "Bearer pk-1")
+	}
+	readEvents(t, post(messagesPath, `{"model":"claude-x","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"to claude"}]}`, "k-r1"), -1)
+	if got := <-claude.keys; got != "sk-claude" || claude.llm.Ledger().Get("to claude").Generations != 1 {
+		t.Errorf("messages: claude saw key %q, ledger %+v", got, claude.llm.Ledger().Get("to claude"))
+	}
+	resp := post(chatPath, `{"model":"gpt-9","stream":true,"messages":[{"role":"user","content":"to gpt"}]}`, "k-r2")
+	readEvents(t, resp, -1)
+	if got := <-gpt.keys; got != "Bearer sk-gpt" || resp.Header.Get("Reprise-Upstream") != "gpt" {
+		t.Errorf("chat for gpt-9: key %q, Reprise-Upstream %q", got, resp.Header.Get("Reprise-Upstream"))
+	}
+	resp = post(chatPath, `{"model":"llama","stream":true,"messages":[{"role":"user","content":"to rest"}]}`, "k-r3")
+	readEvents(t, resp, -1)
+	if got := <-rest.keys; got != "Bearer sk-rest" || resp.Header.Get("Reprise-Upstream") != "rest" {
+		t.Errorf("chat for llama: key %q, Reprise-Upstream %q", got, resp.Header.Get("Reprise-Upstream"))
+	}
+	resp = post(responsesPath, `{"model":"llama","stream":true,"input":"nobody"}`, "k-r4")
+	if body := readBody(t, resp); resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "no_upstream") {
+		t.Errorf("a request no route serves: %d %s, want 502 no_upstream", resp.StatusCode, body)
 	}
 }

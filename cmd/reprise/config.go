@@ -34,6 +34,7 @@ type config struct {
 	secret   string
 	logLevel slog.Level
 
+	upstreams      string // routes file
 	connectTimeout time.Duration
 	headerTimeout  time.Duration
 	proxyKeys      string // file
@@ -52,6 +53,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.StringVar(file, "config", "", "settings `FILE`: one name = value line per setting, names as the flags (a flag beats REPRISE_*, which beats the file)")
 	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
 	fs.StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
+	fs.StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")
 	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret")
 	fs.StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
 	fs.DurationVar(&p.Journal.TTL, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept")
@@ -195,6 +197,57 @@ func (c *config) validate(level string) error {
 		return err
 	}
 	return nil
+}
+
+// readRoutes reads a routes file: one upstream a line, "name url" then
+// key_env=VAR (its API key, from the environment), paths=p1,p2 and
+// models=m1,m2* as needed; # starts a comment. A request goes to the
+// routes that serve its path and model, in the file's order.
+func readRoutes(path string, getenv func(string) string) ([]proxy.Route, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--upstreams: %w", err)
+	}
+	var routes []proxy.Route
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		n++
+		if i := strings.Index(line, "#"); i >= 0 {
+			line = line[:i]
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) < 2 {
+			return nil, fmt.Errorf("%s:%d: want name url [key_env=VAR] [paths=…] [models=…]", path, n)
+		}
+		u, err := parseUpstream(f[1])
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		rt := proxy.Route{Name: f[0], URL: u}
+		for _, opt := range f[2:] {
+			name, value, _ := strings.Cut(opt, "=")
+			switch name {
+			case "key_env":
+				if rt.Key = getenv(value); rt.Key == "" {
+					return nil, fmt.Errorf("%s:%d: %s is not set", path, n, value)
+				}
+			case "paths":
+				rt.Paths = strings.Split(value, ",")
+			case "models":
+				rt.Models = strings.Split(value, ",")
+			default:
+				return nil, fmt.Errorf("%s:%d: unknown setting %q", path, n, name)
+			}
+		}
+		routes = append(routes, rt)
+	}
+	if len(routes) == 0 {
+		return nil, fmt.Errorf("%s: no upstream", path)
+	}
+	return routes, nil
 }
 
 // readKeys reads one key per line; # starts a comment.

@@ -120,3 +120,40 @@ func TestBinaryImportsNoTestPackage(t *testing.T) {
 		t.Error("cmd/reprise does not import the demo model (web/mockllm): the check looks at the wrong list")
 	}
 }
+
+// TestReadRoutes: the upstreams file's lines, their settings, and clear
+// errors for what is wrong in it.
+func TestReadRoutes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		t.Helper()
+		p := filepath.Join(dir, "upstreams")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	env := func(k string) string { return map[string]string{"ANTHROPIC_KEY": "sk-ant", "OPENAI_KEY": "sk-oai"}[k] }
+	routes, err := readRoutes(write(`# comment
+claude https://api.anthropic.com key_env=ANTHROPIC_KEY paths=/v1/messages
+openai https://api.openai.com/v1 key_env=OPENAI_KEY models=gpt-*,o3
+backup http://localhost:9090
+`), env)
+	if err != nil || len(routes) != 3 {
+		t.Fatalf("routes %+v, %v", routes, err)
+	}
+	if r := routes[0]; r.Name != "claude" || r.Key != "sk-ant" || len(r.Paths) != 1 || r.Paths[0] != "/v1/messages" {
+		t.Errorf("first route %+v", r)
+	}
+	if r := routes[1]; r.URL.String() != "https://api.openai.com" || r.Key != "sk-oai" || len(r.Models) != 2 {
+		t.Errorf("second route %+v", r)
+	}
+	if r := routes[2]; r.Key != "" || r.Paths != nil || r.Models != nil {
+		t.Errorf("third route %+v", r)
+	}
+	for _, bad := range []string{"", "lonely", "x ftp://h", "x http://h key_env=UNSET", "x http://h colour=blue"} {
+		if _, err := readRoutes(write(bad), env); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

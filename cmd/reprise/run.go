@@ -49,12 +49,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		}
 		pc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	upstreams, stopDemo, err := upstreamURL(cfg, log)
-	if err != nil {
-		return err
+	var upstreams []*url.URL
+	if cfg.upstreams != "" { // named routes replace --upstream
+		if pc.Routes, err = readRoutes(cfg.upstreams, os.Getenv); err != nil {
+			return err
+		}
+		upstreams = []*url.URL{pc.Routes[0].URL}
+	} else {
+		var stopDemo func()
+		if upstreams, stopDemo, err = upstreamURL(cfg, log); err != nil {
+			return err
+		}
+		defer stopDemo()
+		pc.Upstream, pc.Fallbacks = upstreams[0], upstreams[1:]
 	}
-	defer stopDemo()
-	pc.NATS, pc.Upstream, pc.Fallbacks, pc.Logger, pc.Registerer = nc, upstreams[0], upstreams[1:], log, prometheus.DefaultRegisterer
+	pc.NATS, pc.Logger, pc.Registerer = nc, log, prometheus.DefaultRegisterer
 	pc.Client = engine.DefaultClient(cfg.connectTimeout, cfg.headerTimeout)
 	p, err := proxy.New(ctx, pc)
 	if err != nil {
@@ -68,7 +77,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.Serve(ln) }()
-	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "upstream", upstreams[0].Redacted(), "fallbacks", len(upstreams)-1, "data", cfg.data)
+	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "upstream", upstreams[0].Redacted(), "fallbacks", len(upstreams)-1, "routes", len(pc.Routes), "data", cfg.data)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -167,18 +176,28 @@ func loadSecret(cfg config) ([]byte, error) {
 	return b, nil
 }
 
+// parseUpstream reads an upstream's base URL; a trailing /v1 is dropped
+// (request paths bring it).
+func parseUpstream(raw string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%q: want http(s)://host[:port] or demo", raw)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.Path = strings.TrimSuffix(u.Path, "/v1")
+	return u, nil
+}
+
 // upstreamURL returns the upstream base URL; "demo" starts the built-in fake
 // model on a loopback port.
 func upstreamURL(cfg config, log *slog.Logger) ([]*url.URL, func(), error) {
 	if cfg.upstream != "demo" {
 		var out []*url.URL
 		for raw := range strings.SplitSeq(cfg.upstream, ",") {
-			u, err := url.Parse(strings.TrimSpace(raw))
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return nil, nil, fmt.Errorf("--upstream %q: want http(s)://host[:port][,…] or demo", cfg.upstream)
+			u, err := parseUpstream(raw)
+			if err != nil {
+				return nil, nil, fmt.Errorf("--upstream %q: %w", cfg.upstream, err)
 			}
-			u.Path = strings.TrimSuffix(u.Path, "/")
-			u.Path = strings.TrimSuffix(u.Path, "/v1")
 			out = append(out, u)
 		}
 		return out, func() {}, nil

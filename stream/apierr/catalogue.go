@@ -41,6 +41,8 @@ const (
 	StreamTooLarge = "stream_too_large"
 	InvalidEvent   = "upstream_invalid_event"
 	UpstreamBody   = "upstream_invalid_response"
+	// NoUpstream: no configured upstream serves the request's path and model.
+	NoUpstream = "no_upstream"
 	// UpstreamError is an upstream's own error answer that named no code;
 	// its status is the upstream's.
 	UpstreamError = "upstream_error"
@@ -79,6 +81,7 @@ var catalogue = map[string]Error{
 	StreamTooLarge: {Status: http.StatusBadGateway, Message: "the upstream stream exceeded the proxy's events or bytes limit; no result was stored"},
 	InvalidEvent:   {Status: http.StatusBadGateway, Message: "the upstream sent an event that is not valid UTF-8 SSE; no result was stored"},
 	UpstreamBody:   {Status: http.StatusBadGateway, Message: "the upstream response could not be read"},
+	NoUpstream:     {Status: http.StatusBadGateway, Message: "no upstream is configured for this path and model"},
 	UpstreamError:  {Status: http.StatusBadGateway, Message: "the upstream answered with an error"},
 
 	classify.CodeUnreachable: {Status: http.StatusBadGateway, Message: "the upstream could not be reached"},

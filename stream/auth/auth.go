@@ -107,6 +107,14 @@ func New(cfg Config) (*Auth, error) {
 	return a, nil
 }
 
+// WithUpstreamKey returns an Auth like a that sends key to the upstream in
+// Static and None (an upstream of its own, with its own key).
+func (a *Auth) WithUpstreamKey(key string) *Auth {
+	b := *a
+	b.cfg.UpstreamKey = key
+	return &b
+}
+
 // CapabilityTTL is how long the capabilities Capability issues are valid.
 func (a *Auth) CapabilityTTL() time.Duration { return a.cfg.CapabilityTTL }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,6 +118,35 @@ type Upstream struct {
 	// Transport carries passed-through requests (Forward). Default
 	// http.DefaultTransport; proxy sets the policy's client's.
 	Transport http.RoundTripper
+	// Paths and Models, when set, route to this upstream only the
+	// requests whose path starts with one of Paths and whose model is one
+	// of Models (a trailing * matches a prefix). Default: every request.
+	Paths, Models []string
+}
+
+// serves reports whether u takes a request for path naming model (a
+// request that names none may go to any upstream of its path).
+func (u Upstream) serves(path, model string) bool {
+	return matchAny(u.Paths, path, strings.HasPrefix) && (model == "" || matchAny(u.Models, model, func(m, p string) bool {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			return strings.HasPrefix(m, prefix)
+		}
+		return m == p
+	}))
+}
+
+// matchAny reports whether v matches one of patterns (any v, without
+// patterns).
+func matchAny(patterns []string, v string, match func(v, pattern string) bool) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if match(v, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Limits bound what one generation may cost.
@@ -234,6 +264,9 @@ type Generation struct {
 	Ref      journal.Ref
 	Lease    *resume.Lease
 	Protocol Protocol
+	// Model is the model the request names ("" if none): upstreams may be
+	// routed by it.
+	Model string
 	// Path, Body and Header are the client's request, sent upstream.
 	Path   string
 	Body   []byte
@@ -317,9 +350,16 @@ func (e *Engine) abandon(g Generation, why apierr.Error) {
 // the generation ran here.
 func (e *Engine) Cancel(ref journal.Ref) bool { return e.live.cancel(ref, ErrCancelled) }
 
-// upstreams are the upstreams in the order a generation tries them.
-func (e *Engine) upstreams() []Upstream {
-	return append([]Upstream{e.cfg.Upstream}, e.cfg.Fallbacks...)
+// upstreams are the upstreams that serve path and model, in the order a
+// generation tries them.
+func (e *Engine) upstreams(path, model string) []Upstream {
+	var out []Upstream
+	for _, u := range append([]Upstream{e.cfg.Upstream}, e.cfg.Fallbacks...) {
+		if u.serves(path, model) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // Closing reports whether Shutdown has begun.

@@ -45,7 +45,7 @@ func (Generic) Shape() apierr.Shape { return apierr.OpenAI }
 // it is for requests that carry no key.
 func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 	up := e.cfg.Upstream
-	for _, u := range e.upstreams() { // the first whose breaker lets it be called
+	for _, u := range e.upstreams(r.URL.Path, "") { // the first whose breaker lets it be called
 		if !u.Policy.BreakerOpen() {
 			up = u
 			break

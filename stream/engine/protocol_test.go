@@ -159,3 +159,27 @@ func TestCodesCatalogued(t *testing.T) {
 		t.Errorf("upstream_bad_response reaches clients with no message: %+v", got)
 	}
 }
+
+func TestUpstreamServes(t *testing.T) {
+	everyone := Upstream{}
+	claude := Upstream{Paths: []string{"/v1/messages"}}
+	gpt := Upstream{Models: []string{"gpt-*", "o3"}}
+	for _, tc := range []struct {
+		u           Upstream
+		path, model string
+		want        bool
+	}{
+		{everyone, "/v1/chat/completions", "x", true},
+		{claude, "/v1/messages", "claude-4", true},
+		{claude, "/v1/messages/count_tokens", "", true},
+		{claude, "/v1/chat/completions", "claude-4", false},
+		{gpt, "/v1/chat/completions", "gpt-5", true},
+		{gpt, "/v1/responses", "o3", true},
+		{gpt, "/v1/responses", "o3-mini", false},
+		{gpt, "/v1/models", "", true}, // a request that names no model
+	} {
+		if got := tc.u.serves(tc.path, tc.model); got != tc.want {
+			t.Errorf("%+v serves(%s, %q) = %v, want %v", tc.u, tc.path, tc.model, got, tc.want)
+		}
+	}
+}

@@ -136,7 +136,11 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 	// cut a stalled upstream.
 	streamCtx, stall := context.WithCancelCause(ctx)
 	defer stall(nil)
-	ups, attempts := p.e.upstreams(), 0
+	ups, attempts := p.e.upstreams(p.g.Path, p.g.Model), 0
+	if len(ups) == 0 {
+		p.up = p.e.cfg.Upstream // its decorator redacts; nothing is sent
+		return p.refuse(ctx, w, &classify.Error{Kind: classify.ErrFatal, Status: http.StatusBadGateway, Code: apierr.NoUpstream}, 0)
+	}
 	for i, up := range ups {
 		p.up = up
 		resp, release, n, err := p.call(streamCtx, up)

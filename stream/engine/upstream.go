@@ -120,5 +120,5 @@ func seconds(d time.Duration) int {
 // upstream's own error codes: its own and classify's.
 func Codes() []string {
 	return append([]string{apierr.OwnerLost, apierr.Cancelled, apierr.ProxyShutdown, apierr.JournalFailure, apierr.StreamTooLarge,
-		apierr.InvalidEvent, apierr.UpstreamBody, apierr.UpstreamError, apierr.ShuttingDown, apierr.TooManyGenerations}, classify.Codes()...)
+		apierr.InvalidEvent, apierr.UpstreamBody, apierr.UpstreamError, apierr.NoUpstream, apierr.ShuttingDown, apierr.TooManyGenerations}, classify.Codes()...)
 }

@@ -71,6 +71,11 @@ type Config struct {
 	// gets a policy of its own (its own breaker and budget) from Policy.
 	// Default none.
 	Fallbacks []*url.URL
+	// Routes, when set, replace Upstream and Fallbacks: named upstreams,
+	// each with the paths and models it serves and its own key and
+	// breaker. A request goes to the routes that serve it, in order (the
+	// next ones on failover). Default none.
+	Routes []Route
 	// Client calls the upstream. Default engine.DefaultClient with
 	// engine.DefaultConnectTimeout and engine.DefaultHeaderTimeout.
 	Client *http.Client
@@ -100,6 +105,19 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// Route is a named upstream and what it serves.
+type Route struct {
+	// Name names it in Reprise-Upstream and the status. Default: its host.
+	Name string
+	// URL is its base URL. Required.
+	URL *url.URL
+	// Key is its API key in static and none auth. Default Auth.UpstreamKey.
+	Key string
+	// Paths (prefixes) and Models (a trailing * matches a prefix) it
+	// serves. Default: every request.
+	Paths, Models []string
+}
+
 // Proxy is one assembled instance.
 type Proxy struct {
 	journal *journal.Journal
@@ -118,8 +136,8 @@ type Proxy struct {
 // New opens the journal on cfg.NATS (waiting up to DefaultOpenTimeout or
 // until ctx ends) and assembles the instance. It does not serve yet.
 func New(ctx context.Context, cfg Config) (*Proxy, error) {
-	if cfg.NATS == nil || cfg.Upstream == nil {
-		return nil, fmt.Errorf("%w: NATS and upstream are required", ErrInvalidOption)
+	if cfg.NATS == nil || (cfg.Upstream == nil && len(cfg.Routes) == 0) {
+		return nil, fmt.Errorf("%w: NATS and an upstream (or routes) are required", ErrInvalidOption)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -142,13 +160,27 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		cfg.Client = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout)
 	}
 	cfg.Policy.RetryAmbiguous = cfg.Policy.RetryAmbiguous || cfg.UpstreamIdempotency
+	routes := cfg.Routes
+	if len(routes) == 0 {
+		for _, u := range append([]*url.URL{cfg.Upstream}, cfg.Fallbacks...) {
+			routes = append(routes, Route{URL: u})
+		}
+	}
 	var ups []engine.Upstream
-	for _, u := range append([]*url.URL{cfg.Upstream}, cfg.Fallbacks...) {
+	for _, rt := range routes {
+		if rt.URL == nil {
+			return nil, fmt.Errorf("%w: route %q has no URL", ErrInvalidOption, rt.Name)
+		}
 		policy, err := classify.New(cfg.Policy, cfg.Client)
 		if err != nil {
 			return nil, err
 		}
-		ups = append(ups, engine.Upstream{URL: u, Policy: policy, Decorator: a, Idempotency: cfg.UpstreamIdempotency, Transport: cfg.Client.Transport})
+		dec := a
+		if rt.Key != "" {
+			dec = a.WithUpstreamKey(rt.Key)
+		}
+		ups = append(ups, engine.Upstream{Name: rt.Name, URL: rt.URL, Policy: policy, Decorator: dec, Idempotency: cfg.UpstreamIdempotency,
+			Transport: cfg.Client.Transport, Paths: rt.Paths, Models: rt.Models})
 	}
 	breakerOpen := func() bool { // the primary's: a fallback's breaker is only a fallback's
 		return ups[0].Policy.BreakerOpen()
