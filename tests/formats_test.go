@@ -231,3 +231,43 @@ func deltaOf(tb testing.TB, data string) string {
 	}
 	return v.Delta
 }
+
+// TestMessagesResume: a Messages stream dropped after k events resumes by
+// the Location with Last-Event-ID — named events, byte-exact text, one
+// generation — and a replay by POST is the same stream.
+func TestMessagesResume(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withTokenDelay(5*time.Millisecond))
+	prompt := uniquePrompt(t, "[tokens=20]")
+	body := `{"model":"mock-1","max_tokens":256,"stream":true,"messages":[{"role":"user","content":` + quote(prompt) + `}]}`
+	resp := do(t, "POST", e.URL+messagesPath, body, "Idempotency-Key", "k-messages-resume")
+	head := readEvents(t, resp, 6)
+	rest := readEvents(t, do(t, "GET", e.URL+resp.Header.Get("Location"), "", "Last-Event-ID", lastID(head)), -1)
+	all := append(head, rest...)
+	checkUnique(t, all)
+	var text strings.Builder
+	for _, ev := range all {
+		if ev.Type == "content_block_delta" {
+			var v struct {
+				Delta struct{ Text string } `json:"delta"`
+			}
+			if err := json.Unmarshal([]byte(ev.Data), &v); err != nil {
+				t.Fatal(err)
+			}
+			text.WriteString(v.Delta.Text)
+		}
+	}
+	if want := strings.Join(mockllm.Content(prompt, 20, false), ""); text.String() != want {
+		t.Errorf("text %q, want %q", text.String(), want)
+	}
+	if last := lastEvent(t, all); last.Type != "message_stop" {
+		t.Errorf("last event %s, want message_stop", last.Type)
+	}
+	replay := readEvents(t, do(t, "POST", e.URL+messagesPath, body, "Idempotency-Key", "k-messages-resume"), -1)
+	if len(replay) != len(all) || replay[len(replay)-1].ID != all[len(all)-1].ID {
+		t.Errorf("the replay has %d events ending %s, want %d ending %s", len(replay), lastEvent(t, replay).ID, len(all), lastEvent(t, all).ID)
+	}
+	if g := e.LLM.Ledger().Get(prompt); g.Generations != 1 {
+		t.Errorf("ledger %+v, want 1 generation", g)
+	}
+}
