@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -24,20 +23,11 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.BadKey))
 		return
 	}
-	tenant, ok := s.readerTenant(r, key)
+	id, rec, ok := s.readerRecord(w, r, key, s.resume.Get) // the stored record: another instance may run it
 	if !ok {
-		fail(w, r, apierr.New(apierr.KeyNotFound))
 		return
 	}
-	id := resume.StreamID(tenant, key)
-	rec, err := s.resume.Get(r.Context(), id)
 	switch {
-	case errors.Is(err, resume.ErrNotFound):
-		fail(w, r, apierr.New(apierr.KeyNotFound))
-		return
-	case err != nil:
-		fail(w, r, apierr.New(apierr.Unavailable))
-		return
 	case rec.State != resume.InProgress:
 		failFor(w, rec, apierr.New(apierr.NotRunning).WithMessage("no generation of this key is running: it is "+string(rec.State)))
 		return

@@ -29,19 +29,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.BadRange))
 		return
 	}
-	tenant, ok := s.readerTenant(r, key)
+	id, rec, ok := s.readerRecord(w, r, key, s.record)
 	if !ok {
-		fail(w, r, apierr.New(apierr.KeyNotFound)) // exactly as for a key that does not exist
-		return
-	}
-	id := resume.StreamID(tenant, key)
-	rec, err := s.record(r.Context(), id)
-	switch {
-	case errors.Is(err, resume.ErrNotFound):
-		fail(w, r, apierr.New(apierr.KeyNotFound))
-		return
-	case err != nil:
-		fail(w, r, apierr.New(apierr.Unavailable))
 		return
 	}
 	if wantsJSON(r.Header.Get("Accept")) && !websocket.IsWebSocketUpgrade(r) {
@@ -75,6 +64,30 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.serveSSE(w, r, id, rec, cur)
+}
+
+// readerRecord is the record of key for a reader of r — in the tenant its
+// capability names or its own — as get reads it; ok false once it answered
+// r (404 exactly as for a key that does not exist, or 503).
+func (s *Server) readerRecord(w http.ResponseWriter, r *http.Request, key string,
+	get func(context.Context, string) (resume.Record, error),
+) (id string, rec resume.Record, ok bool) {
+	tenant, ok := s.readerTenant(r, key)
+	if !ok {
+		fail(w, r, apierr.New(apierr.KeyNotFound))
+		return "", resume.Record{}, false
+	}
+	id = resume.StreamID(tenant, key)
+	rec, err := get(r.Context(), id)
+	switch {
+	case errors.Is(err, resume.ErrNotFound):
+		fail(w, r, apierr.New(apierr.KeyNotFound))
+		return "", rec, false
+	case err != nil:
+		fail(w, r, apierr.New(apierr.Unavailable))
+		return "", rec, false
+	}
+	return id, rec, true
 }
 
 // record is a key's record: the owner's own copy while this instance runs

@@ -172,31 +172,17 @@ func (s *Server) streamChat(e *emitter, job chatJob) error {
 // one chat.completion object. abort_after / hang_after apply right after the
 // headers, since the body is a single write.
 func (s *Server) completeChat(e *emitter, job chatJob) error {
-	var content bytes.Buffer
-	for _, tok := range job.tokens {
-		if err := sleep(e.ctx, job.delay); err != nil {
-			return err
-		}
-		content.WriteString(tok)
-		e.rec.progress(0, 1, []byte(tok))
+	text, err := generateAll(e, job)
+	if err != nil {
+		return err
 	}
 	body, _ := json.Marshal(chatCompletion{
 		ID: job.id, Object: "chat.completion", Created: job.created, Model: job.model,
 		Choices: []chatChoice{{
-			Message:      assistantOutput{Role: "assistant", Content: content.String()},
+			Message:      assistantOutput{Role: "assistant", Content: text},
 			FinishReason: "stop",
 		}},
 		Usage: job.usage(),
 	})
-	// The body is a single write: abort_after / hang_after act right after the headers.
-	if e.d.AbortAfter > 0 {
-		e.d.AbortAfter = 0
-	}
-	if e.d.HangAfter > 0 {
-		e.d.HangAfter = 0
-	}
-	if err := e.start("application/json"); err != nil {
-		return err
-	}
-	return e.body(append(body, '\n'))
+	return writeWhole(e, body)
 }

@@ -3,6 +3,7 @@ package mockllm
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -72,3 +73,29 @@ func decode(body []byte, v any) error {
 type errBadJSON struct{ err error }
 
 func (e errBadJSON) Error() string { return "invalid JSON body: " + e.err.Error() }
+
+// generateAll generates every token of job, booking each as it is made
+// (with a stream's pauses), and returns the text: what a non-streamed
+// answer holds.
+func generateAll(e *emitter, job chatJob) (string, error) {
+	var text strings.Builder
+	for _, tok := range job.tokens {
+		if err := sleep(e.ctx, job.delay); err != nil {
+			return "", err
+		}
+		text.WriteString(tok)
+		e.rec.progress(0, 1, []byte(tok))
+	}
+	return text.String(), nil
+}
+
+// writeWhole answers with body as one JSON write: abort_after and
+// hang_after act right after the headers, error_after not at all (no
+// event stream to put an error event in).
+func writeWhole(e *emitter, body []byte) error {
+	e.d.AbortAfter, e.d.HangAfter, e.d.ErrorAfter = min(e.d.AbortAfter, 0), min(e.d.HangAfter, 0), -1
+	if err := e.start("application/json"); err != nil {
+		return err
+	}
+	return e.body(append(body, '\n'))
+}

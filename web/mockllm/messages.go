@@ -3,7 +3,6 @@ package mockllm
 import (
 	"encoding/json"
 	"net/http"
-	"strings"
 )
 
 // MessagesPath is Anthropic's Messages API.
@@ -117,19 +116,11 @@ func (s *Server) streamMessage(e *emitter, job chatJob) error {
 
 // completeMessage generates every token, then writes the message.
 func (s *Server) completeMessage(e *emitter, job chatJob) error {
-	var text strings.Builder
-	for _, tok := range job.tokens {
-		if err := sleep(e.ctx, job.delay); err != nil {
-			return err
-		}
-		text.WriteString(tok)
-		e.rec.progress(0, 1, []byte(tok))
-	}
-	stop := "end_turn"
-	body, _ := json.Marshal(job.message(text.String(), &stop, len(job.tokens)))
-	e.d.AbortAfter, e.d.HangAfter, e.d.ErrorAfter = min(e.d.AbortAfter, 0), min(e.d.HangAfter, 0), -1 // a single write
-	if err := e.start("application/json"); err != nil {
+	text, err := generateAll(e, job)
+	if err != nil {
 		return err
 	}
-	return e.body(append(body, '\n'))
+	stop := "end_turn"
+	body, _ := json.Marshal(job.message(text, &stop, len(job.tokens)))
+	return writeWhole(e, body)
 }

@@ -160,18 +160,10 @@ func (s *Server) streamResponse(e *emitter, job chatJob) error {
 
 // completeResponse generates every token, then writes the response object.
 func (s *Server) completeResponse(e *emitter, job chatJob) error {
-	var text strings.Builder
-	for _, tok := range job.tokens {
-		if err := sleep(e.ctx, job.delay); err != nil {
-			return err
-		}
-		text.WriteString(tok)
-		e.rec.progress(0, 1, []byte(tok))
-	}
-	body, _ := json.Marshal(job.response("completed", text.String()))
-	e.d.AbortAfter, e.d.HangAfter, e.d.ErrorAfter = min(e.d.AbortAfter, 0), min(e.d.HangAfter, 0), -1 // a single write
-	if err := e.start("application/json"); err != nil {
+	text, err := generateAll(e, job)
+	if err != nil {
 		return err
 	}
-	return e.body(append(body, '\n'))
+	body, _ := json.Marshal(job.response("completed", text))
+	return writeWhole(e, body)
 }
