@@ -27,8 +27,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	switch {
-	case rec.State != resume.InProgress:
+	if rec.State != resume.InProgress {
 		failFor(w, rec, apierr.New(apierr.NotRunning).WithMessage("no generation of this key is running: it is "+string(rec.State)))
 		return
 	}
