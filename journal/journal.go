@@ -96,6 +96,7 @@ type Journal struct {
 	// maxFrame bounds a message's packed events: the server's max_payload
 	// holds the headers too.
 	maxFrame int
+	live     *hub // the topics this instance's readers follow
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
 }
@@ -103,7 +104,7 @@ type Journal struct {
 // Stats counts the failures the journal rode out by trying again.
 type Stats struct {
 	AppendRetries uint64 // messages published again (no answer, an election, a lost acknowledgement)
-	ReadRetries   uint64 // reader consumers made again
+	ReadRetries   uint64 // reader gets asked again
 	RecordRetries uint64 // record operations asked again
 }
 
@@ -155,7 +156,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}, nil
+	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}
+	j.live = &hub{j: j, topics: map[string]*topic{}}
+	return j, nil
 }
 
 func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jetstream.StorageType) (jetstream.Stream, jetstream.KeyValue, error) {
@@ -171,6 +174,8 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jet
 		Duplicates:  time.Second, // no message ids are sent (writers chain by sequence); keep the window minimal
 		AllowDirect: true,
 		Discard:     jetstream.DiscardOld,
+		// Readers follow live generations on core NATS (live.go).
+		RePublish: &jetstream.RePublish{Source: subjectPrefix + ">", Destination: livePrefix + ">"},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("journal: stream %s: %w", cfg.Stream, err)

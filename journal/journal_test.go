@@ -878,40 +878,126 @@ func Example() {
 	// end: completed
 }
 
-// TestReaderConsumersDoNotLinger: a reader that needed a consumer (more
-// than its direct gets) leaves none behind once closed; the server caps
-// consumers per stream, and lingering ones would starve later readers.
-func TestReaderConsumersDoNotLinger(t *testing.T) {
+// TestReadersCostNoConsumer: two thousand readers following one live
+// generation hold no JetStream consumer between them (a stream takes a
+// bounded number: ~1,000 readers each holding one made every other read
+// fail), share one subscription, and all get every event as it is stored,
+// the end marker last; a thousand-event replay meanwhile reads in full.
+func TestReadersCostNoConsumer(t *testing.T) {
+	const readers, n = 2000, 20
 	j, nc := newJournalConn(t)
-	ref := journal.Ref{ID: "linger", Gen: 1}
-	writeGen(t, j, ref, 200, journal.EndCompleted)
-	r, err := j.Read(waitCtx(t, waitTimeout), ref, 0, 0)
-	if err != nil {
+	ref := journal.Ref{ID: "many", Gen: 1}
+	ctx := waitCtx(t, 60*time.Second)
+	w := j.NewWriter(ref, func(journal.Event) {})
+	defer w.Abort()
+	if err := w.Append(ctx, eventType(1), []byte(eventData(1))); err != nil {
 		t.Fatal(err)
 	}
-	readN(t, r, 201)
-	r.Close()
+	var caught sync.WaitGroup // readers that got event 1, and so wait live
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	for i := range readers {
+		r, err := j.Read(ctx, ref, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caught.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.Close()
+			for k := 1; ; k++ {
+				ev, err := r.Next(ctx)
+				if err != nil {
+					errs <- fmt.Errorf("reader %d at %d: %w", i, k, err)
+					if k == 1 {
+						caught.Done()
+					}
+					return
+				}
+				if k == 1 {
+					caught.Done()
+				}
+				if ev.IsEnd() {
+					if k != n+1 {
+						errs <- fmt.Errorf("reader %d: end at %d, want %d", i, k, n+1)
+					}
+					return
+				}
+				if ev.Offset != uint64(k) || string(ev.Data) != eventData(k) {
+					errs <- fmt.Errorf("reader %d: event %d = %d %q", i, k, ev.Offset, ev.Data)
+					return
+				}
+			}
+		}()
+	}
+	caught.Wait()
+
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(waitCtx(t, waitTimeout), journal.DefaultStream)
+	st, err := js.Stream(ctx, journal.DefaultStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		info, err := st.Info(waitCtx(t, waitTimeout))
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 0 {
+		t.Errorf("%d readers hold %d consumers, want none", readers, info.State.Consumers)
+	}
+
+	// Another generation's long replay is not held up by them.
+	long := journal.Ref{ID: "long", Gen: 1}
+	writeGen(t, j, long, 1000, journal.EndCompleted)
+	rl, err := j.Read(ctx, long, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i, ev := range readN(t, rl, 1001) {
+		if i < 1000 {
+			checkEvent(t, ev, i+1)
+		} else if !ev.IsEnd() {
+			t.Fatalf("event 1001 = %+v, want the end marker", ev)
+		}
+	}
+	rl.Close()
+	t.Logf("a 1000-event replay beside %d live readers: %v", readers, time.Since(start))
+
+	for i := 2; i <= n; i++ {
+		if err := w.Append(ctx, eventType(i), []byte(eventData(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.End(ctx, journal.EndCompleted); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestReaderPastTheEnd: a reader whose position is past its generation's
+// end gets the end marker, not a wait for events that will never come.
+func TestReaderPastTheEnd(t *testing.T) {
+	j := newJournal(t)
+	ref := journal.Ref{ID: "past", Gen: 1}
+	writeGen(t, j, ref, 5, journal.EndCompleted)
+	for _, after := range []uint64{6, 7, 1000} {
+		r, err := j.Read(waitCtx(t, waitTimeout), ref, after, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.State.Consumers == 0 {
-			return
+		ev := readN(t, r, 1)[0]
+		r.Close()
+		if !ev.IsEnd() || ev.Offset != 6 {
+			t.Errorf("Next after %d = %+v, want the end marker at 6", after, ev)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d consumers still on the stream 20 s after the reader closed", info.State.Consumers)
-		}
-		time.Sleep(200 * time.Millisecond) // polling the server's state; bounded above
 	}
 }
 

@@ -23,7 +23,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.BadKey))
 		return
 	}
-	id, rec, ok := s.readerRecord(w, r, key, s.resume.Get) // the stored record: another instance may run it
+	_, id, rec, ok := s.readerRecord(w, r, key, s.resume.Get) // the stored record: another instance may run it
 	if !ok {
 		return
 	}

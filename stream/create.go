@@ -108,8 +108,10 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 	switch {
 	case out.Decision == resume.Start && cur.Gen >= rec.Generation:
 		cur = resume.Position{} // a cursor into a key that had no such generation: start over
-	case out.Decision != resume.Start && cur.Gen > rec.Generation:
+	case out.Decision != resume.Start && !streamed(rec) && cur.Gen > rec.Generation:
 		fail(w, r, apierr.New(apierr.BadCursor))
+		return
+	case out.Decision != resume.Start && streamed(rec) && s.answeredCursor(w, r, id, rec, cur):
 		return
 	}
 	if out.Decision != resume.Replay && !rec.Stream && respondAsync(r) {
@@ -122,7 +124,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 	}
 	switch out.Decision {
 	case resume.Start:
-		s.serveStart(w, r, id, rec, t, cur)
+		s.serveStart(w, r, tenant, id, rec, t, cur)
 	case resume.Replay:
 		h.Set("Reprise-Attempts", "0") // this answer cost no upstream request
 		h.Set("Idempotent-Replayed", "true")
@@ -130,16 +132,19 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 			h.Set("Reprise-Upstream", rec.Upstream)
 		}
 		if streamed(rec) {
-			s.serveSSE(w, r, id, rec, cur)
+			s.serveSSE(w, r, tenant, id, rec, cur)
 		} else {
-			s.serveResultLimited(w, r, id, rec, s.serveResult)
+			s.serveResultLimited(w, r, tenant, id, rec, s.serveResult)
 		}
 	case resume.Attach:
 		h.Set("Reprise-Attempts", "0")
+		if t := s.engine.Tail(journal.Ref{ID: id, Gen: rec.Generation}); t != nil && t.Completed() {
+			h.Set("Idempotent-Replayed", "true") // it completed a moment ago; its record is being written
+		}
 		if streamed(rec) {
-			s.serveSSE(w, r, id, rec, cur)
+			s.serveSSE(w, r, tenant, id, rec, cur)
 		} else {
-			s.serveResultLimited(w, r, id, rec, s.awaitResult)
+			s.serveResultLimited(w, r, tenant, id, rec, s.awaitResult)
 		}
 	}
 }
@@ -237,7 +242,7 @@ func streamed(rec resume.Record) bool {
 func streamURL(key string) string { return "/v1/streams/" + url.PathEscape(key) }
 
 // serveStart serves the first client of a generation that t follows.
-func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, t *engine.Tail, cur resume.Position) {
+func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, t *engine.Tail, cur resume.Position) {
 	head, err := t.Head(r.Context())
 	if err != nil {
 		return // the pump goes on without this client
@@ -259,7 +264,7 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, id string, r
 		writeRaw(w, head.Status, head.ContentType, head.Body)
 		return
 	}
-	s.serveSSE(w, r, id, rec, cur)
+	s.serveSSE(w, r, tenant, id, rec, cur)
 }
 
 // seconds rounds a wait up to whole seconds for Retry-After.
@@ -308,10 +313,10 @@ func writeRaw(w http.ResponseWriter, status int, ct string, body []byte) {
 }
 
 // serveResultLimited serves a non-streamed result under the per-key reader limit.
-func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, id string, rec resume.Record,
+func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record,
 	serve func(http.ResponseWriter, *http.Request, string, resume.Record),
 ) {
-	release, ok := s.takeReader(id)
+	release, ok := s.takeReader(tenant, id)
 	if !ok {
 		failFor(w, rec, apierr.New(apierr.TooManyReaders))
 		return

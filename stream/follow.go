@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
@@ -99,7 +100,7 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 // client: a slow journal read is never cut by the tick. While idle it
 // checks the owner's lease, so a reader of a generation whose owner died
 // gets an error instead of waiting forever — unless the journal holds
-// more than the reader got (its consumer stalled, on a NATS node that
+// more than the reader got (its reads stalled, on a NATS node that
 // died): then it reads on from the journal afresh, and gets the
 // generation's own end.
 // Errors it writes itself are in shape, the key's format's.
@@ -112,7 +113,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 	events, stop := feed(ctx, rd)
 	defer func() { stop() }() // the last feed's
 
-	idle := time.NewTicker(min(s.cfg.Heartbeat, s.resume.Lease()/2))
+	idle := time.NewTicker(s.idleTick())
 	defer idle.Stop()
 	sent, unflushed := 0, false
 	var lost *apierr.Error // why the generation can no longer end, once seen
@@ -142,7 +143,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 					case !stalled: // nothing stored past this reader, and no end will come
 						return sendError(out, ref, after, lost.BodyIn(shape), true)
 					}
-					// The journal holds more than this reader got: its consumer
+					// The journal holds more than this reader got: its reads
 					// stalled (its NATS node died, say). Read on afresh.
 					stop()
 					if rd, err = s.journal.Read(ctx, ref, after, 0); err != nil {
@@ -152,7 +153,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 					lost = nil
 					continue
 				}
-				lost = s.ownerLost(ctx, ref)
+				lost = s.lost.check(ref, s.idleTick(), func() *apierr.Error { return s.ownerLost(ctx, ref) })
 				continue
 			case <-ctx.Done():
 				return ctx.Err()
@@ -182,6 +183,50 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			unflushed = false
 		}
 	}
+}
+
+// idleTick is how often an idle journal reader pings its client and looks
+// at its generation's owner.
+func (s *Server) idleTick() time.Duration { return min(s.cfg.Heartbeat, s.resume.Lease()/2) }
+
+// lostChecks shares ownerLost's answers among an instance's readers of one
+// generation for an idle tick: a thousand idle readers of a generation
+// cost one record read per tick, not a thousand.
+type lostChecks struct {
+	mu   sync.Mutex
+	seen map[journal.Ref]lostCheck
+}
+
+type lostCheck struct {
+	at   time.Time
+	lost *apierr.Error
+}
+
+// check returns ref's answer if one is younger than fresh, or asks (and
+// keeps the answer).
+func (c *lostChecks) check(ref journal.Ref, fresh time.Duration, ask func() *apierr.Error) *apierr.Error {
+	now := time.Now()
+	c.mu.Lock()
+	if v, ok := c.seen[ref]; ok && now.Sub(v.at) < fresh {
+		c.mu.Unlock()
+		return v.lost
+	}
+	c.mu.Unlock()
+	lost := ask()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[journal.Ref]lostCheck{}
+	}
+	if len(c.seen) >= 1024 { // forget the stale answers of generations nobody reads any more
+		for r, v := range c.seen {
+			if now.Sub(v.at) >= fresh {
+				delete(c.seen, r)
+			}
+		}
+	}
+	c.seen[ref] = lostCheck{at: now, lost: lost}
+	return lost
 }
 
 // stalled reports whether the journal stores events of ref past after: a

@@ -29,7 +29,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.BadRange))
 		return
 	}
-	id, rec, ok := s.readerRecord(w, r, key, s.record)
+	tenant, id, rec, ok := s.readerRecord(w, r, key, s.record)
 	if !ok {
 		return
 	}
@@ -42,52 +42,51 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		raw = r.URL.Query().Get("last_event_id")
 	}
 	cur, err := resume.ParsePosition(raw)
-	if err != nil || cur.Gen > rec.Generation {
+	if err != nil {
 		failFor(w, rec, apierr.New(apierr.BadCursor))
 		return
 	}
-	if cur.Gen == rec.Generation && rec.State != resume.InProgress && cur.Offset >= s.finalEvents(r.Context(), id, rec) {
-		w.WriteHeader(http.StatusNoContent) // nothing more will come: EventSource stops
+	if s.answeredCursor(w, r, id, rec, cur) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)
 	if !streamed(rec) { // a non-streamed answer: its Location serves the stored result
 		if rec.State == resume.InProgress {
-			s.serveResultLimited(w, r, id, rec, s.awaitResult)
+			s.serveResultLimited(w, r, tenant, id, rec, s.awaitResult)
 		} else {
-			s.serveResultLimited(w, r, id, rec, s.serveResult)
+			s.serveResultLimited(w, r, tenant, id, rec, s.serveResult)
 		}
 		return
 	}
 	if websocket.IsWebSocketUpgrade(r) {
-		s.serveWS(w, r, id, rec, cur)
+		s.serveWS(w, r, tenant, id, rec, cur)
 		return
 	}
-	s.serveSSE(w, r, id, rec, cur)
+	s.serveSSE(w, r, tenant, id, rec, cur)
 }
 
-// readerRecord is the record of key for a reader of r — in the tenant its
+// readerRecord is the tenant, id and record of key for a reader of r — in the tenant its
 // capability names or its own — as get reads it; ok false once it answered
 // r (404 exactly as for a key that does not exist, or 503).
 func (s *Server) readerRecord(w http.ResponseWriter, r *http.Request, key string,
 	get func(context.Context, string) (resume.Record, error),
-) (id string, rec resume.Record, ok bool) {
-	tenant, ok := s.readerTenant(r, key)
+) (tenant, id string, rec resume.Record, ok bool) {
+	tenant, ok = s.readerTenant(r, key)
 	if !ok {
 		fail(w, r, apierr.New(apierr.KeyNotFound))
-		return "", resume.Record{}, false
+		return "", "", resume.Record{}, false
 	}
 	id = resume.StreamID(tenant, key)
 	rec, err := get(r.Context(), id)
 	switch {
 	case errors.Is(err, resume.ErrNotFound):
 		fail(w, r, apierr.New(apierr.KeyNotFound))
-		return "", rec, false
+		return "", "", rec, false
 	case err != nil:
 		fail(w, r, apierr.New(apierr.Unavailable))
-		return "", rec, false
+		return "", "", rec, false
 	}
-	return id, rec, true
+	return tenant, id, rec, true
 }
 
 // record is a key's record: the owner's own copy while this instance runs
@@ -172,8 +171,8 @@ func writeStatus(w http.ResponseWriter, code int, rec resume.Record) {
 }
 
 // serveSSE answers with an event stream of rec's generation after cur.
-func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
-	release, ok := s.takeReader(id)
+func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, cur resume.Position) {
+	release, ok := s.takeReader(tenant, id)
 	if !ok {
 		failFor(w, rec, apierr.New(apierr.TooManyReaders))
 		return
@@ -226,8 +225,8 @@ var detachedRequest = &http.Request{}
 var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 16 << 10, WriteBufferPool: &sync.Pool{}}
 
 // serveWS answers with one JSON text frame per event.
-func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, id string, rec resume.Record, cur resume.Position) {
-	release, ok := s.takeReader(id)
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, cur resume.Position) {
+	release, ok := s.takeReader(tenant, id)
 	if !ok {
 		failFor(w, rec, apierr.New(apierr.TooManyReaders))
 		return

@@ -44,7 +44,7 @@ func (s *Server) handleResponse(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Idempotency-Key", key)
 	q := r.URL.Query()
 	if !wantsStream(r) {
-		s.serveResponseObject(w, r, id, rec)
+		s.serveResponseObject(w, r, tenant, id, rec)
 		return
 	}
 	cur := resume.Position{Gen: rec.Generation}
@@ -58,15 +58,18 @@ func (s *Server) handleResponse(w http.ResponseWriter, r *http.Request) {
 		// event numbered n is the journal's (n+1)-th.
 		cur.Offset = n + 1
 	}
-	s.serveSSE(w, r, id, rec, cur)
+	if s.answeredCursor(w, r, id, rec, cur) {
+		return
+	}
+	s.serveSSE(w, r, tenant, id, rec, cur)
 }
 
 // serveResponseObject answers with the response object of id's generation:
 // the non-streamed answer as stored; of a stream, the "response" its
 // terminal event carries, or its first event's while it runs.
-func (s *Server) serveResponseObject(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
+func (s *Server) serveResponseObject(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record) {
 	if !streamed(rec) {
-		s.serveResultLimited(w, r, id, rec, s.serveResult)
+		s.serveResultLimited(w, r, tenant, id, rec, s.serveResult)
 		return
 	}
 	after := uint64(0)

@@ -27,7 +27,11 @@ const (
 	DefaultHeartbeat        = 15 * time.Second
 	DefaultWriteTimeout     = 30 * time.Second
 	DefaultMaxReadersPerKey = 32
-	DefaultMaxWSMessage     = 4 << 10
+	// DefaultMaxReadersPerTenant: idle readers cost a goroutine and a
+	// connection each (no JetStream consumer); this keeps one tenant's from
+	// taking what the others need.
+	DefaultMaxReadersPerTenant = 2048
+	DefaultMaxWSMessage        = 4 << 10
 	// DefaultSDKRetryWindow is how long a keyless request's SDK retries attach to it.
 	DefaultSDKRetryWindow = 10 * time.Minute
 )
@@ -49,6 +53,10 @@ type Settings struct {
 	// MaxReadersPerKey caps concurrent readers of one key on this instance
 	// (429 too_many_readers). Default DefaultMaxReadersPerKey (32).
 	MaxReadersPerKey int
+	// MaxReadersPerTenant caps one tenant's concurrent readers, of all its
+	// keys, on this instance (429 too_many_readers). Default
+	// DefaultMaxReadersPerTenant (2048).
+	MaxReadersPerTenant int
 	// MaxWSMessage caps a WebSocket message from a client. Default DefaultMaxWSMessage (4 KiB).
 	MaxWSMessage int64
 	// SDKRetryWindow: a keyless SDK retry (X-Stainless-Retry-Count ≥ 1) of a
@@ -63,6 +71,7 @@ func (s *Settings) fill() {
 	setDefault(&s.Heartbeat, DefaultHeartbeat)
 	setDefault(&s.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&s.MaxReadersPerKey, DefaultMaxReadersPerKey)
+	setDefault(&s.MaxReadersPerTenant, DefaultMaxReadersPerTenant)
 	setDefault(&s.MaxWSMessage, DefaultMaxWSMessage)
 	if s.SDKRetryWindow == 0 {
 		s.SDKRetryWindow = DefaultSDKRetryWindow
@@ -109,8 +118,10 @@ type Server struct {
 	closing      context.Context
 	closeReaders context.CancelFunc
 
-	mu      sync.Mutex
-	readers map[string]int // connected readers per key id
+	lost          lostChecks // ownerLost's answers, shared by a generation's readers
+	mu            sync.Mutex
+	readers       map[string]int // connected readers per key id
+	tenantReaders map[string]int // connected readers per tenant
 }
 
 // New returns a Server.
@@ -128,7 +139,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg.Settings, journal: cfg.Journal, resume: cfg.Resume, engine: cfg.Engine, auth: cfg.Auth,
 		metrics: cfg.Metrics, log: cfg.Logger, mux: http.NewServeMux(), detached: detach.NewGroup(),
-		readers: map[string]int{},
+		readers:       map[string]int{},
+		tenantReaders: map[string]int{},
 	}
 	s.closing, s.closeReaders = context.WithCancel(context.Background())
 	s.routes()
@@ -184,14 +196,16 @@ func (s *Server) Close(ctx context.Context) {
 	s.detached.Close(ctx)
 }
 
-// takeReader reserves a reader place on key id; release returns it.
-func (s *Server) takeReader(id string) (release func(), ok bool) {
+// takeReader reserves a reader place on key id of tenant, within both
+// limits; release returns it.
+func (s *Server) takeReader(tenant, id string) (release func(), ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.readers[id] >= s.cfg.MaxReadersPerKey {
+	if s.readers[id] >= s.cfg.MaxReadersPerKey || s.tenantReaders[tenant] >= s.cfg.MaxReadersPerTenant {
 		return nil, false
 	}
 	s.readers[id]++
+	s.tenantReaders[tenant]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -199,6 +213,9 @@ func (s *Server) takeReader(id string) (release func(), ok bool) {
 			defer s.mu.Unlock()
 			if s.readers[id]--; s.readers[id] <= 0 {
 				delete(s.readers, id)
+			}
+			if s.tenantReaders[tenant]--; s.tenantReaders[tenant] <= 0 {
+				delete(s.tenantReaders, tenant)
 			}
 		})
 	}, true

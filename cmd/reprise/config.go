@@ -97,6 +97,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.Int64Var(&p.Limits.MaxStreamBytes, "max-stream-bytes", engine.DefaultMaxStreamBytes, "event bytes per generation at most (stream_too_large)")
 	fs.IntVar(&p.Limits.MaxTenantGenerations, "max-tenant-generations", 0, "concurrent generations per tenant on this instance (429 above); 0: the same as --upstream-concurrency")
 	fs.IntVar(&p.HTTP.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
+	fs.IntVar(&p.HTTP.MaxReadersPerTenant, "max-readers-per-tenant", stream.DefaultMaxReadersPerTenant, "concurrent readers of one tenant's keys on this instance (429 above)")
 	fs.Int64Var(&p.HTTP.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
 	fs.DurationVar(&p.HTTP.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "a client that does not take an event within this is disconnected")
 	fs.IntVar(&p.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "request header bytes at most (431 above)")
@@ -174,7 +175,7 @@ func (c *config) validate(level string) error {
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return errors.New("--tls-cert and --tls-key go together")
 	case p.HTTP.MaxBody <= 0 || p.Limits.MaxEventSize <= 0 || p.Limits.MaxStreamEvents <= 0 || p.Limits.MaxStreamBytes <= 0 ||
-		p.Limits.MaxTenantGenerations < 0 || p.HTTP.MaxReadersPerKey <= 0 || p.HTTP.MaxWSMessage <= 0 || p.HTTP.WriteTimeout <= 0 || p.MaxHeaderBytes <= 0:
+		p.Limits.MaxTenantGenerations < 0 || p.HTTP.MaxReadersPerKey <= 0 || p.HTTP.MaxReadersPerTenant <= 0 || p.HTTP.MaxWSMessage <= 0 || p.HTTP.WriteTimeout <= 0 || p.MaxHeaderBytes <= 0:
 		return errors.New("limits must be positive")
 	}
 	switch p.Auth.Mode {

@@ -56,6 +56,15 @@ func (t *Tail) fail(data []byte) {
 	t.append(journal.Event{Offset: last + 2, End: journal.EndFailed})
 }
 
+// Completed reports whether the generation's end marker, completed, is in
+// the tail (its record may not say so yet).
+func (t *Tail) Completed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.events)
+	return n > 0 && t.events[n-1].End == journal.EndCompleted
+}
+
 // Last is the offset of the last event in the tail.
 func (t *Tail) Last() uint64 {
 	t.mu.Lock()
@@ -68,7 +77,10 @@ func (t *Tail) Last() uint64 {
 func (t *Tail) Since(after uint64) ([]journal.Event, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if after >= uint64(len(t.events)) {
+	if n := uint64(len(t.events)); after >= n {
+		if n > 0 && t.events[n-1].IsEnd() { // nothing follows a position past the end
+			return t.events[n-1:], t.changed
+		}
 		return nil, t.changed
 	}
 	return t.events[after:], t.changed

@@ -1,0 +1,170 @@
+package journal
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// livePrefix is where the stream republishes every message it stores
+// (StreamConfig.RePublish): subjectPrefix's subjects, on core NATS, with
+// the message's stream sequence and the sequence of its subject's previous
+// message in their headers.
+const livePrefix = "reprise.live."
+
+// Live delivery. An instance's readers of one generation share one core
+// NATS subscription on its republished subject, however many they are: a
+// reader costs no JetStream consumer (a stream takes a bounded number), and
+// a thousand idle readers cost one subscription. Core NATS may drop a
+// message (a reconnect, a leader change, a slow subscriber): each carries
+// its subject's previous sequence, so a reader that does not find the
+// message after its own reads the stream instead; and a topic that heard
+// nothing for probeEvery asks the stream for its subject's last message,
+// so a dropped last message is found too.
+const (
+	// probeEvery is how often a quiet topic checks the stream for a
+	// message it did not hear.
+	probeEvery = time.Second
+	// topicKeep bounds the messages a topic keeps for its readers; one
+	// further behind reads the stream.
+	topicKeep = 32
+)
+
+// pushed is one republished message.
+type pushed struct {
+	seq, prev uint64 // its stream sequence; its subject's previous one (0: none)
+	events    []Event
+}
+
+// hub holds an instance's topics, one per generation its readers follow.
+type hub struct {
+	j      *Journal
+	mu     sync.Mutex
+	topics map[string]*topic
+}
+
+// topic is the shared live view of one subject.
+type topic struct {
+	h       *hub
+	subject string
+	sub     *nats.Subscription
+	readers int // the hub's mu
+	stop    chan struct{}
+
+	mu      sync.Mutex
+	recent  []pushed // newest last, at most topicKeep
+	newest  uint64   // the highest sequence known stored on the subject
+	heard   bool     // a message came since the last probe
+	changed chan struct{}
+}
+
+// join returns subject's topic, made (and subscribed) for its first reader.
+// Every join is matched by a leave.
+func (h *hub) join(subject string) (*topic, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.topics[subject]; t != nil {
+		t.readers++
+		return t, nil
+	}
+	t := &topic{h: h, subject: subject, readers: 1, stop: make(chan struct{}), changed: make(chan struct{})}
+	sub, err := h.j.nc.Subscribe(livePrefix+strings.TrimPrefix(subject, subjectPrefix), t.receive)
+	if err != nil {
+		return nil, err
+	}
+	t.sub = sub
+	h.topics[subject] = t
+	go t.probe()
+	return t, nil
+}
+
+// leave drops a reader; the last one's leaving unsubscribes.
+func (h *hub) leave(t *topic) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t.readers--; t.readers > 0 {
+		return
+	}
+	delete(h.topics, t.subject)
+	close(t.stop)
+	_ = t.sub.Unsubscribe()
+}
+
+// receive takes one republished message (in the subscription's goroutine,
+// in the stream's order).
+func (t *topic) receive(m *nats.Msg) {
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return
+	}
+	prev, _ := strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
+	f, _ := decode(m.Header, m.Data, seq) // a message that is no frame still links the chain
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.recent) == topicKeep {
+		t.recent = append(t.recent[:0], t.recent[1:]...)
+	}
+	t.recent = append(t.recent, pushed{seq: seq, prev: prev, events: f.events})
+	t.heard = true
+	t.advance(seq)
+}
+
+// advance records that seq is stored, and wakes the readers (t.mu held).
+func (t *topic) advance(seq uint64) {
+	t.newest = max(t.newest, seq)
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// after returns the message that follows seq on the subject, if the topic
+// has it; behind when the subject has messages past seq that the topic
+// lacks (the reader must read the stream); else changed, closed when the
+// topic learns more.
+func (t *topic) after(seq uint64) (p pushed, ok, behind bool, changed <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.recent {
+		if p.prev == seq && p.seq > seq {
+			return p, true, false, nil
+		}
+	}
+	return pushed{}, false, t.newest > seq, t.changed
+}
+
+// probe asks the stream, whenever the topic heard nothing for probeEvery,
+// for the subject's last sequence: one dropped by core NATS is found, and
+// the readers read it from the stream.
+func (t *topic) probe() {
+	tick := time.NewTicker(probeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		heard := t.heard
+		t.heard = false
+		t.mu.Unlock()
+		if heard {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), probeEvery)
+		m, err := t.h.j.stream.GetLastMsgForSubject(ctx, t.subject)
+		cancel()
+		if err != nil {
+			continue
+		}
+		t.mu.Lock()
+		if m.Sequence > t.newest {
+			t.advance(m.Sequence)
+		}
+		t.mu.Unlock()
+	}
+}

@@ -1,0 +1,93 @@
+package tests
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/web/mockllm"
+)
+
+// TestCursorPastTheEnd: every reader's cursor is checked against what its
+// key holds, on every path — GET on the owner and on another instance,
+// POST attach and POST replay: one past anything stored is 400 (it was
+// never issued), one at the end of a finished generation is 204. A cursor
+// past the end was accepted before, and its reader waited forever with
+// pings, holding the generation's memory.
+func TestCursorPastTheEnd(t *testing.T) {
+	t.Parallel()
+	ns, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	urls := []string{ns.Server.ClientURL()}
+	hs := httptest.NewServer(mockllm.New(mockllm.Config{}))
+	t.Cleanup(hs.Close)
+	opts := instanceOptions{lease: 10 * time.Second, replicas: 1, grace: time.Second, lenient: true}
+	a := startInstance(t, "A", urls, hs.URL, opts)
+	b := startInstance(t, "B", urls, hs.URL, opts)
+
+	past := func(p resume.Position, by uint64) string { p.Offset += by; p.Seq = 0; return p.String() }
+	expect := func(what string, resp *http.Response, status int) {
+		t.Helper()
+		if status == http.StatusBadRequest {
+			testutil.ExpectAPIError(t, resp, status, "invalid_last_event_id")
+			return
+		}
+		readBody(t, resp)
+		if resp.StatusCode != status {
+			t.Errorf("%s: HTTP %d, want %d", what, resp.StatusCode, status)
+		}
+	}
+
+	// A live generation on A: 2 events stored, then the upstream waits.
+	livePrompt := uniquePrompt(t, "[tokens=10] [hang_after=2]")
+	first := do(t, "POST", a.URL+chatPath, chatBody(livePrompt, true), "Idempotency-Key", "k-live")
+	defer first.Body.Close()
+	evs := readEvents(t, first, 2)
+	at, err := resume.ParsePosition(lastID(evs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, base := range []string{a.URL, b.URL} {
+		expect("GET past a live generation's stored end", do(t, "GET", base+"/v1/streams/k-live", "", "Last-Event-ID", past(at, 5)), 400)
+		expect("POST attach past a live generation's stored end",
+			do(t, "POST", base+chatPath, chatBody(livePrompt, true), "Idempotency-Key", "k-live", "Last-Event-ID", past(at, 1)), 400)
+	}
+	// At the stored end of a live generation the reader waits for more.
+	resp := do(t, "GET", b.URL+"/v1/streams/k-live", "", "Last-Event-ID", at.String())
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET at a live generation's stored end on B: %d, want 200", resp.StatusCode)
+	}
+
+	// A completed generation.
+	donePrompt := uniquePrompt(t, "[tokens=3]")
+	all := readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(donePrompt, true), "Idempotency-Key", "k-done"), -1)
+	checkComplete(t, all, donePrompt, 3)
+	end, err := resume.ParsePosition(lastID(all))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "k-done to be completed", func() bool {
+		st, _ := clusterStatus(t, b.URL, "k-done")
+		return st.State == "completed"
+	})
+	for _, base := range []string{a.URL, b.URL} {
+		expect("GET at the end", do(t, "GET", base+"/v1/streams/k-done", "", "Last-Event-ID", end.String()), 204)
+		expect("POST replay at the end",
+			do(t, "POST", base+chatPath, chatBody(donePrompt, true), "Idempotency-Key", "k-done", "Last-Event-ID", end.String()), 204)
+		expect("GET past the end", do(t, "GET", base+"/v1/streams/k-done", "", "Last-Event-ID", past(end, 1)), 400)
+		expect("POST replay past the end",
+			do(t, "POST", base+chatPath, chatBody(donePrompt, true), "Idempotency-Key", "k-done", "Last-Event-ID", past(end, 100)), 400)
+		expect("GET into a generation that does not exist",
+			do(t, "GET", base+"/v1/streams/k-done", "", "Last-Event-ID", resume.Position{Gen: 2, Offset: 1}.String()), 400)
+	}
+	// Nothing was lost: the key replays whole.
+	checkComplete(t, readEvents(t, do(t, "GET", b.URL+"/v1/streams/k-done", ""), -1), donePrompt, 3)
+}
