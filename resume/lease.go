@@ -13,8 +13,8 @@ import (
 )
 
 // Lease is an owner's claim on one generation. It heartbeats until Finish;
-// Lost is closed if another owner took the key over or the lease
-// could not be renewed in time.
+// Lost is closed once another owner took the key over (renewals that fail
+// while the store is away lose nothing: see contact.go).
 type Lease struct {
 	m      *Manager
 	id     string
@@ -67,11 +67,11 @@ func (l *Lease) heartbeat() {
 			r.Events = l.events.Load()
 		})
 		cancel()
-		switch {
-		case errors.Is(err, ErrFenced):
-			l.markLost()
-			return
-		case err != nil && l.m.cfg.Now().After(l.Record().LeaseUntil):
+		// A renewal that fails (the store away) loses nothing: the owner
+		// keeps its generation and renews once the store is back — nobody
+		// judges its lease lapsed without seeing the store answer for a
+		// whole lease (contact.go). Only a takeover ends it.
+		if errors.Is(err, ErrFenced) {
 			l.markLost()
 			return
 		}

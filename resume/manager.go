@@ -56,7 +56,8 @@ type Config struct {
 
 // Manager makes the start/attach/replay decisions.
 type Manager struct {
-	cfg Config
+	cfg     Config
+	contact *contact // what this instance saw of the store (contact.go)
 }
 
 // New returns a Manager.
@@ -73,7 +74,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg}, nil
+	// Readers look at their generation's record every Lease/2 at most,
+	// owners renew every Lease/3: a lease of silence is a gap in what this
+	// instance saw.
+	c := &contact{gap: cfg.Lease}
+	cfg.Store = watchedStore{Store: cfg.Store, c: c, now: cfg.Now}
+	return &Manager{cfg: cfg, contact: c}, nil
 }
 
 // Lease returns the configured lease duration.
@@ -149,10 +155,10 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		switch {
 		case rec.State == Completed:
 			return Outcome{Decision: Replay, Record: rec}, nil
-		case rec.State == InProgress && !rec.Expired(now):
+		case rec.State == InProgress && !m.lapsed(rec, now):
 			return Outcome{Decision: Attach, Record: rec}, nil
 		}
-		if rec.Expired(now) {
+		if rec.State == InProgress { // lapsed
 			done, err := m.expire(ctx, req.ID, rec, now)
 			if err != nil {
 				return Outcome{}, err
@@ -240,8 +246,8 @@ func newAttempt() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Get returns a key's record. An in-progress record whose lease ran out is
-// marked failed (Error OwnerLost) before it is returned — or completed,
+// Get returns a key's record. An in-progress record whose lease lapsed
+// (contact.go) is marked failed (Error OwnerLost) before it is returned — or completed,
 // when Config.Salvage finds the generation whole.
 func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 	for range maxCAS {
@@ -257,7 +263,7 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 			return Record{}, fmt.Errorf("resume: corrupt record: %w", err)
 		}
 		now := m.cfg.Now()
-		if !rec.Expired(now) {
+		if !m.lapsed(rec, now) {
 			return rec, nil
 		}
 		if rec, err = m.expire(ctx, id, rec, now); err != nil {

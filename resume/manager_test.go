@@ -39,6 +39,27 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// lapse moves clk on by d in steps of a quarter lease, each manager in ms
+// asking the store at every step: a lease that ran out is only judged
+// lapsed by an instance that saw the store answer for a whole lease.
+func lapse(tb testing.TB, clk *clock, d time.Duration, ms ...*resume.Manager) {
+	tb.Helper()
+	look := func() {
+		for _, m := range ms {
+			if _, err := m.Get(waitCtx(tb), resume.StreamID("tenant", "lapse-probe")); !errors.Is(err, resume.ErrNotFound) {
+				tb.Fatalf("probe Get: %v", err)
+			}
+		}
+	}
+	look()
+	for d > 0 {
+		step := min(d, ms[0].Lease()/4)
+		clk.Advance(step)
+		d -= step
+		look()
+	}
+}
+
 // newStore starts an embedded JetStream server and opens an in-memory
 // journal on it; both are shut down when the test ends.
 func newStore(tb testing.TB) *journal.Journal {
@@ -272,7 +293,7 @@ func TestBeginDecisions(t *testing.T) {
 			setup: func(t *testing.T, m *resume.Manager, clk *clock, req resume.Request) {
 				t.Helper()
 				mustStart(t, m, req)
-				clk.Advance(lease + time.Millisecond)
+				lapse(t, clk, lease+time.Millisecond, m)
 			},
 			want:    resume.Start,
 			wantGen: 2,
@@ -331,7 +352,7 @@ func TestTakeoverFencesOldLease(t *testing.T) {
 	b := newManager(t, store, "owner-b", 0, clk.Now)
 	req := request("takeover", "body")
 	old := mustStart(t, a, req)
-	clk.Advance(a.Lease() + time.Second)
+	lapse(t, clk, a.Lease()+time.Second, b)
 
 	out, err := begin(t, b, req)
 	if err != nil {
@@ -374,7 +395,7 @@ func TestGet(t *testing.T) {
 		t.Fatalf("Get in progress = %+v", rec)
 	}
 
-	clk.Advance(m.Lease() + time.Millisecond)
+	lapse(t, clk, m.Lease()+time.Millisecond, m)
 	rec, err = m.Get(waitCtx(t), req.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -465,7 +486,7 @@ func TestBeginConcurrentTakeover(t *testing.T) {
 	}
 	req := request("concurrent-takeover", "body")
 	mustStart(t, ms[0], req)
-	clk.Advance(ms[0].Lease() + time.Second)
+	lapse(t, clk, ms[0].Lease()+time.Second, ms...)
 
 	outs := make([]resume.Outcome, n)
 	errs := make([]error, n)
@@ -576,6 +597,7 @@ func TestLost(t *testing.T) {
 				t.Fatal("lease lost before the takeover")
 			default:
 			}
+			lapse(t, clkB, lease, b)
 			tc.take(t, b, req)
 			select {
 			case <-l.Lost():
@@ -758,7 +780,7 @@ func TestSalvage(t *testing.T) {
 				if _, err := m.Get(waitCtx(t), req.ID); err != nil || len(asked) != 0 {
 					t.Fatalf("Get with a live lease: %v; Salvage asked %d times, want 0", err, len(asked))
 				}
-				clk.Advance(m.Lease() + time.Millisecond)
+				lapse(t, clk, m.Lease()+time.Millisecond, m)
 				var out resume.Outcome
 				if via == "Get" {
 					out.Record, err = m.Get(waitCtx(t), req.ID)
@@ -953,4 +975,122 @@ func TestFinishThroughFailover(t *testing.T) {
 	if err := l.Finish(ctx, resume.Result{State: resume.Completed}); !errors.Is(err, errAnswerLost) {
 		t.Fatalf("Finish against a store that never answers: %v, want the store's error once ctx ends", err)
 	}
+}
+
+// flakyStore is a Store that fails every operation while down is set.
+type flakyStore struct {
+	resume.Store
+	down atomic.Bool
+}
+
+var errStoreDown = errors.New("store down")
+
+func (s *flakyStore) Get(ctx context.Context, id string) ([]byte, uint64, bool, error) {
+	if s.down.Load() {
+		return nil, 0, false, errStoreDown
+	}
+	return s.Store.Get(ctx, id)
+}
+
+// TestLapseNeedsContact: a lease that ran out by the clock is lapsed only
+// for an instance that saw the store answer for a whole lease since — a
+// clock runs while nobody can write (a NATS pause), and the owner renews
+// once the store is back. An instance that just started looking, or whose
+// store failed, or that looked nowhere for a while, attaches instead of
+// taking over; after watching a whole lease it takes over.
+func TestLapseNeedsContact(t *testing.T) {
+	const lease = 40 * time.Second
+	store := newStore(t)
+	for _, tc := range []struct {
+		name      string
+		interrupt func(clk *clock, fs *flakyStore, m *resume.Manager)
+	}{
+		{"fresh observer", func(*clock, *flakyStore, *resume.Manager) {}},
+		{"after a store failure", func(clk *clock, fs *flakyStore, m *resume.Manager) {
+			fs.down.Store(true)
+			_, _ = m.Get(waitCtx(t), resume.StreamID("tenant", "probe"))
+			fs.down.Store(false)
+		}},
+		{"after a gap nobody looked", func(clk *clock, fs *flakyStore, m *resume.Manager) { clk.Advance(lease) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			owner := newManager(t, store, "owner-a", lease, clk.Now)
+			fs := &flakyStore{Store: store}
+			m, err := resume.New(resume.Config{Store: fs, Owner: "owner-b", Lease: lease, Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := request(t.Name(), "body")
+			mustStart(t, owner, req)
+			if tc.name != "fresh observer" {
+				lapse(t, clk, lease, m) // in contact all along
+			}
+			clk.Advance(2 * lease) // the lease ran out by the clock, while nobody here looked
+			tc.interrupt(clk, fs, m)
+			out, err := begin(t, m, req)
+			if err != nil || out.Decision != resume.Attach || out.Record.Generation != 1 {
+				t.Fatalf("Begin without a lease of contact = %s gen %d, %v; want attach gen 1", out.Decision, out.Record.Generation, err)
+			}
+			if rec, err := m.Get(waitCtx(t), req.ID); err != nil || rec.State != resume.InProgress {
+				t.Fatalf("Get without a lease of contact = %+v, %v; want in progress", rec, err)
+			}
+			lapse(t, clk, lease, m)
+			out, err = begin(t, m, req)
+			if err != nil || out.Decision != resume.Start || out.Record.Generation != 2 {
+				t.Fatalf("Begin after a lease of contact = %s gen %d, %v; want start gen 2", out.Decision, out.Record.Generation, err)
+			}
+		})
+	}
+}
+
+// TestLeaseSurvivesStoreOutage: an owner whose renewals fail for several
+// leases (the store away) keeps its lease, and renews once it is back.
+func TestLeaseSurvivesStoreOutage(t *testing.T) {
+	const lease = 60 * time.Millisecond
+	store := newStore(t)
+	fs := &flakyUpdates{Store: store}
+	m, err := resume.New(resume.Config{Store: fs, Owner: "owner-a", Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request("outage", "body")
+	l := mustStart(t, m, req)
+	fs.down.Store(true)
+	select {
+	case <-l.Lost():
+		t.Fatal("the lease was lost while the store was away")
+	case <-time.After(5 * lease):
+	}
+	fs.down.Store(false)
+	before := stored(t, store, req.ID).LeaseUntil
+	renewed := func() bool { return stored(t, store, req.ID).LeaseUntil.After(before) }
+	deadline := time.Now().Add(waitTimeout)
+	for !renewed() {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease was not renewed once the store was back")
+		}
+		time.Sleep(lease / 4) // polling the store; bounded above
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("the lease was lost")
+	default:
+	}
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed}); err != nil {
+		t.Fatalf("Finish after the outage: %v", err)
+	}
+}
+
+// flakyUpdates is a Store whose updates fail while down is set.
+type flakyUpdates struct {
+	resume.Store
+	down atomic.Bool
+}
+
+func (s *flakyUpdates) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, bool, error) {
+	if s.down.Load() {
+		return 0, false, errStoreDown
+	}
+	return s.Store.Update(ctx, id, value, rev)
 }

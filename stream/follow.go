@@ -153,7 +153,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 					lost = nil
 					continue
 				}
-				lost = s.lost.check(ref, s.idleTick(), func() *apierr.Error { return s.ownerLost(ctx, ref) })
+				lost = s.lost.check(ref, s.idleTick()/2, func() *apierr.Error { return s.ownerLost(ctx, ref) })
 				continue
 			case <-ctx.Done():
 				return ctx.Err()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,6 +57,13 @@ func TestRegistryOwned(t *testing.T) {
 	other, err := resume.New(resume.Config{Store: j, Owner: "there", Now: now, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// It judges the lease lapsed once it saw the store answer for a lease.
+	for range 5 {
+		skew.Add(int64(time.Minute / 4))
+		if _, err := other.Get(ctx, resume.StreamID("tenant", "probe")); !errors.Is(err, resume.ErrNotFound) {
+			t.Fatal(err)
+		}
 	}
 	out3, err := other.Begin(ctx, req)
 	if err != nil || out3.Decision != resume.Start {

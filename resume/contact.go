@@ -1,0 +1,87 @@
+package resume
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// A lease runs out by the clock, but a clock runs while nobody can write:
+// through a NATS pause every owner's renewals fail, and when NATS returns
+// every lease looks expired, though the owners are alive and still hold
+// their upstream streams. So a lease that ran out is only judged lost by an
+// instance that has itself seen the store answer, without a break, for a
+// whole lease: then its owner had every chance to renew, and did not.
+// Through an outage, and for a lease after it, nothing is taken over; an
+// owner that lived through it renews within Lease/3 of the store's return.
+
+// contact is what this instance saw of the store: the current run of
+// operations that all succeeded, with no gap longer than gap between them
+// (a gap is a time nobody here looked: the store may have been away).
+type contact struct {
+	gap time.Duration
+
+	mu          sync.Mutex
+	since, last time.Time // the run's first success and its last; zero: no run
+}
+
+// saw records the outcome of one store operation at now. An operation the
+// caller gave up on says nothing of the store.
+func (c *contact) saw(now time.Time, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case errors.Is(err, context.Canceled):
+	case err != nil:
+		c.since, c.last = time.Time{}, time.Time{}
+	case c.since.IsZero() || now.Sub(c.last) > c.gap:
+		c.since, c.last = now, now
+	default:
+		c.last = now
+	}
+}
+
+// span is how long, until now, the store has been seen answering without a
+// break.
+func (c *contact) span(now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.since.IsZero() || now.Sub(c.last) > c.gap {
+		return 0
+	}
+	return c.last.Sub(c.since)
+}
+
+// watchedStore is the Manager's Store, each operation's outcome seen by
+// contact.
+type watchedStore struct {
+	Store
+	c   *contact
+	now func() time.Time
+}
+
+func (s watchedStore) Get(ctx context.Context, id string) ([]byte, uint64, bool, error) {
+	v, rev, found, err := s.Store.Get(ctx, id)
+	s.c.saw(s.now(), err)
+	return v, rev, found, err
+}
+
+func (s watchedStore) Create(ctx context.Context, id string, value []byte) (uint64, bool, error) {
+	rev, created, err := s.Store.Create(ctx, id, value)
+	s.c.saw(s.now(), err)
+	return rev, created, err
+}
+
+func (s watchedStore) Update(ctx context.Context, id string, value []byte, rev uint64) (uint64, bool, error) {
+	nrev, updated, err := s.Store.Update(ctx, id, value, rev)
+	s.c.saw(s.now(), err)
+	return nrev, updated, err
+}
+
+// lapsed reports whether rec's generation has lost its owner: in progress,
+// its lease run out by the clock, and the store seen answering here for a
+// whole lease (see above).
+func (m *Manager) lapsed(rec Record, now time.Time) bool {
+	return rec.Expired(now) && m.contact.span(now) >= m.cfg.Lease
+}
