@@ -72,6 +72,8 @@ type Journal interface {
 	NewWriter(ref journal.Ref, sink func(journal.Event)) *journal.Writer
 	// AppendTimeout bounds how long a writer tries to store a message.
 	AppendTimeout() time.Duration
+	// MaxEventSize is the largest event (type and data) it can store.
+	MaxEventSize() int
 }
 
 // Decorator sets what the upstream gets on behalf of a caller (its
@@ -151,11 +153,16 @@ func matchAny(patterns []string, v string, match func(v, pattern string) bool) b
 
 // Limits bound what one generation may cost.
 type Limits struct {
-	// MaxEventSize is the largest upstream SSE event. Default DefaultMaxEventSize (512 KiB).
+	// MaxEventSize is the largest upstream SSE event, as sent: all its
+	// lines (event, id, data, comments) and their framing. It must fit one
+	// journal message (Journal.MaxEventSize), or New refuses it. Default
+	// DefaultMaxEventSize (512 KiB).
 	MaxEventSize int
 	// MaxStreamEvents and MaxStreamBytes cap one generation; past them it
-	// fails with stream_too_large. Defaults DefaultMaxStreamEvents
-	// (200,000) and DefaultMaxStreamBytes (256 MiB).
+	// fails with stream_too_large. The bytes are what the generation
+	// stores and holds: each event's journal.Event.Size (its type, its data
+	// and a fixed overhead), not its data alone. Defaults
+	// DefaultMaxStreamEvents (200,000) and DefaultMaxStreamBytes (256 MiB).
 	MaxStreamEvents int
 	MaxStreamBytes  int64
 	// MaxResult is the largest non-streamed upstream body. Default DefaultMaxResult (64 MiB).
@@ -245,6 +252,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	cfg.Upstream, cfg.Fallbacks = ups[0], ups[1:]
 	cfg.Limits.fill()
+	if limit := cfg.Journal.MaxEventSize(); cfg.Limits.MaxEventSize > limit {
+		// An event the parser accepts but NATS refuses would fail its
+		// generation as journal_failure after it began, every time.
+		return nil, fmt.Errorf("%w: max event size %d bytes is more than one journal message holds (%d bytes: the NATS server's max_payload less the message's framing); lower it or raise max_payload",
+			ErrInvalidOption, cfg.Limits.MaxEventSize, limit)
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}

@@ -332,8 +332,9 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 		p.tail.answer(&Head{Status: e.Status, ContentType: "application/json", Body: e.BodyIn(p.shape()), Attempts: attempts})
 		return resume.Result{State: resume.Failed, Status: e.Status, Error: e.Code}
 	}
-	for off := 0; off < len(body) || off == 0; off += chunkSize {
-		chunk := body[off:min(off+chunkSize, len(body))]
+	size := max(min(chunkSize, p.e.cfg.Journal.MaxEventSize()-len(TypeBody)), 1) // each chunk one message
+	for off := 0; off < len(body) || off == 0; off += size {
+		chunk := body[off:min(off+size, len(body))]
 		if err := w.Append(ctx, TypeBody, chunk); err != nil {
 			break
 		}
