@@ -1,11 +1,20 @@
 package tests
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
@@ -92,5 +101,133 @@ func TestUnsafeKeysRefused(t *testing.T) {
 	// One key, sent once, still works: the key itself is fine.
 	if evs := readEvents(t, sendWithKeys(t, e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "k-one"), -1); !hasDone(evs) {
 		t.Error("a single key was refused")
+	}
+}
+
+// echoUpstream answers every request with the Authorization it got, in
+// every place an answer has: streamed chat events (the credential split
+// across two writes), a whole chat answer, a pass-through body gzipped
+// when the request accepts it, a response header, and a keyed
+// pass-through answer. An upstream that does this (a debugging proxy, a
+// hostile self-hosted model, an error page) shows its callers the key it
+// was given.
+func echoUpstream() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cred := r.Header.Get("Authorization")
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Echo", cred)
+		switch {
+		case r.URL.Path == chatPath && bytes.Contains(body, []byte(`"stream":true`)):
+			w.Header().Set("Content-Type", "text/event-stream")
+			rc := http.NewResponseController(w)
+			half := len(cred) / 2
+			_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"`+cred[:half])
+			_ = rc.Flush()
+			_, _ = io.WriteString(w, cred[half:]+`"}}]}`+"\n\n")
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		case r.URL.Path == chatPath:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"`+cred+`"}}]}`)
+		case strings.Contains(r.Header.Get("Accept-Encoding"), "gzip"):
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			_, _ = io.WriteString(zw, `{"object":"list","seen":"`+cred+`"}`)
+			_ = zw.Close()
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"object":"list","seen":"`+cred+`"}`)
+		}
+	})
+}
+
+// TestStaticKeyNeverReachesClients: in static auth the operator's upstream
+// key is taken out of every upstream answer before it is journaled or
+// passed on — streamed events, whole answers, keyed and plain
+// pass-throughs (compressed ones included), response headers — not only
+// out of error bodies; and JetStream holds it nowhere.
+func TestStaticKeyNeverReachesClients(t *testing.T) {
+	t.Parallel()
+	const upstreamKey = "sk-operator-static-4242"
+	e := newEnv(t, withUpstream(echoUpstream()), withConfig(func(c *proxy.Config) {
+		c.Auth.Mode, c.Auth.ProxyKeys, c.Auth.UpstreamKey = auth.Static, []string{"pk-1"}, upstreamKey
+	}))
+	bearer := []string{"Authorization", "Bearer pk-1"}
+	clean := func(what string, resp *http.Response, body string) {
+		t.Helper()
+		if strings.Contains(body, upstreamKey) {
+			t.Errorf("%s: the answer carries the upstream key: %s", what, body)
+		}
+		if !strings.Contains(body, "[redacted]") {
+			t.Errorf("%s: %d %s, want the upstream's answer with the key redacted", what, resp.StatusCode, body)
+		}
+		for name, vs := range resp.Header {
+			if strings.Contains(strings.Join(vs, " "), upstreamKey) {
+				t.Errorf("%s: header %s carries the upstream key", what, name)
+			}
+		}
+	}
+	eventsOf := func(what string, resp *http.Response) {
+		t.Helper()
+		var all strings.Builder
+		for _, ev := range readEvents(t, resp, -1) {
+			all.WriteString(ev.Type + " " + ev.Data + "\n")
+		}
+		clean(what, resp, all.String())
+	}
+
+	stream := chatBody("echo", true)
+	eventsOf("streamed", do(t, "POST", e.URL+chatPath, stream, append([]string{"Idempotency-Key", "k-echo-stream"}, bearer...)...))
+	eventsOf("streamed replay", do(t, "POST", e.URL+chatPath, stream, append([]string{"Idempotency-Key", "k-echo-stream"}, bearer...)...))
+	eventsOf("streamed read", do(t, "GET", e.URL+"/v1/streams/k-echo-stream", "", bearer...))
+
+	whole := chatBody("echo", false)
+	for _, what := range []string{"whole", "whole replay"} {
+		resp := do(t, "POST", e.URL+chatPath, whole, append([]string{"Idempotency-Key", "k-echo-whole"}, bearer...)...)
+		clean(what, resp, readBody(t, resp))
+	}
+
+	embed := `{"model":"mock-embed","input":"echo"}`
+	for _, what := range []string{"keyed pass-through", "keyed pass-through replay"} {
+		resp := do(t, "POST", e.URL+"/v1/embeddings", embed, append([]string{"Idempotency-Key", "k-echo-embed"}, bearer...)...)
+		clean(what, resp, readBody(t, resp))
+	}
+
+	resp := do(t, "GET", e.URL+"/v1/models", "", append([]string{"Accept-Encoding", "gzip"}, bearer...)...)
+	body := readBody(t, resp)
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(zr)
+		body = string(b)
+	}
+	clean("plain pass-through", resp, body)
+
+	// What JetStream holds: every event message, every record.
+	ctx := waitCtx(t, 20*time.Second)
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{journal.DefaultStream, "KV_" + journal.DefaultBucket} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+			m, err := st.GetMsg(ctx, seq)
+			if err != nil {
+				continue // deleted (a record's older revision)
+			}
+			if bytes.Contains(m.Data, []byte(upstreamKey)) {
+				t.Errorf("%s message %d holds the upstream key in clear", name, seq)
+			}
+		}
 	}
 }

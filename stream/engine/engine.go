@@ -78,12 +78,17 @@ type Journal interface {
 
 // Decorator sets what the upstream gets on behalf of a caller (its
 // credential), and takes out of upstream answers what a caller must not
-// see. auth.Auth implements it.
+// see (a credential of the proxy's own that the upstream echoes). auth.Auth
+// implements it.
 type Decorator interface {
 	// Decorate sets req's credential for the caller whose request headers
 	// are caller, toward an API of error shape shape.
 	Decorate(req *http.Request, caller http.Header, shape apierr.Shape)
+	// Redact cleans an upstream body read whole (an error classify read).
 	Redact(body []byte) []byte
+	// RedactResponse cleans an upstream answer before it is read: its
+	// headers, and its body as it streams.
+	RedactResponse(resp *http.Response)
 }
 
 // Namer remembers the upstream's own id of a generation (a Responses

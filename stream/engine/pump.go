@@ -182,6 +182,7 @@ func (p *pump) call(ctx context.Context, up Upstream) (resp *http.Response, rele
 		release()
 		return nil, nil, attempts, err
 	}
+	up.Decorator.RedactResponse(resp) // before anything is journaled, events and results alike
 	return resp, release, attempts, nil
 }
 
