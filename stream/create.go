@@ -54,7 +54,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		fail(w, r, apierr.New(apierr.ShuttingDown))
 		return
 	}
-	fp := resume.Fingerprint(r.URL.Path, body)
+	fp := resume.Fingerprint(requestPath(r), body)
 	if key == "" {
 		key = s.keyless(r, tenant, fp)
 	}
@@ -84,7 +84,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		// and replaying cost the upstream nothing.
 		t, err = s.engine.Start(engine.Generation{
 			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto, Model: modelOf(body),
-			Path: r.URL.Path, Body: body, Header: r.Header.Clone(),
+			Path: r.URL.Path, Query: r.URL.RawQuery, Body: body, Header: r.Header.Clone(),
 		})
 		if err != nil {
 			fail(w, r, startError(err))
@@ -93,6 +93,17 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	}
 	s.metrics.Decision(out.Decision.String())
 	s.answer(w, r, tenant, key, out, t, cur)
+}
+
+// requestPath is what of r's URL the upstream gets and a key's fingerprint
+// covers: its path, and its query when it has one (a pass-through's
+// ?limit=, a gateway's ?api-version=), so that the same key with another
+// query is another request.
+func requestPath(r *http.Request) string {
+	if r.URL.RawQuery == "" {
+		return r.URL.Path
+	}
+	return r.URL.Path + "?" + r.URL.RawQuery
 }
 
 // requestKey is r's Idempotency-Key, "" when it sent none (or an empty

@@ -285,8 +285,10 @@ type Generation struct {
 	// Model is the model the request names ("" if none): upstreams may be
 	// routed by it.
 	Model string
-	// Path, Body and Header are the client's request, sent upstream.
+	// Path, Query (raw, "" for none), Body and Header are the client's
+	// request, sent upstream.
 	Path   string
+	Query  string
 	Body   []byte
 	Header http.Header
 }

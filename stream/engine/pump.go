@@ -244,7 +244,9 @@ func (p *pump) shape() apierr.Shape { return p.g.Protocol.Shape() }
 
 func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 	up := p.up
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, up.URL.JoinPath(p.g.Path).String(), bytes.NewReader(p.g.Body))
+	u := up.URL.JoinPath(p.g.Path)
+	u.RawQuery = p.g.Query
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(p.g.Body))
 	if err != nil {
 		return nil, err
 	}
