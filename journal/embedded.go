@@ -1,13 +1,28 @@
 package journal
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
+
+// ErrStoreInUse is returned by StartEmbedded when another server (in this
+// process or another) holds the store directory: two servers on one file
+// store each keep their own index of it, so one would not see what the
+// other stored and both would overwrite it.
+var ErrStoreInUse = errors.New("journal: the store directory is in use by another server")
+
+// lockFile is the file in the store directory whose lock (flock(2), held
+// until Shutdown; released by the kernel if the process dies) says the
+// directory has an owner. nats-server itself takes no such lock.
+const lockFile = "reprise.lock"
 
 // EmbeddedConfig configures StartEmbedded.
 type EmbeddedConfig struct {
@@ -27,14 +42,45 @@ type EmbeddedConfig struct {
 // Embedded is an in-process nats-server with JetStream.
 type Embedded struct {
 	Server *server.Server
+	lock   *flock.Flock
 }
 
 // StartEmbedded starts a nats-server with JetStream and waits until it
-// accepts connections.
+// accepts connections. It owns cfg.Dir until Shutdown: a second
+// StartEmbedded on it fails with ErrStoreInUse.
 func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.Dir == "" {
 		return nil, fmt.Errorf("%w: embedded nats needs a directory", ErrInvalidOption)
 	}
+	lock, err := lockStore(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := startServer(cfg)
+	if err != nil {
+		_ = lock.Unlock()
+		return nil, err
+	}
+	return &Embedded{Server: s, lock: lock}, nil
+}
+
+// lockStore takes dir's lock file, or fails with ErrStoreInUse.
+func lockStore(dir string) (*flock.Flock, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("journal: embedded nats: %w", err)
+	}
+	lock := flock.New(filepath.Join(dir, lockFile))
+	ok, err := lock.TryLock()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("journal: embedded nats: locking %s: %w", lock.Path(), err)
+	case !ok:
+		return nil, fmt.Errorf("%w: %s is locked", ErrStoreInUse, lock.Path())
+	}
+	return lock, nil
+}
+
+func startServer(cfg EmbeddedConfig) (*server.Server, error) {
 	name := cfg.ServerName
 	if name == "" {
 		name = "reprise"
@@ -60,9 +106,10 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
+		s.WaitForShutdown()
 		return nil, fmt.Errorf("journal: embedded nats did not start within 10s")
 	}
-	return &Embedded{Server: s}, nil
+	return s, nil
 }
 
 // Connect opens a client connection to the embedded server.
@@ -75,8 +122,12 @@ func (e *Embedded) Connect(name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// Shutdown stops the server and waits for it.
+// Shutdown stops the server, waits for it, and gives up the store
+// directory. It is idempotent.
 func (e *Embedded) Shutdown() {
 	e.Server.Shutdown()
 	e.Server.WaitForShutdown()
+	if e.lock != nil {
+		_ = e.lock.Unlock()
+	}
 }

@@ -46,8 +46,27 @@ type Event struct {
 // IsEnd reports whether e is a generation's end marker.
 func (e Event) IsEnd() bool { return e.End != "" }
 
-// size is what e adds to a frame's body, at most.
-func (e Event) size() int { return len(e.Type) + len(e.Data) + 2*binary.MaxVarintLen64 }
+// eventOverhead is what an event costs beyond its type and data: the two
+// length prefixes of its frame, and the record every copy in memory holds
+// (a writer's queue, the engine's tail: the offset, the sequence and the
+// three slice headers, 72 bytes on 64-bit).
+const eventOverhead = lengthPrefixes + 72
+
+// lengthPrefixes bounds the two length prefixes of an event in a frame.
+const lengthPrefixes = 2 * binary.MaxVarintLen64
+
+// frameRoom is what a message needs besides its packed events: its headers.
+const frameRoom = 4096
+
+// Size is what e costs stored and held: its type, its data and
+// eventOverhead — every byte an upstream can put in an event that the
+// journal keeps, so limits on what a generation may store count it (the
+// upstream's own id line is not kept). It bounds what e adds to a frame's
+// body.
+func (e Event) Size() int { return len(e.Type) + len(e.Data) + eventOverhead }
+
+// EventSize is the Size of an event of type typ and data.
+func EventSize(typ string, data []byte) int { return Event{Type: typ, Data: data}.Size() }
 
 // encode packs consecutive events, the end marker possibly last, into one
 // message written by writer.
@@ -60,7 +79,7 @@ func encode(subject, writer string, evs []Event) *nats.Msg {
 			break
 		}
 		n++
-		size += ev.size()
+		size += ev.Size()
 	}
 	body := make([]byte, 0, size)
 	for _, ev := range evs[:n] {

@@ -96,6 +96,8 @@ type Journal struct {
 	// maxFrame bounds a message's packed events: the server's max_payload
 	// holds the headers too.
 	maxFrame int
+	// maxEvent is the largest event (type and data) one message holds.
+	maxEvent int
 	live     *hub // the topics this instance's readers follow
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
@@ -156,7 +158,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload())}
+	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload()), maxEvent: eventLimit(nc.MaxPayload())}
 	j.live = &hub{j: j, topics: map[string]*topic{}}
 	return j, nil
 }
@@ -196,8 +198,21 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jet
 
 // frameLimit is maxFrame for a server whose max_payload is payload.
 func frameLimit(payload int64) int {
-	return int(max(min(maxFrame, payload-4096), 1024))
+	return int(max(min(maxFrame, payload-frameRoom), 1024))
 }
+
+// eventLimit is the largest event (type and data) that a server whose
+// max_payload is payload stores: one alone in a message, with its headers
+// and length prefixes.
+func eventLimit(payload int64) int {
+	return int(max(payload-frameRoom-lengthPrefixes, 0))
+}
+
+// MaxEventSize is the most type and data bytes one event may hold: an
+// event goes whole into one message, and the NATS server (as connected at
+// Open) refuses a message over its max_payload. An Append of a larger
+// event fails the writer.
+func (j *Journal) MaxEventSize() int { return j.maxEvent }
 
 // Ready reports whether JetStream can take writes: the account answers
 // (which needs a meta leader, so a cluster that lost its quorum is not

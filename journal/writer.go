@@ -173,7 +173,7 @@ func (w *Writer) add(ctx context.Context, ev Event) error {
 		}
 		if len(w.queue) == 0 || len(w.queue) < DefaultWindow && w.qbytes < windowBytes {
 			w.queue = append(w.queue, ev)
-			w.qbytes += ev.size()
+			w.qbytes += ev.Size()
 			w.ended = ev.IsEnd()
 			w.mu.Unlock()
 			signal(w.wake)
@@ -241,7 +241,7 @@ func (w *Writer) flush() {
 		w.mu.Lock()
 		w.queue = w.queue[len(batch):]
 		for _, ev := range batch {
-			w.qbytes -= ev.size()
+			w.qbytes -= ev.Size()
 		}
 		w.stored = batch[len(batch)-1].Offset
 		w.mu.Unlock()
@@ -253,7 +253,7 @@ func (w *Writer) flush() {
 func (w *Writer) take() []Event {
 	n, size := 0, 0
 	for n < len(w.queue) {
-		s := w.queue[n].size()
+		s := w.queue[n].Size()
 		if n > 0 && size+s > w.j.maxFrame {
 			break
 		}

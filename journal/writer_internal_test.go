@@ -142,6 +142,36 @@ func TestTakeBoundsFrames(t *testing.T) {
 		w.queue = w.queue[len(b):]
 	}
 	if want := []int{2, 1, 1, 1}; !slices.Equal(sizes, want) {
-		t.Fatalf("frames of %v events, want %v (each event counts %d bytes of framing)", sizes, want, 2*binary.MaxVarintLen64)
+		t.Fatalf("frames of %v events, want %v (each event counts %d bytes of overhead)", sizes, want, eventOverhead)
+	}
+}
+
+// TestMaxEventSizeFitsOneMessage: an event of MaxEventSize bytes (type and
+// data) is stored, alone in its message under the server's max_payload
+// with room for the headers; an event over max_payload is refused by the
+// server, so a limit above MaxEventSize could fail generations.
+func TestMaxEventSizeFitsOneMessage(t *testing.T) {
+	j := newTestJournal(t)
+	if want := int(j.nc.MaxPayload()) - frameRoom - 2*binary.MaxVarintLen64; j.MaxEventSize() != want {
+		t.Fatalf("MaxEventSize() = %d, want %d", j.MaxEventSize(), want)
+	}
+	write := func(id string, size int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w := j.NewWriter(Ref{ID: id, Gen: 1}, func(Event) {})
+		defer w.Abort()
+		if err := w.Append(ctx, "type", make([]byte, 10)); err != nil {
+			return err
+		}
+		if err := w.Append(ctx, "type", make([]byte, size-len("type"))); err != nil {
+			return err
+		}
+		return w.End(ctx, EndCompleted)
+	}
+	if err := write("fits", j.MaxEventSize()); err != nil {
+		t.Fatalf("an event of MaxEventSize bytes: %v", err)
+	}
+	if err := write("over", int(j.nc.MaxPayload())+1); err == nil {
+		t.Fatal("an event over the server's max_payload was stored")
 	}
 }

@@ -11,12 +11,16 @@ import (
 // MaxKeyLen is the longest Idempotency-Key accepted.
 const MaxKeyLen = 255
 
-// ErrInvalidKey means an Idempotency-Key is empty, too long, or not visible ASCII.
+// ErrInvalidKey means an Idempotency-Key is empty, too long, not visible
+// ASCII, or a dot segment ("." or "..").
 var ErrInvalidKey = errors.New("resume: invalid idempotency key")
 
 // ParseKey parses an Idempotency-Key header value. The IETF structured-field
 // string form ("abc", with \" and \\ escapes) and the bare form (abc) name the
-// same key. The key itself is 1–255 visible ASCII characters.
+// same key. The key itself is 1–255 visible ASCII characters, and not "."
+// or "..": a key is a path segment of its stream URL, where those two mean
+// this and the parent directory, so clients and the router would resolve
+// its Location to another path.
 func ParseKey(v string) (string, error) {
 	if strings.HasPrefix(v, `"`) {
 		var err error
@@ -24,7 +28,7 @@ func ParseKey(v string) (string, error) {
 			return "", err
 		}
 	}
-	if len(v) == 0 || len(v) > MaxKeyLen {
+	if len(v) == 0 || len(v) > MaxKeyLen || v == "." || v == ".." {
 		return "", ErrInvalidKey
 	}
 	for i := 0; i < len(v); i++ {

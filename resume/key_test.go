@@ -62,6 +62,13 @@ func TestParseKey(t *testing.T) {
 		{name: "non-ASCII", in: "clé", wantErr: resume.ErrInvalidKey},
 		{name: "non-ASCII quoted", in: `"clé"`, wantErr: resume.ErrInvalidKey},
 		{name: "invalid UTF-8", in: "a\xffb", wantErr: resume.ErrInvalidKey},
+		{name: "dot", in: ".", wantErr: resume.ErrInvalidKey},
+		{name: "dot dot", in: "..", wantErr: resume.ErrInvalidKey},
+		{name: "dot quoted", in: `"."`, wantErr: resume.ErrInvalidKey},
+		{name: "dot dot quoted", in: `".."`, wantErr: resume.ErrInvalidKey},
+		{name: "three dots", in: "...", want: "..."},
+		{name: "leading dot", in: ".a", want: ".a"},
+		{name: "dots around", in: "..a..", want: "..a.."},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -189,6 +196,9 @@ func FuzzParseKey(f *testing.F) {
 				t.Fatalf("ParseKey(%q) = %q with error %v", in, key, err)
 			}
 			return
+		}
+		if key == "." || key == ".." {
+			t.Fatalf("ParseKey(%q) = %q, a dot segment", in, key)
 		}
 		if len(key) < 1 || len(key) > resume.MaxKeyLen {
 			t.Fatalf("ParseKey(%q) = %q: length %d", in, key, len(key))

@@ -40,13 +40,10 @@ func (s *Server) create(proto engine.Protocol) http.HandlerFunc {
 
 // begin decides what a valid POST may do and does it.
 func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, proto engine.Protocol, body []byte, stream bool) {
-	var key string
-	if v := r.Header.Get("Idempotency-Key"); v != "" {
-		var err error
-		if key, err = resume.ParseKey(v); err != nil {
-			fail(w, r, apierr.New(apierr.BadKey))
-			return
-		}
+	key, err := requestKey(r)
+	if err != nil {
+		fail(w, r, apierr.New(apierr.BadKey))
+		return
 	}
 	cur, err := resume.ParsePosition(r.Header.Get("Last-Event-ID"))
 	if err != nil {
@@ -57,7 +54,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		fail(w, r, apierr.New(apierr.ShuttingDown))
 		return
 	}
-	fp := resume.Fingerprint(r.URL.Path, body)
+	fp := resume.Fingerprint(requestPath(r), body)
 	if key == "" {
 		key = s.keyless(r, tenant, fp)
 	}
@@ -87,7 +84,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		// and replaying cost the upstream nothing.
 		t, err = s.engine.Start(engine.Generation{
 			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto, Model: modelOf(body),
-			Path: r.URL.Path, Body: body, Header: r.Header.Clone(),
+			Path: r.URL.Path, Query: r.URL.RawQuery, Body: body, Header: r.Header.Clone(),
 		})
 		if err != nil {
 			fail(w, r, startError(err))
@@ -96,6 +93,32 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	}
 	s.metrics.Decision(out.Decision.String())
 	s.answer(w, r, tenant, key, out, t, cur)
+}
+
+// requestPath is what of r's URL the upstream gets and a key's fingerprint
+// covers: its path, and its query when it has one (a pass-through's
+// ?limit=, a gateway's ?api-version=), so that the same key with another
+// query is another request.
+func requestPath(r *http.Request) string {
+	if r.URL.RawQuery == "" {
+		return r.URL.Path
+	}
+	return r.URL.Path + "?" + r.URL.RawQuery
+}
+
+// requestKey is r's Idempotency-Key, "" when it sent none (or an empty
+// one). Two are refused like a malformed key (resume.ErrInvalidKey): which
+// one the caller meant is unknowable, and a gateway on the way may have
+// added the second.
+func requestKey(r *http.Request) (string, error) {
+	switch vs := r.Header.Values("Idempotency-Key"); {
+	case len(vs) > 1:
+		return "", resume.ErrInvalidKey
+	case len(vs) == 0 || vs[0] == "":
+		return "", nil
+	default:
+		return resume.ParseKey(vs[0])
+	}
 }
 
 // answer serves what resume decided for a POST: the new generation t

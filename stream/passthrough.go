@@ -24,8 +24,13 @@ func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
-	if r.Method != http.MethodPost || r.Header.Get("Idempotency-Key") == "" {
+	key, err := requestKey(r)
+	switch {
+	case r.Method != http.MethodPost || key == "" && err == nil:
 		s.engine.Forward(w, r)
+		return
+	case err != nil:
+		fail(w, r, apierr.New(apierr.BadKey))
 		return
 	}
 	body, err := io.ReadAll(r.Body)

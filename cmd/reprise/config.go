@@ -54,9 +54,9 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
 	fs.StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
 	fs.StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")
-	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret")
+	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret; one instance per directory (a second one refuses to start)")
 	fs.StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
-	fs.DurationVar(&p.Journal.TTL, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept")
+	fs.DurationVar(&p.Journal.TTL, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept; at least 1m and --max-generation plus --lease (30m10s with their defaults)")
 	fs.DurationVar(&p.Lease, "lease", resume.DefaultLease, "owner lease of a running generation; a dead owner's generation fails after it")
 	fs.DurationVar(&p.Journal.AppendTimeout, "journal-timeout", journal.DefaultAppendTimeout, "how long a generation keeps trying to journal its events through NATS reconnects and leader elections before it fails")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "on SIGTERM, how long running generations may finish journaling")
@@ -92,9 +92,9 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.StringVar(&c.natsCreds, "nats-creds", "", "NATS credentials `FILE` for an external cluster")
 	fs.StringVar(&c.natsCA, "nats-ca", "", "CA certificate `FILE` to verify an external cluster's TLS")
 	fs.Int64Var(&p.HTTP.MaxBody, "max-body", stream.DefaultMaxBody, "request body limit in bytes (413 above)")
-	fs.IntVar(&p.Limits.MaxEventSize, "max-event-size", engine.DefaultMaxEventSize, "one upstream SSE event at most, bytes (larger: the generation fails)")
+	fs.IntVar(&p.Limits.MaxEventSize, "max-event-size", engine.DefaultMaxEventSize, "one upstream SSE event at most as sent, all its lines, bytes (larger: the generation fails); must fit one NATS message (max_payload less 4 KiB)")
 	fs.IntVar(&p.Limits.MaxStreamEvents, "max-stream-events", engine.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
-	fs.Int64Var(&p.Limits.MaxStreamBytes, "max-stream-bytes", engine.DefaultMaxStreamBytes, "event bytes per generation at most (stream_too_large)")
+	fs.Int64Var(&p.Limits.MaxStreamBytes, "max-stream-bytes", engine.DefaultMaxStreamBytes, "bytes stored per generation at most: each event's type and data plus 92 (stream_too_large)")
 	fs.IntVar(&p.Limits.MaxTenantGenerations, "max-tenant-generations", 0, "concurrent generations per tenant on this instance (429 above); 0: the same as --upstream-concurrency")
 	fs.IntVar(&p.HTTP.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
 	fs.IntVar(&p.HTTP.MaxReadersPerTenant, "max-readers-per-tenant", stream.DefaultMaxReadersPerTenant, "concurrent readers of one tenant's keys on this instance (429 above)")
@@ -162,8 +162,8 @@ func (c *config) validate(level string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	switch {
-	case p.Journal.TTL < time.Minute:
-		return fmt.Errorf("--ttl %s: must be at least 1m", p.Journal.TTL)
+	case p.Journal.TTL < p.MinTTL():
+		return fmt.Errorf("--ttl %s: must be at least %s (1m, and --max-generation plus --lease: a running generation's first events must not expire)", p.Journal.TTL, p.MinTTL())
 	case p.Journal.AppendTimeout < time.Second:
 		return fmt.Errorf("--journal-timeout %s: must be at least 1s", p.Journal.AppendTimeout)
 	case p.Lease < 100*time.Millisecond:

@@ -29,6 +29,8 @@ func TestParseConfig(t *testing.T) {
 		}, false},
 		{"flag beats env", []string{"--listen", ":2"}, map[string]string{"REPRISE_LISTEN": ":1"}, func(c config) bool { return c.listen == ":2" }, false},
 		{"ttl too short", []string{"--ttl", "1s"}, nil, nil, true},
+		{"ttl under the generation cap and lease", []string{"--ttl", "30m"}, nil, nil, true},
+		{"ttl past a shorter generation cap and lease", []string{"--ttl", "10m", "--max-generation", "9m", "--lease", "30s"}, nil, func(c config) bool { return c.p.Journal.TTL == 10*time.Minute }, false},
 		{"lease too short", []string{"--lease", "1ms"}, nil, nil, true},
 		{"journal timeout too short", []string{"--journal-timeout", "10ms"}, nil, nil, true},
 		{"journal timeout from env", nil, map[string]string{"REPRISE_JOURNAL_TIMEOUT": "45s"}, func(c config) bool { return c.p.Journal.AppendTimeout == 45*time.Second }, false},

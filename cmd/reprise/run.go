@@ -134,6 +134,12 @@ func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
 		return nil, nil, fmt.Errorf("data dir: %w", err)
 	}
 	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
+	if errors.Is(err, journal.ErrStoreInUse) {
+		// Both would start, each blind to what the other stores: a key
+		// completed on one would be unknown to the other, and generated
+		// again.
+		return nil, nil, fmt.Errorf("--data %s: another reprise is running on this directory (%w); give each instance its own --data, or run several on one NATS cluster with --nats", cfg.data, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -55,7 +55,7 @@ var catalogue = map[string]Error{
 	MethodNotAllowed:   {Status: http.StatusMethodNotAllowed, Message: "method not allowed"},
 	KeyNotFound:        {Status: http.StatusNotFound, Message: "no stream for this key"},
 	BadCursor:          {Status: http.StatusBadRequest, Message: "Last-Event-ID is not a position this proxy issued"},
-	BadKey:             {Status: http.StatusBadRequest, Message: "Idempotency-Key must be 1-255 visible ASCII characters (bare or as a structured-field string)"},
+	BadKey:             {Status: http.StatusBadRequest, Message: "Idempotency-Key must be sent once, as 1-255 visible ASCII characters other than . and .. (bare or as a structured-field string)"},
 	InvalidJSON:        {Status: http.StatusBadRequest, Message: "request body is not valid JSON"},
 	InvalidRequest:     {Status: http.StatusBadRequest, Message: "request body must be a JSON object"},
 	InvalidBody:        {Status: http.StatusBadRequest, Message: "request body could not be read"},

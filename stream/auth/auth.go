@@ -9,7 +9,6 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -169,8 +168,14 @@ func (a *Auth) Tenant(r *http.Request) (string, error) {
 
 // Decorate sets the upstream's credential on req: the caller's in
 // Passthrough, the configured key otherwise — as x-api-key toward an
-// Anthropic-shaped API, as a bearer token toward the others.
+// Anthropic-shaped API, as a bearer token toward the others. With a key of
+// the proxy's own it drops req's Accept-Encoding, so that the answer comes
+// readable (the transport then asks for gzip and decodes it) and
+// RedactResponse can find the key in it.
 func (a *Auth) Decorate(req *http.Request, caller http.Header, shape apierr.Shape) {
+	if a.hidden() != "" {
+		req.Header.Del("Accept-Encoding")
+	}
 	switch {
 	case a.cfg.Mode == Passthrough:
 		// The caller's own account: its credential, organization and project.
@@ -184,13 +189,4 @@ func (a *Auth) Decorate(req *http.Request, caller http.Header, shape apierr.Shap
 	case a.cfg.UpstreamKey != "":
 		req.Header.Set("Authorization", "Bearer "+a.cfg.UpstreamKey)
 	}
-}
-
-// Redact removes the proxy's own upstream key from what a client may see
-// (an upstream error body that echoes the request's credential).
-func (a *Auth) Redact(b []byte) []byte {
-	if a.cfg.Mode == Passthrough || a.cfg.UpstreamKey == "" {
-		return b
-	}
-	return bytes.ReplaceAll(b, []byte(a.cfg.UpstreamKey), []byte("[redacted]"))
 }

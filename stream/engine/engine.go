@@ -72,16 +72,23 @@ type Journal interface {
 	NewWriter(ref journal.Ref, sink func(journal.Event)) *journal.Writer
 	// AppendTimeout bounds how long a writer tries to store a message.
 	AppendTimeout() time.Duration
+	// MaxEventSize is the largest event (type and data) it can store.
+	MaxEventSize() int
 }
 
 // Decorator sets what the upstream gets on behalf of a caller (its
 // credential), and takes out of upstream answers what a caller must not
-// see. auth.Auth implements it.
+// see (a credential of the proxy's own that the upstream echoes). auth.Auth
+// implements it.
 type Decorator interface {
 	// Decorate sets req's credential for the caller whose request headers
 	// are caller, toward an API of error shape shape.
 	Decorate(req *http.Request, caller http.Header, shape apierr.Shape)
+	// Redact cleans an upstream body read whole (an error classify read).
 	Redact(body []byte) []byte
+	// RedactResponse cleans an upstream answer before it is read: its
+	// headers, and its body as it streams.
+	RedactResponse(resp *http.Response)
 }
 
 // Namer remembers the upstream's own id of a generation (a Responses
@@ -151,11 +158,16 @@ func matchAny(patterns []string, v string, match func(v, pattern string) bool) b
 
 // Limits bound what one generation may cost.
 type Limits struct {
-	// MaxEventSize is the largest upstream SSE event. Default DefaultMaxEventSize (512 KiB).
+	// MaxEventSize is the largest upstream SSE event, as sent: all its
+	// lines (event, id, data, comments) and their framing. It must fit one
+	// journal message (Journal.MaxEventSize), or New refuses it. Default
+	// DefaultMaxEventSize (512 KiB).
 	MaxEventSize int
 	// MaxStreamEvents and MaxStreamBytes cap one generation; past them it
-	// fails with stream_too_large. Defaults DefaultMaxStreamEvents
-	// (200,000) and DefaultMaxStreamBytes (256 MiB).
+	// fails with stream_too_large. The bytes are what the generation
+	// stores and holds: each event's journal.Event.Size (its type, its data
+	// and a fixed overhead), not its data alone. Defaults
+	// DefaultMaxStreamEvents (200,000) and DefaultMaxStreamBytes (256 MiB).
 	MaxStreamEvents int
 	MaxStreamBytes  int64
 	// MaxResult is the largest non-streamed upstream body. Default DefaultMaxResult (64 MiB).
@@ -245,6 +257,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	cfg.Upstream, cfg.Fallbacks = ups[0], ups[1:]
 	cfg.Limits.fill()
+	if limit := cfg.Journal.MaxEventSize(); cfg.Limits.MaxEventSize > limit {
+		// An event the parser accepts but NATS refuses would fail its
+		// generation as journal_failure after it began, every time.
+		return nil, fmt.Errorf("%w: max event size %d bytes is more than one journal message holds (%d bytes: the NATS server's max_payload less the message's framing); lower it or raise max_payload",
+			ErrInvalidOption, cfg.Limits.MaxEventSize, limit)
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
@@ -267,8 +285,10 @@ type Generation struct {
 	// Model is the model the request names ("" if none): upstreams may be
 	// routed by it.
 	Model string
-	// Path, Body and Header are the client's request, sent upstream.
+	// Path, Query (raw, "" for none), Body and Header are the client's
+	// request, sent upstream.
 	Path   string
+	Query  string
 	Body   []byte
 	Header http.Header
 }

@@ -63,7 +63,11 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 			}
 			up.Decorator.Decorate(pr.Out, pr.In.Header, shape)
 		},
-		Transport:     up.Transport,
+		Transport: up.Transport,
+		ModifyResponse: func(resp *http.Response) error {
+			up.Decorator.RedactResponse(resp)
+			return nil
+		},
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(e.cfg.Logger.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

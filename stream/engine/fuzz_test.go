@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
 )
@@ -75,7 +76,7 @@ func FuzzReadUpstream(f *testing.F) {
 				t.Fatalf("emitted invalid UTF-8: type %q data %q", typ, data)
 			}
 			got = append(got, ev{typ, bytes.Clone(data)})
-			total += int64(len(data))
+			total += int64(journal.EventSize(typ, data))
 			return nil
 		})
 		if n != len(got) {

@@ -182,6 +182,7 @@ func (p *pump) call(ctx context.Context, up Upstream) (resp *http.Response, rele
 		release()
 		return nil, nil, attempts, err
 	}
+	up.Decorator.RedactResponse(resp) // before anything is journaled, events and results alike
 	return resp, release, attempts, nil
 }
 
@@ -243,7 +244,9 @@ func (p *pump) shape() apierr.Shape { return p.g.Protocol.Shape() }
 
 func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 	up := p.up
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, up.URL.JoinPath(p.g.Path).String(), bytes.NewReader(p.g.Body))
+	u := up.URL.JoinPath(p.g.Path)
+	u.RawQuery = p.g.Query
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(p.g.Body))
 	if err != nil {
 		return nil, err
 	}
@@ -332,8 +335,9 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 		p.tail.answer(&Head{Status: e.Status, ContentType: "application/json", Body: e.BodyIn(p.shape()), Attempts: attempts})
 		return resume.Result{State: resume.Failed, Status: e.Status, Error: e.Code}
 	}
-	for off := 0; off < len(body) || off == 0; off += chunkSize {
-		chunk := body[off:min(off+chunkSize, len(body))]
+	size := max(min(chunkSize, p.e.cfg.Journal.MaxEventSize()-len(TypeBody)), 1) // each chunk one message
+	for off := 0; off < len(body) || off == 0; off += size {
+		chunk := body[off:min(off+size, len(body))]
 		if err := w.Append(ctx, TypeBody, chunk); err != nil {
 			break
 		}

@@ -12,6 +12,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
 )
@@ -32,9 +33,9 @@ func (f *failure) Error() string { return "engine: upstream reported an error: "
 
 // upstreamLimits bound what one generation may journal.
 type upstreamLimits struct {
-	maxEvent  int   // bytes of one event (go-sse's parser limit)
+	maxEvent  int   // bytes of one event as sent, every field and line of it (go-sse's parser limit)
 	maxEvents int   // events per generation
-	maxBytes  int64 // data bytes per generation
+	maxBytes  int64 // bytes stored per generation: each event's journal.Event.Size
 }
 
 // readUpstream parses an upstream SSE body of format proto and hands every
@@ -53,7 +54,7 @@ func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(
 		if !utf8.Valid(data) || !utf8.ValidString(ev.Type) {
 			return n, nil, errNotUTF8
 		}
-		bytes += int64(len(data))
+		bytes += int64(journal.EventSize(ev.Type, data)) // its type too: an upstream may put anything there
 		if n >= lim.maxEvents || bytes > lim.maxBytes {
 			return n, nil, errOverLimit
 		}

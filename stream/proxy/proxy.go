@@ -9,6 +9,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -43,10 +44,18 @@ const (
 	// DefaultOpenTimeout bounds New's wait for JetStream (a new cluster
 	// may still be electing its leader).
 	DefaultOpenTimeout = time.Minute
+	// MinTTL is the shortest Journal.TTL New accepts; Config.MinTTL says
+	// how much longer the rest of the configuration needs.
+	MinTTL = time.Minute
 )
 
 // ErrInvalidOption wraps every configuration error.
 var ErrInvalidOption = errors.New("proxy: invalid option")
+
+// ErrShortTTL is wrapped by New's error for a Journal.TTL under MinTTL:
+// events would expire from the journal while their generation runs, and
+// readers, resumes and replays would find a stream with its start gone.
+var ErrShortTTL = errors.New("proxy: a generation's first events would expire while it may still run (TTL under MinTTL, or under the longest generation plus its lease)")
 
 // Config is everything one instance is built from. Zero fields take the
 // defaults of the package they configure.
@@ -55,7 +64,7 @@ type Config struct {
 	// close it.
 	NATS *nats.Conn
 	// Journal configures the JetStream assets (TTL, replicas, append
-	// timeout). Defaults: journal's.
+	// timeout). Defaults: journal's. TTL must be at least MinTTL.
 	Journal journal.Config
 	// Owner names this instance in key records. Default
 	// <hostname>-<pid>-<random>.
@@ -138,6 +147,9 @@ type Proxy struct {
 func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if cfg.NATS == nil || (cfg.Upstream == nil && len(cfg.Routes) == 0) {
 		return nil, fmt.Errorf("%w: NATS and an upstream (or routes) are required", ErrInvalidOption)
+	}
+	if ttl, least := cmp.Or(cfg.Journal.TTL, journal.DefaultTTL), cfg.MinTTL(); ttl < least {
+		return nil, fmt.Errorf("%w: journal TTL %s is shorter than %s: %w", ErrInvalidOption, ttl, least, ErrShortTTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -222,6 +234,22 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	return p, nil
+}
+
+// MinTTL is the shortest Journal.TTL c works with: MinTTL, and no less
+// than a generation may run (Limits.MaxGeneration) plus the lease its dead
+// owner holds (Lease) — the journal drops a message TTL after it was
+// written (the stream's MaxAge), so a shorter TTL loses a long
+// generation's first events while it still runs or before it is settled.
+func (c Config) MinTTL() time.Duration {
+	gen, lease := c.Limits.MaxGeneration, c.Lease
+	if gen <= 0 {
+		gen = engine.DefaultMaxGeneration
+	}
+	if lease <= 0 {
+		lease = resume.DefaultLease
+	}
+	return max(MinTTL, gen+lease)
 }
 
 // owner is name, or one made of the host, the process and a random part.

@@ -19,6 +19,7 @@ import (
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
 	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -101,5 +102,48 @@ func TestShutdownHonoursContext(t *testing.T) {
 	start = time.Now()
 	if err := p.Shutdown(context.Background()); err != nil || time.Since(start) > time.Second {
 		t.Fatalf("third Shutdown: %v after %s", err, time.Since(start))
+	}
+}
+
+// TestNewRefusesWhatItCannotKeep: New refuses, before serving anything, an
+// event size limit one NATS message cannot store (such events would fail
+// their generations as journal_failure once they began) and a TTL under
+// which a generation's first events expire while it may still run.
+func TestNewRefusesWhatItCannotKeep(t *testing.T) {
+	nc := journaltest.Connect(t, journaltest.Server(t, ""))
+	up, _ := url.Parse("http://127.0.0.1:1")
+	fits := int(nc.MaxPayload()) - 8192 // well within one message
+	tests := []struct {
+		name    string
+		limits  engine.Limits
+		ttl     time.Duration
+		lease   time.Duration
+		wantErr error
+	}{
+		{"defaults", engine.Limits{}, 0, 0, nil},
+		{"event size within a message", engine.Limits{MaxEventSize: fits}, 0, 0, nil},
+		{"event size at NATS max_payload", engine.Limits{MaxEventSize: int(nc.MaxPayload())}, 0, 0, engine.ErrInvalidOption},
+		{"event size over NATS max_payload", engine.Limits{MaxEventSize: 2 * int(nc.MaxPayload())}, 0, 0, engine.ErrInvalidOption},
+		{"ttl under a minute", engine.Limits{MaxGeneration: time.Second}, 30 * time.Second, time.Second, proxy.ErrShortTTL},
+		{"ttl under the default generation cap", engine.Limits{}, 10 * time.Minute, 0, proxy.ErrShortTTL},
+		{"ttl under the generation cap plus the lease", engine.Limits{MaxGeneration: 10 * time.Minute}, 10 * time.Minute, 0, proxy.ErrShortTTL},
+		{"ttl past the generation cap plus the lease", engine.Limits{MaxGeneration: 5 * time.Minute}, 10 * time.Minute, 0, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := proxy.New(context.Background(), proxy.Config{
+				NATS: nc, Upstream: up, Auth: auth.Config{Secret: secret}, Journal: journal.Config{Memory: true, TTL: tc.ttl},
+				Limits: tc.limits, Lease: tc.lease, Logger: slog.New(slog.DiscardHandler), Owner: "t",
+			})
+			if err == nil {
+				_ = p.Shutdown(context.Background())
+			}
+			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+				t.Fatalf("New: %v, want %v", err, tc.wantErr)
+			}
+			if errors.Is(err, proxy.ErrShortTTL) && !errors.Is(err, proxy.ErrInvalidOption) {
+				t.Errorf("%v does not wrap ErrInvalidOption", err)
+			}
+		})
 	}
 }
