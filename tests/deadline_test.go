@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +10,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -60,4 +64,44 @@ func TestRetryDeadlineSparesSlowAnswer(t *testing.T) {
 	if attempts != 1 || g.Requests != 1 || g.Generations != 1 {
 		t.Errorf("%d SDK attempts, ledger %+v; want 1 attempt, 1 request, 1 generation", attempts, g)
 	}
+}
+
+// TestProxy504NoSDKRetry: an upstream that does not answer within the
+// header timeout after the request was sent may be generating; reprise
+// answers 504 upstream_timeout and says X-Should-Retry: false, so the
+// SDK does not retry it into another generation of the (failed) key.
+func TestProxy504NoSDKRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPolicy(t, fastRetries(), func(cfg *proxy.Config) {
+		cfg.Client = engine.DefaultClient(2*time.Second, 300*time.Millisecond)
+	}))
+	prompt := uniquePrompt(t, "[tokens=20] [delay=50ms]") // ~1 s to the head
+
+	t.Run("raw", func(t *testing.T) {
+		resp := do(t, "POST", e.URL+chatPath, chatBody(prompt+" raw", false), "Idempotency-Key", "k-504")
+		testutil.ExpectAPIError(t, resp, http.StatusGatewayTimeout, classify.CodeTimeout)
+		if v := resp.Header.Get("X-Should-Retry"); v != "false" {
+			t.Errorf("X-Should-Retry %q on reprise's 504, want false", v)
+		}
+	})
+	t.Run("openai-go", func(t *testing.T) {
+		var rec sdkAttempts
+		client := recordingSDK(e, &rec)
+		_, err := client.Chat.Completions.New(waitCtx(t, 20*time.Second), openai.ChatCompletionNewParams{
+			Model:    "mock-1",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+		})
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusGatewayTimeout {
+			t.Fatalf("err %v, want reprise's 504", err)
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.keys) != 1 {
+			t.Errorf("%d SDK attempts, want 1 (X-Should-Retry: false on a 504 after the request was sent)", len(rec.keys))
+		}
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 {
+			t.Errorf("ledger %+v: want 1 upstream request", g)
+		}
+	})
 }
