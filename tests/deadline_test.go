@@ -105,3 +105,49 @@ func TestProxy504NoSDKRetry(t *testing.T) {
 		}
 	})
 }
+
+// TestWriteTimeoutPerWrite: the SSE write timeout bounds each write, not
+// the time between events. With a write timeout under the gaps between
+// events (and under the keep-alive), healthy readers — the POST's answer
+// and a detached GET of the Location — get the whole stream. (The deadline
+// was set after each flush and ran on while the reader idled: the next
+// write failed, the POST's answer broke and the GET ended cleanly without
+// [DONE].)
+func TestWriteTimeoutPerWrite(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withConfig(func(c *proxy.Config) {
+		c.HTTP.WriteTimeout = 150 * time.Millisecond
+		c.HTTP.Heartbeat = 2 * time.Second
+	}))
+	prompt := uniquePrompt(t, "[tokens=3] [delay=400ms]")
+	ctx := waitCtx(t, 20*time.Second)
+	type result struct {
+		evs []event
+		err error
+	}
+	post, get := make(chan result, 1), make(chan result, 1)
+	started := make(chan struct{})
+	go func() {
+		evs, err := fetchEvents(ctx, "POST", e.URL+chatPath, chatBody(prompt, true), 1, func() { close(started) }, "Idempotency-Key", "k-write-timeout")
+		post <- result{evs, err}
+	}()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the stream did not start")
+	}
+	go func() {
+		evs, err := fetchEvents(ctx, "GET", e.URL+"/v1/streams/k-write-timeout", "", 0, nil)
+		get <- result{evs, err}
+	}()
+	for who, ch := range map[string]chan result{"the POST's answer": post, "a GET of the Location": get} {
+		r := <-ch
+		if r.err != nil {
+			t.Errorf("%s: %v", who, r.err)
+			continue
+		}
+		if !hasDone(r.evs) {
+			t.Errorf("%s ended after %d events without [DONE]", who, len(r.evs))
+		}
+	}
+}
