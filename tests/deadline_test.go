@@ -1,9 +1,13 @@
 package tests
 
 import (
+	"bufio"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,4 +154,122 @@ func TestWriteTimeoutPerWrite(t *testing.T) {
 			t.Errorf("%s ended after %d events without [DONE]", who, len(r.evs))
 		}
 	}
+}
+
+// rawEvents splits an SSE body into its events' raw blocks.
+func rawEvents(body string) []string {
+	var out []string
+	for b := range strings.SplitSeq(strings.ReplaceAll(body, "\r\n", "\n"), "\n\n") {
+		if b = strings.TrimSpace(b); b != "" && !strings.HasPrefix(b, ":") {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// TestClosingCutsReaderVisibly: a detached reader (a GET of the Location,
+// whose response a closed connection delimits) of a generation running on
+// another instance is cut when its instance shuts down. It must not take
+// the cut for the end: it gets event: error shutting_down without an id,
+// and resumes elsewhere from its last event to [DONE]. (It saw a clean
+// close: a complete response without [DONE].)
+func TestClosingCutsReaderVisibly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withNATSPort())
+	b := startInstance(t, "B", []string{e.natsURL()}, e.llmSrv.URL, instanceOptions{replicas: 1})
+	prompt := uniquePrompt(t, "[tokens=40] [delay=50ms]")
+	key := "k-cut-visibly"
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key), 1) // and leave: it runs on
+	conn, br, head := rawRequest(t, b.URL, "GET /v1/streams/"+key+" HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+	defer conn.Close()
+	if head.StatusCode != http.StatusOK || !head.Close {
+		t.Fatalf("GET on B: %d, close %v; want a detached event stream", head.StatusCode, head.Close)
+	}
+	var lastID string
+	for lastID == "" { // B follows the generation
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := strings.CutPrefix(l, "id:"); ok {
+			lastID = strings.TrimSpace(v)
+		}
+	}
+	b.stop(t)
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("reading the cut stream: %v", err)
+	}
+	evs := rawEvents(string(rest))
+	if len(evs) == 0 {
+		t.Fatal("the reader's stream ended cleanly with nothing after the cut")
+	}
+	last := evs[len(evs)-1]
+	if !strings.Contains(last, "event: error") || !strings.Contains(last, `"shutting_down"`) || strings.Contains(last, "id:") {
+		t.Fatalf("the cut stream ends with %q; want event: error shutting_down without an id", last)
+	}
+	for _, ev := range evs {
+		for l := range strings.Lines(ev) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "id:"); ok {
+				lastID = strings.TrimSpace(v)
+			}
+		}
+	}
+	resumed := readEvents(t, do(t, "GET", e.URL+"/v1/streams/"+key, "", "Last-Event-ID", lastID), -1)
+	if !hasDone(resumed) {
+		t.Fatalf("the resume elsewhere got %d events without [DONE]", len(resumed))
+	}
+}
+
+// TestWriteTimeoutCutIsBroken: a detached reader that does not take what
+// is written within the write timeout is cut, and its connection is reset,
+// never closed cleanly: a close delimits a detached response, so the
+// client would take the part it got for the whole. The reader here asks
+// for a 10 MB replay through a 4 KiB receive buffer and reads nothing
+// until the proxy gave up on it.
+func TestWriteTimeoutCutIsBroken(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 256<<10)
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for range 40 {
+			_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"`+big+`"}}]}`+"\n\n")
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	})
+	e := newEnv(t, withUpstream(upstream), withConfig(func(c *proxy.Config) { c.HTTP.WriteTimeout = 300 * time.Millisecond }))
+	key := "k-slow-reader"
+	if evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, ""), true), "Idempotency-Key", key), -1); !hasDone(evs) {
+		t.Fatalf("the generation got %d events without [DONE]", len(evs))
+	}
+	waitState(t, e, key, "completed")
+
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	conn, err := d.DialContext(waitCtx(t, 5*time.Second), "tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(conn, "GET /v1/streams/"+key+" HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReaderSize(conn, 512)
+	head, err := http.ReadResponse(br, nil)
+	if err != nil || head.StatusCode != http.StatusOK || !head.Close {
+		t.Fatalf("GET: %v, %v; want a detached event stream", head, err)
+	}
+	readers := func() float64 { return metric(t, e, "reprise_readers", "journal") }
+	testutil.Eventually(t, 10*time.Second, "the replay to start", func() bool { return readers() == 1 })
+	testutil.Eventually(t, 10*time.Second, "the proxy to give up on the reader", func() bool { return readers() == 0 })
+	n, err := io.Copy(io.Discard, br)
+	if err == nil {
+		t.Fatalf("the cut replay ended cleanly after %d bytes of 10 MB: a client takes it for the whole response", n)
+	}
+	t.Logf("after %d bytes: %v", n, err)
 }
