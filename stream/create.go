@@ -251,7 +251,7 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, id string, r
 		if ra := seconds(head.RetryAfter); ra > 0 && head.Status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))
 		}
-		if head.Status >= 400 && head.Attempts > 1 || apierr.Final(head.Status) || billsAgain(head.Code) {
+		if head.Status >= 400 && head.Attempts > 1 || apierr.Final(head.Status) || classify.Unanswered(head.Code) {
 			// reprise already retried, or a retry cannot help, or it
 			// would bill again: an SDK retrying on top would multiply the
 			// upstream's load for nothing (the OpenAI and Anthropic SDKs
@@ -262,20 +262,6 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, id string, r
 		return
 	}
 	s.serveSSE(w, r, id, rec, cur)
-}
-
-// billsAgain reports whether a client's retry of an answer the proxy made
-// with code (a classify code) could only cost: the request reached the
-// upstream and no answer came, so the upstream may have generated and the
-// retry — a new generation of a failed key — would bill again; or the
-// call's deadline passed (upstream_timeout, reprise's own 504), the time a
-// retry would take again.
-func billsAgain(code string) bool {
-	switch code {
-	case classify.CodeTimeout, classify.CodeNoResponse, classify.CodeBadResponse:
-		return true
-	}
-	return false
 }
 
 // seconds rounds a wait up to whole seconds for Retry-After.
@@ -376,7 +362,7 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 		if status < 400 {
 			status = http.StatusBadGateway
 		}
-		if apierr.Final(status) || billsAgain(rec.Error) {
+		if apierr.Final(status) || classify.Unanswered(rec.Error) {
 			w.Header().Set("X-Should-Retry", "false")
 		}
 		writeRaw(w, status, "application/json", errBody)

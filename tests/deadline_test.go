@@ -273,3 +273,25 @@ func TestWriteTimeoutCutIsBroken(t *testing.T) {
 	}
 	t.Logf("after %d bytes: %v", n, err)
 }
+
+// TestPassThroughHeaderTimeout: a request passed through without a key
+// (embeddings here) that the upstream got and did not answer within the
+// header timeout is 504 upstream_timeout with X-Should-Retry: false, as a
+// generation's is — the upstream may have done (and billed) the work. (It
+// was 502 upstream_unreachable, which says nothing was sent and invites a
+// retry.)
+func TestPassThroughHeaderTimeout(t *testing.T) {
+	t.Parallel()
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done() // working, and never answering in time
+	})
+	e := newEnv(t, withUpstream(upstream), withConfig(func(c *proxy.Config) {
+		c.Client = engine.DefaultClient(2*time.Second, 200*time.Millisecond)
+	}))
+	resp := do(t, "POST", e.URL+"/v1/embeddings", `{"model":"m","input":"x"}`)
+	testutil.ExpectAPIError(t, resp, http.StatusGatewayTimeout, classify.CodeTimeout)
+	if v := resp.Header.Get("X-Should-Retry"); v != "false" {
+		t.Errorf("X-Should-Retry %q, want false", v)
+	}
+}
