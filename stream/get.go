@@ -224,7 +224,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec
 		// reader cut because this instance is closing (told so first) or
 		// whose write failed (the write timeout: net/http cancels the
 		// request then).
-		if r.Context().Err() == nil && !out.failed {
+		if r.Context().Err() == nil && !out.failed && errors.Is(err, context.Canceled) {
 			tellCut(out, rec)
 		}
 		panic(http.ErrAbortHandler)

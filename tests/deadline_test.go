@@ -172,7 +172,8 @@ func rawEvents(body string) []string {
 // another instance is cut when its instance shuts down. It must not take
 // the cut for the end: it gets event: error shutting_down without an id,
 // and resumes elsewhere from its last event to [DONE]. (It saw a clean
-// close: a complete response without [DONE].)
+// close: a complete response without [DONE].) A duplicate POST attached
+// there gets the same event, then its answer is aborted.
 func TestClosingCutsReaderVisibly(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withNATSPort())
@@ -180,6 +181,8 @@ func TestClosingCutsReaderVisibly(t *testing.T) {
 	prompt := uniquePrompt(t, "[tokens=40] [delay=50ms]")
 	key := "k-cut-visibly"
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key), 1) // and leave: it runs on
+	attached := do(t, "POST", b.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)       // served by net/http
+	defer attached.Body.Close()
 	conn, br, head := rawRequest(t, b.URL, "GET /v1/streams/"+key+" HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
 	defer conn.Close()
 	if head.StatusCode != http.StatusOK || !head.Close {
@@ -214,6 +217,14 @@ func TestClosingCutsReaderVisibly(t *testing.T) {
 				lastID = strings.TrimSpace(v)
 			}
 		}
+	}
+	// The duplicate POST's answer is told too, then aborted.
+	got, err := io.ReadAll(attached.Body)
+	if err == nil {
+		t.Error("the attached POST's answer ended cleanly after the cut")
+	}
+	if evs := rawEvents(string(got)); len(evs) == 0 || !strings.Contains(evs[len(evs)-1], `"shutting_down"`) || strings.Contains(evs[len(evs)-1], "id:") {
+		t.Errorf("the attached POST's answer ends with %q; want event: error shutting_down without an id", evs[len(evs)-1:])
 	}
 	resumed := readEvents(t, do(t, "GET", e.URL+"/v1/streams/"+key, "", "Last-Event-ID", lastID), -1)
 	if !hasDone(resumed) {
