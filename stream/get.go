@@ -192,6 +192,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, rec
 		if c := s.detached.Take(w, r); c != nil {
 			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
 				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout)
+				if out == nil {
+					return // a detached connection always streams
+				}
 				if err == nil {
 					err = s.follow(ctx, out, id, rec, cur)
 				}
