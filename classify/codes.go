@@ -26,3 +26,17 @@ const (
 func Codes() []string {
 	return []string{CodeUnreachable, CodeTimeout, CodeNoResponse, CodeBadResponse, CodeTLS, CodeUnavailable, CodeSaturated, CodeInterrupted}
 }
+
+// Unanswered reports whether code names an answer the proxy made for a
+// request the upstream got and did not answer (upstream_timeout,
+// upstream_no_response, upstream_bad_response): the upstream may have acted
+// on it, so a client's retry may bill a second time. upstream_timeout is
+// also the answer to an attempt the call's deadline cut before it was sent:
+// the time a retry would spend again.
+func Unanswered(code string) bool {
+	switch code {
+	case CodeTimeout, CodeNoResponse, CodeBadResponse:
+		return true
+	}
+	return false
+}

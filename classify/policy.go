@@ -46,9 +46,13 @@ type Config struct {
 	// wait before retry n is uniform in [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)].
 	// Defaults 250 ms and 8 s.
 	BaseDelay, MaxDelay time.Duration
-	// Deadline bounds the whole call (every attempt and wait until a
-	// response head). A wait that does not fit is not taken: the last
-	// answer goes to the client. Default 30 s.
+	// Deadline bounds the retries of a call: no wait, and so no new
+	// attempt, is taken that would end past it (the last answer goes to
+	// the client), and an attempt still connecting when it passes is cut
+	// (nothing was sent). An attempt whose request was written is not cut:
+	// the upstream may be generating, and only the client's own header
+	// timeout (an ambiguous outcome) or the caller ends its wait. Default
+	// 30 s.
 	Deadline time.Duration
 	// RetryAmbiguous retries requests that were sent but got no response:
 	// only safe when the upstream honours Idempotency-Key. Default false.
@@ -216,14 +220,23 @@ type call struct {
 	jitter float64
 }
 
-// errDeadline cuts an attempt still waiting for its response head when the
+// errDeadline cuts an attempt that has not written its request when the
 // call's deadline passes.
 var errDeadline = errors.New("classify: call deadline passed")
 
+// attempt makes one request. The call's deadline cuts it only while its
+// request is not written: a written one may be generating upstream (a
+// non-streamed answer's head comes only once the whole answer is made),
+// and cutting it would bill a generation nobody gets. Its wait is the
+// client's header timeout's.
 func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*http.Request, error)) (*http.Response, error) {
 	var t Trace
 	actx, cancel := context.WithCancelCause(ctx)
-	timer := time.AfterFunc(time.Until(c.deadline), func() { cancel(errDeadline) })
+	timer := time.AfterFunc(time.Until(c.deadline), func() {
+		if !t.Wrote() {
+			cancel(errDeadline)
+		}
+	})
 	req, err := newRequest(httptrace.WithClientTrace(actx, t.ClientTrace()))
 	if err != nil {
 		timer.Stop()
@@ -231,7 +244,8 @@ func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*h
 		return nil, err
 	}
 	resp, err := c.p.client.Do(req)
-	cut := !timer.Stop()
+	timer.Stop()
+	cut := errors.Is(context.Cause(actx), errDeadline)
 	if err != nil {
 		cancel(nil)
 		if ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -899,20 +900,51 @@ func TestNew(t *testing.T) {
 	}
 }
 
-// TestPolicyDeadlineBoundsAttempt: Config.Deadline "bounds the whole call
-// (every attempt and wait until a response head)", but Do only checks it
-// before a wait: an attempt in progress runs until the client's own
-// timeouts (stream.DefaultClient: 60s header timeout, above the 30s
-// default deadline) or the caller's context.
-func TestPolicyDeadlineBoundsAttempt(t *testing.T) {
-	s := newRawServer(t, silentAfterRequest)
-	p := newPolicy(t, classify.Config{Deadline: 200 * time.Millisecond}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	start := time.Now()
-	_, _, err := p.Do(ctx, post(s.URL))
-	if el := time.Since(start); el > time.Second {
-		t.Errorf("Do took %v with a 200ms deadline", el)
-	}
-	_ = wantKind(t, err, classify.ErrAmbiguous, http.StatusGatewayTimeout, "upstream_timeout")
+// TestPolicyDeadlineSparesSentAttempt: Config.Deadline bounds retries, not
+// an attempt whose request was written. A non-streamed answer's head comes
+// only once the upstream generated all of it: cutting the attempt at the
+// deadline (as Do did) answered 504 for a generation the upstream made
+// anyway, and the client's retry billed a second one. The attempt waits
+// for its head under the client's header timeout; nothing is retried after
+// the deadline.
+func TestPolicyDeadlineSparesSentAttempt(t *testing.T) {
+	t.Run("slow answer", func(t *testing.T) {
+		s := newScripted(t, okReply)
+		s.setHold(func(int64) { time.Sleep(400 * time.Millisecond) }) // generating, longer than the deadline
+		p := newPolicy(t, fastRetries(classify.Config{Deadline: 100 * time.Millisecond}), nil)
+		body, attempts, err := call(t, p, s.URL)
+		if err != nil || body != okReply.body || attempts != 1 || s.requests() != 1 {
+			t.Fatalf("Do = %q, %d attempts, %v (%d requests); want the slow answer after 1 attempt", body, attempts, err, s.requests())
+		}
+	})
+	t.Run("header timeout decides", func(t *testing.T) {
+		s := newRawServer(t, silentAfterRequest)
+		client := newClient(t, &http.Transport{ResponseHeaderTimeout: 400 * time.Millisecond})
+		p := newPolicy(t, fastRetries(classify.Config{Deadline: 50 * time.Millisecond, RetryAmbiguous: true}), client)
+		start := time.Now()
+		_, attempts, err := call(t, p, s.URL)
+		if el := time.Since(start); el < 400*time.Millisecond || el > 5*time.Second {
+			t.Errorf("Do took %v; want the 400ms header timeout, not the 50ms deadline", el)
+		}
+		_ = wantKind(t, err, classify.ErrAmbiguous, http.StatusGatewayTimeout, "upstream_timeout")
+		if attempts != 1 || s.requests.Load() != 1 {
+			t.Errorf("%d attempts, %d requests; want 1: no retry starts after the deadline", attempts, s.requests.Load())
+		}
+	})
+	t.Run("unsent attempt cut", func(t *testing.T) {
+		// A TLS handshake that never completes: the request is never
+		// written, and the deadline cuts the attempt.
+		s := newRawServer(t, holdOpen)
+		client := newClient(t, &http.Transport{TLSHandshakeTimeout: 10 * time.Second})
+		p := newPolicy(t, fastRetries(classify.Config{Deadline: 200 * time.Millisecond}), client)
+		start := time.Now()
+		_, attempts, err := call(t, p, "https"+strings.TrimPrefix(s.URL, "http"))
+		if el := time.Since(start); el > 3*time.Second {
+			t.Errorf("Do took %v with a 200ms deadline and an attempt that sent nothing", el)
+		}
+		_ = wantKind(t, err, classify.ErrRetryable, http.StatusGatewayTimeout, "upstream_timeout")
+		if attempts != 1 {
+			t.Errorf("%d attempts, want 1", attempts)
+		}
+	})
 }

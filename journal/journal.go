@@ -273,3 +273,6 @@ func storedFrame(m *jetstream.RawStreamMsg, err error) (frame, error) {
 
 // AppendTimeout is how long a Writer keeps trying to store a message.
 func (j *Journal) AppendTimeout() time.Duration { return j.cfg.AppendTimeout }
+
+// TTL is how long events and records are kept.
+func (j *Journal) TTL() time.Duration { return j.cfg.TTL }

@@ -8,7 +8,9 @@
 // instance that starts a generation holds a lease and heartbeats it; a
 // generation whose lease ran out is failed, and the key may generate afresh
 // — unless Config.Salvage finds it whole (the owner died after storing it),
-// then it is completed. Every write that starts a generation carries a
+// then it is completed. A finished generation whose journal the TTL has
+// begun to remove (Config.Kept says so) is gone with its key: not found to
+// readers, and a new generation to the next request. Every write that starts a generation carries a
 // random attempt id, so a write whose answer was lost in a failover is
 // recognised as applied rather than failed or taken for someone else's.
 //

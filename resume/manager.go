@@ -52,6 +52,14 @@ type Config struct {
 	// false for a generation that did not complete. An error leaves the
 	// record as it is (Get and Begin return it).
 	Salvage func(ctx context.Context, id string, rec Record) (Result, bool, error)
+	// Kept, when set, is asked whether a finished generation (completed,
+	// failed or cancelled) is still whole in the journal. The TTL removes
+	// a generation's first events before its record, which was written at
+	// the generation's end or later: a generation that is not whole is
+	// gone, as its key would be — Get answers ErrNotFound, and Begin starts
+	// a new generation for any body. An error counts as kept (the reader
+	// meets the journal's own error). Default: every generation is kept.
+	Kept func(ctx context.Context, id string, rec Record) (bool, error)
 }
 
 // Manager makes the start/attach/replay decisions.
@@ -149,11 +157,15 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		if err != nil {
 			return Outcome{}, fmt.Errorf("resume: corrupt record: %w", err)
 		}
+		gone := m.gone(ctx, req.ID, rec)
+		if gone { // expiring: the key is new again, for any body
+			rec.Fingerprint, rec.Path, rec.CreatedAt = req.Fingerprint, req.Path, now
+		}
 		if rec.Fingerprint != req.Fingerprint {
 			return Outcome{Record: rec}, ErrMismatch
 		}
 		switch {
-		case rec.State == Completed:
+		case rec.State == Completed && !gone:
 			return Outcome{Decision: Replay, Record: rec}, nil
 		case rec.State == InProgress && !m.lapsed(rec, now):
 			return Outcome{Decision: Attach, Record: rec}, nil
@@ -172,7 +184,8 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 				return Outcome{Decision: Replay, Record: done}, nil
 			}
 		}
-		// Failed, or in progress under a dead owner: a new generation.
+		// Failed, cancelled, gone, or in progress under a dead owner: a new
+		// generation.
 		rec.Generation++
 		rec.State = InProgress
 		rec.Owner = m.cfg.Owner
@@ -264,6 +277,9 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 		}
 		now := m.cfg.Now()
 		if !m.lapsed(rec, now) {
+			if m.gone(ctx, id, rec) {
+				return Record{}, ErrNotFound
+			}
 			return rec, nil
 		}
 		if rec, err = m.expire(ctx, id, rec, now); err != nil {
@@ -276,6 +292,16 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 		}
 	}
 	return Record{}, ErrContended
+}
+
+// gone reports whether rec's finished generation is no longer whole in
+// the journal (Config.Kept): its key is expiring.
+func (m *Manager) gone(ctx context.Context, id string, rec Record) bool {
+	if m.cfg.Kept == nil || rec.State == InProgress {
+		return false
+	}
+	kept, err := m.cfg.Kept(ctx, id, rec)
+	return err == nil && !kept
 }
 
 // expire is what becomes of an expired generation: completed if Salvage

@@ -1094,3 +1094,64 @@ func (s *flakyUpdates) Update(ctx context.Context, id string, value []byte, rev 
 	}
 	return s.Store.Update(ctx, id, value, rev)
 }
+
+// TestKept: a finished generation that Config.Kept says is no longer whole
+// in the journal (the TTL removed its first events before its record) is
+// gone: Get answers ErrNotFound, Begin starts a new generation — for any
+// body, as for a new key. A kept one replays; Kept's errors count as kept.
+func TestKept(t *testing.T) {
+	store := newStore(t)
+	errJournal := errors.New("journal down")
+	for _, tc := range []struct {
+		name    string
+		kept    bool
+		err     error
+		wantGet error
+		want    resume.Decision
+	}{
+		{"kept", true, nil, nil, resume.Replay},
+		{"gone", false, nil, resume.ErrNotFound, resume.Start},
+		{"journal unreachable", false, errJournal, nil, resume.Replay},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked atomic.Int32
+			m, err := resume.New(resume.Config{
+				Store: store, Owner: "owner-a",
+				Kept: func(_ context.Context, _ string, rec resume.Record) (bool, error) {
+					if rec.State == resume.InProgress {
+						t.Errorf("Kept asked about a generation in progress")
+					}
+					asked.Add(1)
+					return tc.kept, tc.err
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := request("kept-"+tc.name, "body")
+			l := mustStart(t, m, req)
+			if _, err := m.Get(waitCtx(t), req.ID); err != nil || asked.Load() != 0 {
+				t.Fatalf("Get in progress: %v; Kept asked %d times, want 0", err, asked.Load())
+			}
+			if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed, Events: 3, Status: 200}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Get(waitCtx(t), req.ID); !errors.Is(err, tc.wantGet) {
+				t.Fatalf("Get: %v, want %v", err, tc.wantGet)
+			}
+			other := request(req.Key, "another body")
+			out, err := begin(t, m, other)
+			switch {
+			case tc.want == resume.Start && (err != nil || out.Decision != resume.Start || out.Record.Generation != 2 || out.Record.Fingerprint != other.Fingerprint):
+				t.Fatalf("Begin with another body: %s %+v, %v; want generation 2 of it", out.Decision, out.Record, err)
+			case tc.want == resume.Replay && !errors.Is(err, resume.ErrMismatch):
+				t.Fatalf("Begin with another body: %s, %v; want a mismatch", out.Decision, err)
+			}
+			if tc.want == resume.Replay {
+				if out, err := begin(t, m, req); err != nil || out.Decision != resume.Replay {
+					t.Fatalf("Begin: %s, %v; want replay", out.Decision, err)
+				}
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
@@ -278,10 +279,11 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, tenant, id s
 		if ra := seconds(head.RetryAfter); ra > 0 && head.Status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))
 		}
-		if head.Status >= 400 && head.Attempts > 1 || apierr.Final(head.Status) {
-			// reprise already retried, or a retry cannot help: an SDK
-			// retrying on top would multiply the upstream's load for
-			// nothing (the OpenAI and Anthropic SDKs honour this header).
+		if head.Status >= 400 && head.Attempts > 1 || apierr.Final(head.Status) || classify.Unanswered(head.Code) {
+			// reprise already retried, or a retry cannot help, or it
+			// would bill again: an SDK retrying on top would multiply the
+			// upstream's load for nothing (the OpenAI and Anthropic SDKs
+			// honour this header).
 			w.Header().Set("X-Should-Retry", "false")
 		}
 		writeRaw(w, head.Status, head.ContentType, head.Body)
@@ -350,7 +352,15 @@ func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, tena
 
 // serveResult writes a finished non-streamed generation from the journal.
 func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
-	rd, err := s.journal.Read(r.Context(), journal.Ref{ID: id, Gen: rec.Generation}, 0, 0)
+	ref := journal.Ref{ID: id, Gen: rec.Generation}
+	if rec.State != resume.Completed && !s.ended(r.Context(), ref) {
+		// No end will be stored (its owner died before its answer — a
+		// non-streamed generation is not sealed — or the journal failed
+		// it): reading would wait for it. The record says how it ended.
+		failFor(w, rec, recordError(rec))
+		return
+	}
+	rd, err := s.journal.Read(r.Context(), ref, 0, 0)
 	if err != nil {
 		failFor(w, rec, apierr.New(apierr.Unavailable))
 		return
@@ -380,6 +390,9 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 		if status < 400 {
 			status = http.StatusBadGateway
 		}
+		if apierr.Final(status) || classify.Unanswered(rec.Error) {
+			w.Header().Set("X-Should-Retry", "false")
+		}
 		writeRaw(w, status, "application/json", errBody)
 		return
 	}
@@ -402,6 +415,26 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 	default:
 		writeRaw(w, rec.Status, rec.ContentType, body)
 	}
+}
+
+// ended reports whether the journal holds ref's end marker; true when the
+// journal cannot tell (the read then meets its error).
+func (s *Server) ended(ctx context.Context, ref journal.Ref) bool {
+	last, err := s.journal.Last(ctx, ref)
+	return err == nil && last.IsEnd() || err != nil && !errors.Is(err, journal.ErrNotFound)
+}
+
+// recordError is the error a generation that ended without a result ended
+// with, as its record names it: owner_lost for a code the catalogue does
+// not know (the upstream's own codes come with their stored error event).
+func recordError(rec resume.Record) apierr.Error {
+	if rec.State == resume.Cancelled {
+		return apierr.New(apierr.Cancelled)
+	}
+	if apierr.Known(rec.Error) {
+		return apierr.New(rec.Error)
+	}
+	return apierr.New(apierr.OwnerLost)
 }
 
 // awaitResult waits (bounded) for a non-streamed generation in progress.

@@ -16,6 +16,7 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // handleStream serves GET /v1/streams/{key}: SSE, JSON status or WebSocket.
@@ -180,14 +181,29 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 	// Readers of the Location (EventSource, resumes, watchers: the idle
 	// connections) are detached; a POST's answer stays with net/http, which
 	// keeps its connection alive for the client's next request.
+	//
+	// A detached response ends when its connection closes: a clean close
+	// is a complete response to the client. So a reader this instance
+	// cuts (it is closing) is told so with an error event, and one whose
+	// write failed (it did not take an event within the write timeout),
+	// which nothing more can reach, gets its connection reset.
 	if r.Method == http.MethodGet {
 		if c := s.detached.Take(w, r); c != nil {
 			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
 				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout)
-				if err != nil {
-					return
+				if out == nil {
+					return // a detached connection always streams
 				}
-				if err := s.follow(ctx, out, id, rec, cur); err != nil && ctx.Err() == nil {
+				if err == nil {
+					err = s.follow(ctx, out, id, rec, cur)
+				}
+				switch {
+				case out.failed:
+					c.Abort()
+				case errors.Is(err, context.Canceled): // the client left, or the instance cut the reader
+					tellCut(out, rec)
+				}
+				if err != nil && ctx.Err() == nil {
 					s.log.Debug("client stream ended", "err", err)
 				}
 			}, release)
@@ -207,11 +223,27 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 		// the balancer's client still reads): a response ended cleanly here
 		// would reach that client as a complete stream that lacks its end.
 		// Aborting makes it a broken one, which clients resume. So is a
-		// reader cut because this instance is closing.
+		// reader cut because this instance is closing (told so first) or
+		// whose write failed (the write timeout: net/http cancels the
+		// request then).
+		if r.Context().Err() == nil && !out.failed && errors.Is(err, context.Canceled) {
+			tellCut(out, rec)
+		}
 		panic(http.ErrAbortHandler)
 	}
 	if err != nil {
 		s.log.Debug("client stream ended", "err", err)
+	}
+}
+
+// tellCut tells a reader that this instance cuts it (it is closing) with
+// an error event: shutting_down, retryable, and without an id, so the
+// client's cursor stays on the last event it got and a resume (on another
+// instance) continues from there.
+func tellCut(out *sseWriter, rec resume.Record) {
+	ev := journal.Event{Type: engine.TypeError, Data: apierr.New(apierr.ShuttingDown).BodyIn(engine.ShapeOf(rec.Path))}
+	if out.send("", ev) == nil {
+		_ = out.flush()
 	}
 }
 

@@ -48,7 +48,9 @@ type Settings struct {
 	AttachWait time.Duration
 	// Heartbeat is the interval of SSE keep-alive comments. Default DefaultHeartbeat (15 s).
 	Heartbeat time.Duration
-	// WriteTimeout disconnects a client that does not take an event within it. Default DefaultWriteTimeout (30 s).
+	// WriteTimeout bounds each write and flush to a reader (an event, a
+	// keep-alive, an error), not the time between them: a reader that does
+	// not take one within it is cut, visibly. Default DefaultWriteTimeout (30 s).
 	WriteTimeout time.Duration
 	// MaxReadersPerKey caps concurrent readers of one key on this instance
 	// (429 too_many_readers). Default DefaultMaxReadersPerKey (32).

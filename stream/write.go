@@ -12,11 +12,17 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 )
 
-// sseWriter writes events as SSE through go-sse.
+// sseWriter writes events as SSE through go-sse. Each write and flush has
+// the whole write timeout: a reader idle between events (up to a heartbeat
+// apart) is not cut, one that does not take what is written is.
 type sseWriter struct {
 	sess    *sse.Session
 	rc      *http.ResponseController
 	timeout time.Duration
+	// failed is set once a write or flush failed (the client gone, or
+	// not taking what was written within the timeout): nothing more can
+	// reach the client, an error event included.
+	failed bool
 }
 
 func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration) (*sseWriter, error) {
@@ -28,11 +34,19 @@ func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration)
 		return nil, err
 	}
 	sw := &sseWriter{sess: sess, rc: http.NewResponseController(w), timeout: timeout}
-	sw.deadline()
-	return sw, sess.Flush() // send the headers now: the client knows it is attached
+	return sw, sw.flush() // send the headers now: the client knows it is attached
 }
 
+// deadline gives the write that follows the whole write timeout.
 func (w *sseWriter) deadline() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) }
+
+// check records a failed write.
+func (w *sseWriter) check(err error) error {
+	if err != nil {
+		w.failed = true
+	}
+	return err
+}
 
 func (w *sseWriter) send(id string, ev journal.Event) error {
 	m := &sse.Message{}
@@ -46,13 +60,15 @@ func (w *sseWriter) send(id string, ev journal.Event) error {
 		}
 	}
 	m.AppendData(string(ev.Data))
-	return w.sess.Send(m)
+	w.deadline() // the send may write: a full buffer goes out
+	return w.check(w.sess.Send(m))
 }
 
 func (w *sseWriter) reset(id string, gen uint64) error {
 	m := &sse.Message{ID: sse.ID(id), Type: sse.Type("reset")}
 	m.AppendData(`{"generation":` + strconv.FormatUint(gen, 10) + `}`)
-	if err := w.sess.Send(m); err != nil {
+	w.deadline()
+	if err := w.check(w.sess.Send(m)); err != nil {
 		return err
 	}
 	return w.flush()
@@ -61,16 +77,16 @@ func (w *sseWriter) reset(id string, gen uint64) error {
 func (w *sseWriter) ping() error {
 	m := &sse.Message{}
 	m.AppendComment("ping")
-	if err := w.sess.Send(m); err != nil {
+	w.deadline()
+	if err := w.check(w.sess.Send(m)); err != nil {
 		return err
 	}
 	return w.flush()
 }
 
 func (w *sseWriter) flush() error {
-	err := w.sess.Flush()
 	w.deadline()
-	return err
+	return w.check(w.sess.Flush())
 }
 
 // wsWriter writes one JSON text frame per event.

@@ -68,7 +68,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.IntVar(&p.Policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")
 	fs.DurationVar(&p.Policy.BaseDelay, "retry-base-delay", classify.DefaultBaseDelay, "backoff base: wait before retry n is uniform in [0, min(max, base·2ⁿ⁻¹)]")
 	fs.DurationVar(&p.Policy.MaxDelay, "retry-max-delay", classify.DefaultMaxDelay, "backoff cap")
-	fs.DurationVar(&p.Policy.Deadline, "retry-deadline", classify.DefaultDeadline, "total time for attempts and waits until a response head; a wait that does not fit is not taken")
+	fs.DurationVar(&p.Policy.Deadline, "retry-deadline", classify.DefaultDeadline, "how long a call may keep retrying: a wait and the attempt after it that would end past it are not taken; an attempt the upstream got is never cut (--header-timeout bounds it)")
 	fs.Float64Var(&p.Policy.BudgetRatio, "retry-budget", classify.DefaultBudgetRatio, "retries at most this share of calls over the budget window")
 	fs.UintVar(&p.Policy.BudgetMin, "retry-budget-min", classify.DefaultBudgetMin, "retries always allowed per budget window, whatever the share")
 	fs.DurationVar(&p.Policy.BudgetWindow, "retry-budget-window", classify.DefaultBudgetWindow, "sliding window of the retry budget")
@@ -77,7 +77,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.IntVar(&p.Policy.MaxConcurrent, "upstream-concurrency", classify.DefaultMaxConcurrent, "generations in flight toward the upstream at most")
 	fs.DurationVar(&p.Policy.QueueTimeout, "upstream-queue-timeout", classify.DefaultQueueTimeout, "how long a generation waits for a place before 503 upstream_saturated")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", engine.DefaultConnectTimeout, "connecting to the upstream (then the attempt is retryable)")
-	fs.DurationVar(&c.headerTimeout, "header-timeout", engine.DefaultHeaderTimeout, "waiting for a response head after the request was sent (then the attempt is ambiguous)")
+	fs.DurationVar(&c.headerTimeout, "header-timeout", engine.DefaultHeaderTimeout, "waiting for a response head after the request was sent (then the attempt is ambiguous); a non-streamed answer's head comes once it is whole: set it above the longest")
 	fs.DurationVar(&p.Limits.IdleTimeout, "idle-timeout", engine.DefaultIdleTimeout, "a stream with no event for this long is interrupted")
 	fs.DurationVar(&p.Limits.MaxGeneration, "max-generation", engine.DefaultMaxGeneration, "one generation's total time at most")
 	fs.DurationVar(&p.HTTP.SDKRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
@@ -99,7 +99,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.IntVar(&p.HTTP.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
 	fs.IntVar(&p.HTTP.MaxReadersPerTenant, "max-readers-per-tenant", stream.DefaultMaxReadersPerTenant, "concurrent readers of one tenant's keys on this instance (429 above)")
 	fs.Int64Var(&p.HTTP.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
-	fs.DurationVar(&p.HTTP.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "a client that does not take an event within this is disconnected")
+	fs.DurationVar(&p.HTTP.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "each write to a reader (an event, a keep-alive) must finish within this, else the reader is cut (visibly) and resumes; the time between events does not count")
 	fs.IntVar(&p.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "request header bytes at most (431 above)")
 	return fs
 }

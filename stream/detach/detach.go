@@ -118,8 +118,28 @@ func (d *Group) Go(c *Conn, serve func(ctx context.Context, w http.ResponseWrite
 		go c.watch(cancel)
 		defer func() { _ = c.conn.Close(); <-c.left }()
 		serve(ctx, c)
-		_ = c.FlushError()
+		if !c.aborted {
+			_ = c.FlushError()
+		}
 	}()
+}
+
+// Abort ends the response as broken: the connection is reset (a TCP RST,
+// no TLS close_notify) instead of closed, so the client cannot take what
+// it got for a whole response, which a clean close would delimit. What was
+// not sent yet is dropped. Use it when a write failed (the client did not
+// take it within its deadline): nothing more can reach the client to tell
+// it the response is incomplete.
+func (c *Conn) Abort() {
+	c.aborted = true
+	nc := c.conn
+	if t, ok := nc.(interface{ NetConn() net.Conn }); ok { // TLS
+		nc = t.NetConn()
+	}
+	if t, ok := nc.(*net.TCPConn); ok {
+		_ = t.SetLinger(0)
+	}
+	_ = nc.Close()
 }
 
 // Conn is the http.ResponseWriter of a response on a connection taken
@@ -132,6 +152,7 @@ type Conn struct {
 	headSent bool
 	buf      *bufio.Writer // borrowed between a write and the next flush
 	left     chan struct{} // closed when watch returns
+	aborted  bool
 }
 
 var writeBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}

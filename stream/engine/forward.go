@@ -3,6 +3,7 @@ package engine
 import (
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"strings"
 
@@ -51,8 +52,10 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
+	var trace classify.Trace // whether the request reached the upstream
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(), trace.ClientTrace()))
 			pr.SetURL(up.URL) // the base's path, then the request's; the query kept
 			for _, h := range []string{"Authorization", "X-Api-Key", "Cookie", "Idempotency-Key"} {
 				pr.Out.Header.Del(h)
@@ -75,7 +78,17 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return // the client left
 			}
-			apierr.New(classify.CodeUnreachable).Write(w)
+			// Sent or not decides, as for a generation: a request the
+			// upstream got without answering (--header-timeout) is 504
+			// upstream_timeout, which its client must not retry blindly.
+			code := classify.CodeUnreachable
+			if ce := classify.Transport(err, &trace); ce.Code != "" {
+				code = ce.Code
+			}
+			if classify.Unanswered(code) {
+				w.Header().Set("X-Should-Retry", "false")
+			}
+			apierr.New(code).Write(w)
 		},
 	}
 	rp.ServeHTTP(w, r)

@@ -214,7 +214,7 @@ func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempt
 		body, ct = e.BodyIn(p.shape()), "application/json"
 	}
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
-	p.tail.answer(&Head{Status: ce.Status, ContentType: ct, Body: body, Attempts: attempts, RetryAfter: ce.RetryAfter, Upstream: p.up.Name})
+	p.tail.answer(&Head{Status: ce.Status, ContentType: ct, Body: body, Attempts: attempts, RetryAfter: ce.RetryAfter, Upstream: p.up.Name, Code: ce.Code})
 	return resume.Result{State: resume.Failed, Status: ce.Status, ContentType: ct, Error: e.Code}
 }
 

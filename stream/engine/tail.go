@@ -33,6 +33,9 @@ type Head struct {
 	Attempts    int           // upstream requests made
 	Upstream    string        // the name of the upstream that answered
 	RetryAfter  time.Duration // known wait, for the client's Retry-After
+	// Code names the failure when the proxy made the answer (a classify
+	// code); "" for the upstream's own answer.
+	Code string
 }
 
 func newTail() *Tail {
