@@ -1,0 +1,203 @@
+package tests
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2/toxics"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/web/mockllm"
+)
+
+// TestNATSPauseRegeneratesNothing: NATS stops answering both instances for
+// several leases (every byte to and from it held, as when the server is
+// paused), while generations run on A and readers follow them on A and B.
+// Every lease looks expired by the clock when NATS returns, though no
+// owner died: A keeps its upstream streams and catches up; the readers on
+// B wait instead of ending with owner_lost; a duplicate of every key sent
+// to B at once attaches instead of generating again. Each key completes
+// with one upstream generation. (Before, leases judged by the clock
+// regenerated them: 11 keys billed twice after a 12 s pause.)
+func TestNATSPauseRegeneratesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses NATS for seconds")
+	}
+	t.Parallel()
+	const keys, lease, pause = 6, time.Second, 3500 * time.Millisecond
+	ns, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	link, err := newToxi().link(strings.TrimPrefix(ns.Server.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.close)
+	g := newPauseGate(t)
+	for _, dir := range []string{"downstream", "upstream"} {
+		if err := link.add("pause_"+dir, pauseType, dir, map[string]any{"gate": g.name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	llm := mockllm.New(mockllm.Config{})
+	srv := httptest.NewServer(llm)
+	t.Cleanup(srv.Close)
+	hs := srv.URL
+	opts := instanceOptions{lease: lease, replicas: 1, grace: 2 * time.Second}
+	urls := []string{"nats://" + link.addr}
+	a := startInstance(t, "A", urls, hs, opts)
+	b := startInstance(t, "B", urls, hs, opts)
+	ctx := waitCtx(t, 90*time.Second)
+
+	type result struct {
+		who string
+		evs []event
+		err error
+	}
+	results := make(chan result, 3*keys)
+	var started sync.WaitGroup
+	prompts := make([]string, keys)
+	for i := range keys {
+		prompts[i] = uniquePrompt(t, fmt.Sprintf("[tokens=300] [delay=10ms] key %d", i))
+		key := fmt.Sprintf("k-pause-%d", i)
+		started.Add(1)
+		go func() {
+			var once sync.Once
+			evs, err := fetchEvents(ctx, "POST", a.URL+chatPath, chatBody(prompts[i], true), 10, func() { once.Do(started.Done) }, "Idempotency-Key", key)
+			once.Do(started.Done)
+			results <- result{"the POST on A of " + key, evs, err}
+		}()
+	}
+	started.Wait()
+	for i := range keys {
+		key := fmt.Sprintf("k-pause-%d", i)
+		go func() {
+			evs, err := fetchEvents(ctx, "GET", b.URL+"/v1/streams/"+key, "", 0, nil)
+			results <- result{"the reader on B of " + key, evs, err}
+		}()
+	}
+	time.Sleep(lease / 2) // the readers on B are following
+	g.hold()
+	time.Sleep(pause)
+	g.release()
+	for i := range keys {
+		key := fmt.Sprintf("k-pause-%d", i)
+		go func() {
+			evs, err := fetchEvents(ctx, "POST", b.URL+chatPath, chatBody(prompts[i], true), 0, nil, "Idempotency-Key", key)
+			results <- result{"the duplicate POST on B of " + key, evs, err}
+		}()
+	}
+	byPrompt := map[string]string{}
+	for i := range keys {
+		byPrompt[fmt.Sprintf("k-pause-%d", i)] = prompts[i]
+	}
+	for range 3 * keys {
+		r := <-results
+		if r.err != nil {
+			t.Errorf("%s: %v", r.who, r.err)
+			continue
+		}
+		key := r.who[strings.LastIndex(r.who, " ")+1:]
+		if last := r.evs[len(r.evs)-1]; last.Data != "[DONE]" {
+			t.Errorf("%s ended with %+v after %d events, want [DONE]", r.who, last, len(r.evs))
+			continue
+		}
+		if got, err := chatText(r.evs); err != nil || got != strings.Join(mockllm.Content(byPrompt[key], 300, false), "") {
+			t.Errorf("%s: the content differs from the upstream's answer (%v)", r.who, err)
+		}
+	}
+	for i, p := range prompts {
+		if e := testutil.Settled(t, llm.Ledger(), p, 1); e.Generations != 1 {
+			t.Errorf("key %d: %d upstream generations across a %v NATS pause (lease %v), want 1", i, e.Generations, pause, lease)
+		}
+	}
+}
+
+// pauseType is a toxic that holds every byte while its gate is held:
+// nothing is lost, nothing passes, as when the far end is paused.
+const pauseType = "chaos_pause"
+
+func init() { toxics.Register(pauseType, new(pauseToxic)) }
+
+type pauseToxic struct {
+	Gate string `json:"gate"`
+}
+
+// pauseGate is a switch shared by a test's pause toxics.
+type pauseGate struct {
+	name string
+	mu   sync.Mutex
+	open chan struct{} // closed while the gate lets data pass
+}
+
+var pauseGates sync.Map // name → *pauseGate
+
+func newPauseGate(t *testing.T) *pauseGate {
+	g := &pauseGate{name: t.Name(), open: make(chan struct{})}
+	close(g.open)
+	pauseGates.Store(g.name, g)
+	t.Cleanup(func() { g.release(); pauseGates.Delete(g.name) })
+	return g
+}
+
+func (g *pauseGate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+		g.open = make(chan struct{})
+	default:
+	}
+}
+
+func (g *pauseGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+func (g *pauseGate) passing() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open
+}
+
+func (p *pauseToxic) Pipe(stub *toxics.ToxicStub) {
+	v, _ := pauseGates.Load(p.Gate)
+	g, _ := v.(*pauseGate)
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			if g != nil {
+				select {
+				case <-g.passing():
+				case <-stub.Interrupt:
+					stub.Output <- c
+					return
+				}
+			}
+			select {
+			case stub.Output <- c:
+			case <-stub.Interrupt:
+				return
+			}
+		}
+	}
+}
