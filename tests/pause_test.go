@@ -140,6 +140,7 @@ type pauseGate struct {
 var pauseGates sync.Map // name → *pauseGate
 
 func newPauseGate(t *testing.T) *pauseGate {
+	t.Helper()
 	g := &pauseGate{name: t.Name(), open: make(chan struct{})}
 	close(g.open)
 	pauseGates.Store(g.name, g)
