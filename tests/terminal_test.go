@@ -1,0 +1,161 @@
+package tests
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/reprise-dev/reprise/tests/testutil"
+)
+
+// A stream is completed only by its format's terminal event: whatever else
+// a hostile upstream answers a streaming request with is no result, with
+// upstream_bad_response, and the key generates afresh.
+
+// hostile is an upstream that answers each request as the case its body
+// names ("case=<name>" in the prompt), counting the calls per path and
+// case.
+type hostile struct {
+	cases map[string]http.HandlerFunc
+
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+var caseName = regexp.MustCompile(`case=([a-z0-9_-]+)`)
+
+func newHostile(cases map[string]http.HandlerFunc) *hostile {
+	return &hostile{cases: cases, calls: map[string]int{}}
+}
+
+func (h *hostile) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	m := caseName.FindSubmatch(b)
+	if m == nil {
+		http.Error(w, "no case", http.StatusBadRequest)
+		return
+	}
+	name := string(m[1])
+	h.mu.Lock()
+	h.calls[r.URL.Path+" "+name]++
+	h.mu.Unlock()
+	fn, ok := h.cases[name]
+	if !ok {
+		http.Error(w, "unknown case "+name, http.StatusBadRequest)
+		return
+	}
+	fn(w, r)
+}
+
+// Calls is how many requests the upstream got at path for case name.
+func (h *hostile) Calls(path, name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls[path+" "+name]
+}
+
+// streamFormat is a format's streaming request for a case, and how its
+// callers' errors are shaped.
+type streamFormat struct {
+	name      string
+	path      string
+	body      func(caseName string) string
+	anthropic bool
+}
+
+var streamFormats = []streamFormat{
+	{name: "chat", path: chatPath, body: func(c string) string { return chatBody("case="+c, true) }},
+	{name: "messages", path: messagesPath, anthropic: true, body: func(c string) string {
+		return `{"model":"mock-1","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"case=` + c + `"}]}`
+	}},
+}
+
+// parseError reads an error body in f's shape: its type and code.
+func (f streamFormat) parseError(tb testing.TB, body string) (typ, code, msg string) {
+	tb.Helper()
+	if !f.anthropic {
+		x := testutil.ParseAPIError(tb, body)
+		return x.Type, x.Code, x.Message
+	}
+	var v struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+			Code    string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil || v.Type != "error" || v.Error.Type == "" || v.Error.Message == "" {
+		tb.Fatalf("%q is not an Anthropic error", body)
+	}
+	return v.Error.Type, v.Error.Code, v.Error.Message
+}
+
+// expectNoResult checks that a streaming request of format f for case c is
+// no result: its client gets 502 code (in f's shape) instead of what the
+// upstream answered, a reader of its Location the same error as an event,
+// the key is failed with code, and the same key generates afresh (the
+// upstream is called again).
+func expectNoResult(t *testing.T, e *env, up *hostile, f streamFormat, c, code string) {
+	t.Helper()
+	key := "k-" + f.name + "-" + c
+	for try := 1; try <= 2; try++ {
+		// No redirect is followed: what reprise answers is what is checked.
+		req, _ := http.NewRequestWithContext(waitCtx(t, testutil.RequestTimeout), "POST", e.URL+f.path, strings.NewReader(f.body(c)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readBody(t, resp)
+		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("%s %s try %d: %d %s %q, want 502 %s", f.name, c, try, resp.StatusCode, resp.Header.Get("Content-Type"), body, code)
+		}
+		typ, got, msg := f.parseError(t, body)
+		if got != code || msg == "" || (f.anthropic && typ != "api_error") {
+			t.Fatalf("%s %s try %d: error %s %s %q, want %s", f.name, c, try, typ, got, msg, code)
+		}
+		st := waitState(t, e, key, "failed")
+		if st.Error != code || st.Generation != try {
+			t.Fatalf("%s %s try %d: status %+v, want failed %s in generation %d", f.name, c, try, st, code, try)
+		}
+		evs := readEvents(t, do(t, "GET", e.URL+resp.Header.Get("Location"), ""), -1)
+		if last := lastEvent(t, evs); len(evs) != 1 || last.Type != "error" {
+			t.Fatalf("%s %s try %d: the Location's reader got %+v, want one event: error", f.name, c, try, evs)
+		} else if _, got, _ := f.parseError(t, last.Data); got != code {
+			t.Fatalf("%s %s try %d: the Location's reader got %s, want %s", f.name, c, try, got, code)
+		}
+		if n := up.Calls(f.path, c); n != try {
+			t.Fatalf("%s %s try %d: %d upstream calls, want %d (a failed key generates afresh)", f.name, c, try, n, try)
+		}
+	}
+}
+
+// TestUpstreamRedirectIsNoAnswer: a 3xx answering a streaming request is
+// neither passed on (its status would make the client follow reprise's own
+// Location) nor a result: 502 upstream_bad_response, and the key generates
+// afresh.
+func TestUpstreamRedirectIsNoAnswer(t *testing.T) {
+	t.Parallel()
+	redirect := func(status int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", "http://127.0.0.1:1/elsewhere")
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		}
+	}
+	up := newHostile(map[string]http.HandlerFunc{"r301": redirect(301), "r302": redirect(302), "r303": redirect(303), "r307": redirect(307), "r308": redirect(308)})
+	e := newEnv(t, withUpstream(up))
+	for _, f := range streamFormats {
+		for _, c := range []string{"r301", "r302", "r303", "r307", "r308"} {
+			expectNoResult(t, e, up, f, c, "upstream_bad_response")
+		}
+	}
+}
