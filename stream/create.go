@@ -87,7 +87,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		// and replaying cost the upstream nothing.
 		t, err = s.engine.Start(engine.Generation{
 			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto, Model: modelOf(body),
-			Path: r.URL.Path, Body: body, Header: r.Header.Clone(),
+			Stream: stream, Path: r.URL.Path, Body: body, Header: r.Header.Clone(),
 		})
 		if err != nil {
 			fail(w, r, startError(err))

@@ -2,12 +2,18 @@ package tests
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/reprise-dev/reprise/tests/testutil"
 )
@@ -69,6 +75,7 @@ type streamFormat struct {
 
 var streamFormats = []streamFormat{
 	{name: "chat", path: chatPath, body: func(c string) string { return chatBody("case="+c, true) }},
+	{name: "responses", path: responsesPath, body: func(c string) string { return responsesBody("case="+c, true) }},
 	{name: "messages", path: messagesPath, anthropic: true, body: func(c string) string {
 		return `{"model":"mock-1","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"case=` + c + `"}]}`
 	}},
@@ -157,5 +164,67 @@ func TestUpstreamRedirectIsNoAnswer(t *testing.T) {
 		for _, c := range []string{"r301", "r302", "r303", "r307", "r308"} {
 			expectNoResult(t, e, up, f, c, "upstream_bad_response")
 		}
+	}
+}
+
+// TestUpstreamAnswersNoStream: a 2xx that is neither an event stream nor
+// the format's whole answer (the JSON object of an upstream that ignored
+// "stream") answering a streaming request — an HTML page, an empty body, a
+// 204, no Content-Type, plain text, "JSON" that is not — is no result:
+// 502 upstream_bad_response in the format's shape, never stored and
+// replayed as the completed result. What the SDKs see: an API error, not
+// an empty stream that succeeded.
+func TestUpstreamAnswersNoStream(t *testing.T) {
+	t.Parallel()
+	answer := func(status int, contentType, body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if contentType == "" {
+				w.Header()["Content-Type"] = nil // no sniffing either
+			} else {
+				w.Header().Set("Content-Type", contentType)
+			}
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, body)
+		}
+	}
+	cases := map[string]http.HandlerFunc{
+		"html":      answer(200, "text/html; charset=utf-8", "<html><body>Welcome to nginx!</body></html>"),
+		"empty":     answer(200, "application/json", ""),
+		"nocontent": answer(204, "", ""),
+		"sse204":    answer(204, "text/event-stream", ""),
+		"untyped":   answer(200, "", `{"id":"x","object":"chat.completion"}`),
+		"text":      answer(200, "text/plain", "OK"),
+		"notjson":   answer(200, "application/json", "<html>not json</html>"),
+		"array":     answer(201, "application/json", `[1,2,3]`),
+	}
+	up := newHostile(cases)
+	e := newEnv(t, withUpstream(up))
+	for _, f := range streamFormats {
+		for c := range cases {
+			expectNoResult(t, e, up, f, c, "upstream_bad_response")
+		}
+	}
+
+	oc := openai.NewClient(option.WithBaseURL(e.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
+	s := oc.Chat.Completions.NewStreaming(waitCtx(t, testutil.RequestTimeout), openai.ChatCompletionNewParams{
+		Model: "mock-1", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("case=html")},
+	}, option.WithHeader("Idempotency-Key", "k-sdk-html"))
+	for s.Next() {
+		t.Errorf("openai-go got a chunk from an HTML answer: %+v", s.Current())
+	}
+	var oerr *openai.Error
+	if !errors.As(s.Err(), &oerr) || oerr.StatusCode != http.StatusBadGateway || oerr.Code != "upstream_bad_response" {
+		t.Errorf("openai-go: %v, want a 502 upstream_bad_response API error", s.Err())
+	}
+	ac := anthropic.NewClient(aoption.WithBaseURL(e.URL), aoption.WithAPIKey("sk-ant-test"), aoption.WithMaxRetries(0))
+	as := ac.Messages.NewStreaming(waitCtx(t, testutil.RequestTimeout), anthropic.MessageNewParams{
+		Model: "mock-1", MaxTokens: 64, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("case=empty"))},
+	}, aoption.WithHeader("Idempotency-Key", "k-sdk-empty"))
+	for as.Next() {
+		t.Errorf("anthropic-sdk-go got an event from an empty answer: %+v", as.Current())
+	}
+	var aerr *anthropic.Error
+	if !errors.As(as.Err(), &aerr) || aerr.StatusCode != http.StatusBadGateway || !strings.Contains(aerr.RawJSON(), `"type":"api_error"`) {
+		t.Errorf("anthropic-sdk-go: %v, want a 502 api_error", as.Err())
 	}
 }

@@ -25,6 +25,7 @@ func (fuzzProto) Inspect(typ string, data []byte) Inspection {
 	return Inspection{Terminal: c.Terminal || s.Terminal}
 }
 func (fuzzProto) Result(string, []byte) (resume.Usage, bool) { return resume.Usage{}, false }
+func (fuzzProto) Whole(string, []byte) bool                  { return true }
 func (fuzzProto) Shape() apierr.Shape                        { return apierr.OpenAI }
 
 var errFuzzEmit = errors.New("fuzz: emit refused")
