@@ -228,3 +228,102 @@ func TestUpstreamAnswersNoStream(t *testing.T) {
 		t.Errorf("anthropic-sdk-go: %v, want a 502 api_error", as.Err())
 	}
 }
+
+// sseAnswer is an upstream handler that streams blocks, each an SSE event
+// without its blank line, flushed one by one.
+func sseAnswer(blocks ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		f := w.(http.Flusher)
+		for _, b := range blocks {
+			_, _ = io.WriteString(w, b+"\n\n")
+			f.Flush()
+		}
+	}
+}
+
+// TestUpstreamEventsNamedAsReprises: an upstream event named as one of
+// reprise's control events can never be mistaken for one. An event named
+// reset or reprise.* anywhere, or error with data that is no error (e.g.
+// data: [DONE], which counted as completed), fails the generation with
+// upstream_bad_response; an error event that carries an error (Anthropic's
+// own mid-stream error, or an OpenAI-shaped one) is the upstream's failure,
+// passed on as reprise's error event with the upstream's code. Either way
+// no result: the readers see the events before it, then reprise's one
+// error event and no terminal event; the key generates afresh.
+func TestUpstreamEventsNamedAsReprises(t *testing.T) {
+	t.Parallel()
+	const (
+		chunk = `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"half"}}]}`
+		start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"mock-1\",\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}"
+		stop  = "event: message_stop\ndata: {\"type\":\"message_stop\"}"
+		rdone = "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1,\"response\":{\"id\":\"r\"}}"
+	)
+	type tc struct {
+		f      streamFormat
+		blocks []string
+		code   string // the error the stream ends with
+	}
+	chat, responses, messages := streamFormats[0], streamFormats[1], streamFormats[2]
+	cases := map[string]tc{
+		"chat-reset":    {chat, []string{chunk, "event: reset\ndata: {\"generation\":2}", "data: [DONE]"}, "upstream_bad_response"},
+		"chat-errdone":  {chat, []string{chunk, "event: error\ndata: [DONE]"}, "upstream_bad_response"},
+		"chat-body":     {chat, []string{chunk, "event: reprise.body\ndata: {\"x\":1}", "data: [DONE]"}, "upstream_bad_response"},
+		"chat-errchunk": {chat, []string{chunk, "event: error\n" + chunk, "data: [DONE]"}, "upstream_bad_response"},
+		"chat-errobj": {chat, []string{chunk, "event: error\ndata: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"code\":\"overloaded\"}}",
+			"data: [DONE]"}, "overloaded"},
+		"responses-reset": {responses, []string{"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"r\"}}",
+			"event: reset\ndata: {\"type\":\"response.created\"}", rdone}, "upstream_bad_response"},
+		"messages-reset": {messages, []string{start, "event: reset\ndata: {\"type\":\"ping\"}", stop}, "upstream_bad_response"},
+		"messages-errobj": {messages, []string{start, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}",
+			stop}, "overloaded_error"},
+	}
+	handlers := map[string]http.HandlerFunc{}
+	for name, c := range cases {
+		handlers[name] = sseAnswer(c.blocks...)
+	}
+	up := newHostile(handlers)
+	e := newEnv(t, withUpstream(up))
+	for name, c := range cases {
+		key := "k-" + name
+		for try := 1; try <= 2; try++ {
+			check := func(who string, evs []event) {
+				t.Helper()
+				last := lastEvent(t, evs)
+				if len(evs) != 2 || last.Type != "error" {
+					t.Fatalf("%s try %d: the %s got %+v, want the first event, then reprise's event: error", name, try, who, evs)
+				}
+				if evs[0].Type == "error" || evs[0].Type == "reset" {
+					t.Fatalf("%s try %d: the %s got an upstream event named %s", name, try, who, evs[0].Type)
+				}
+				if _, code, _ := c.f.parseError(t, last.Data); code != c.code {
+					t.Fatalf("%s try %d: the %s's error is %s (%s), want %s", name, try, who, code, last.Data, c.code)
+				}
+			}
+			resp := do(t, "POST", e.URL+c.f.path, c.f.body(name), "Idempotency-Key", key)
+			check("client", readEvents(t, resp, -1))
+			waitState(t, e, key, "failed")
+			check("reader", readEvents(t, do(t, "GET", e.URL+resp.Header.Get("Location"), ""), -1))
+			if st := waitState(t, e, key, "failed"); st.Error != c.code || st.Generation != try {
+				t.Fatalf("%s try %d: status %+v, want failed %s in generation %d", name, try, st, c.code, try)
+			}
+			if n := up.Calls(c.f.path, name); n != try {
+				t.Fatalf("%s try %d: %d upstream calls, want %d (a failed key generates afresh)", name, try, n, try)
+			}
+		}
+	}
+
+	// What openai-go sees of an upstream's event: reset: the stream fails,
+	// it does not complete with the reset read as a chunk.
+	oc := openai.NewClient(option.WithBaseURL(e.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
+	s := oc.Chat.Completions.NewStreaming(waitCtx(t, testutil.RequestTimeout), openai.ChatCompletionNewParams{
+		Model: "mock-1", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("case=chat-reset")},
+	}, option.WithHeader("Idempotency-Key", "k-sdk-reset"))
+	chunks := 0
+	for s.Next() {
+		chunks++
+	}
+	if err := s.Err(); chunks != 1 || err == nil || !strings.Contains(err.Error(), "upstream_bad_response") {
+		t.Errorf("openai-go: %d chunks, then %v; want 1 chunk, then the upstream_bad_response error", chunks, err)
+	}
+}

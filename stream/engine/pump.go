@@ -24,6 +24,9 @@ const (
 	// TypeError is the type of the error event that ends a generation
 	// without a result.
 	TypeError = "error"
+	// TypeReset is the type of the event that tells a reader of an older
+	// generation that a new one follows.
+	TypeReset = "reset"
 	chunkSize = 256 << 10
 )
 
@@ -300,6 +303,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 // streamError is the error a stream that ended without a result ends with.
 func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, err error) apierr.Error {
 	var failed *failure
+	var named *reservedEvent
 	switch {
 	case errors.Is(w.Err(), journal.ErrFenced):
 		return apierr.New(apierr.OwnerLost) // sealed by another instance: see end
@@ -311,6 +315,9 @@ func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, er
 		return apierr.New(apierr.StreamTooLarge)
 	case errors.Is(err, errNotUTF8):
 		return apierr.New(apierr.InvalidEvent)
+	case errors.As(err, &named):
+		return apierr.New(classify.CodeBadResponse).WithMessage("the upstream sent an event named " + strconv.Quote(named.typ) +
+			", as reprise names its own (error, reset, reprise.*), that is no error of its format; no result was stored")
 	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return apierr.New(p.stopCode(ctx))
 	case errors.Is(context.Cause(streamCtx), errStalled):
