@@ -1,21 +1,26 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/chromedp/chromedp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/web/webtest"
 )
 
 // A stream is completed only by its format's terminal event: whatever else
@@ -326,4 +331,113 @@ func TestUpstreamEventsNamedAsReprises(t *testing.T) {
 	if err := s.Err(); chunks != 1 || err == nil || !strings.Contains(err.Error(), "upstream_bad_response") {
 		t.Errorf("openai-go: %d chunks, then %v; want 1 chunk, then the upstream_bad_response error", chunks, err)
 	}
+}
+
+// dispatched is what an EventSource dispatches of an event stream, by the
+// WHATWG algorithm (only an event with a data line is dispatched; its type
+// defaults to message): the reference for what a browser sees.
+func dispatched(raw string) []event {
+	var out []event
+	typ, data, id := "", "", ""
+	lines := strings.Split(strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(raw), "\n")
+	for _, line := range lines {
+		if line == "" {
+			if data != "" {
+				if typ == "" {
+					typ = "message"
+				}
+				out = append(out, event{ID: id, Type: typ, Data: strings.TrimSuffix(data, "\n")})
+			}
+			typ, data = "", ""
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "event":
+			typ = value
+		case "data":
+			data += value + "\n"
+		case "id":
+			id = value
+		}
+	}
+	return out
+}
+
+// TestEmptyDataEvents: an upstream event with empty data (data: with
+// nothing after it), or with data that ends with an empty line, is re-sent
+// as it came — live and replayed — and a browser's EventSource dispatches
+// it with the same data; before, reprise wrote no data line for it and
+// browsers never saw it.
+func TestEmptyDataEvents(t *testing.T) {
+	t.Parallel()
+	const chunk = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}`
+	up := newHostile(map[string]http.HandlerFunc{
+		"empty": sseAnswer("data: "+chunk, "data:", "event: keepalive\ndata:", "event: keepalive\ndata: x\ndata:", "data: [DONE]"),
+	})
+	e := newEnv(t, withUpstream(up))
+	want := []event{{Type: "message", Data: chunk}, {Type: "message"}, {Type: "keepalive"}, {Type: "keepalive", Data: "x\n"}, {Type: "message", Data: "[DONE]"}}
+	same := func(who string, got []event) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s dispatched %d events %+v, want %d %+v", who, len(got), got, len(want), want)
+		}
+		for i := range want {
+			if got[i].Type != want[i].Type || got[i].Data != want[i].Data {
+				t.Fatalf("%s: event %d is %s %q, want %s %q", who, i+1, got[i].Type, got[i].Data, want[i].Type, want[i].Data)
+			}
+		}
+	}
+	body := chatBody("case=empty", true)
+	resp := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-empty-data")
+	loc := resp.Header.Get("Location")
+	same("the live stream", dispatched(readBody(t, resp)))
+	waitState(t, e, "k-empty-data", "completed")
+	resp = do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-empty-data")
+	if resp.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("the second request was no replay")
+	}
+	same("the replay", dispatched(readBody(t, resp)))
+	if n := up.Calls(chatPath, "empty"); n != 1 {
+		t.Errorf("%d upstream calls, want 1", n)
+	}
+
+	if testing.Short() {
+		t.Skip("browser part skipped in -short mode")
+	}
+	chromium := webtest.FindChromium()
+	if chromium == "" {
+		t.Skip("no Chromium: the browser part is skipped")
+	}
+	b := webtest.Start(t, webtest.Config{ExecPath: chromium, TempDirPrefix: "reprise-tests-chromium-", StartTimeout: 20 * time.Second})
+	ctx, cancel := context.WithTimeout(b.Ctx, 20*time.Second)
+	defer cancel()
+	// The Location's capability lets EventSource read without headers;
+	// the page is on the proxy's origin.
+	js := `(() => {
+		window.got = [];
+		const es = new EventSource(` + strconv.Quote(loc) + `);
+		const on = (ev) => {
+			window.got.push({Type: ev.type, Data: ev.data});
+			if (ev.data === '[DONE]') { es.close(); window.done = true; }
+		};
+		es.onmessage = on;
+		es.addEventListener('keepalive', on);
+	})()`
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+"/healthz"), chromedp.Evaluate[chromedp.Void](js)); err != nil {
+		t.Fatalf("open the EventSource: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`window.done === true`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("the browser did not get [DONE]: %v", err)
+	}
+	seen, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(window.got)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []event
+	if err := json.Unmarshal([]byte(seen), &got); err != nil {
+		t.Fatalf("%s: %v", seen, err)
+	}
+	same("the browser", got)
 }
