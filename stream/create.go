@@ -136,12 +136,44 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 		}
 	case resume.Attach:
 		h.Set("Reprise-Attempts", "0")
-		if streamed(rec) {
+		if streamed(rec) && !s.answeredWhole(r.Context(), id, rec) {
 			s.serveSSE(w, r, id, rec, cur)
 		} else {
 			s.serveResultLimited(w, r, id, rec, s.awaitResult)
 		}
 	}
+}
+
+// answeredWhole reports whether the generation in progress of rec, which a
+// streaming request started, is answered whole: its upstream ignored
+// "stream" and sent the format's one JSON answer, which its first client
+// gets as it is — and so must an attach, not that body's chunks as events.
+// The owner's tail knows from the upstream's answer; elsewhere the first
+// journaled event tells (a body chunk, not an event: no upstream event is
+// named as reprise's own). It waits up to AttachWait for the answer to
+// begin; one that has not is taken for the stream asked for.
+func (s *Server) answeredWhole(ctx context.Context, id string, rec resume.Record) bool {
+	if rec.State != resume.InProgress || !rec.Stream {
+		return false // a completed key's content type tells (streamed)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AttachWait)
+	defer cancel()
+	ref := journal.Ref{ID: id, Gen: rec.Generation}
+	if t := s.engine.Tail(ref); t != nil {
+		head, err := t.Head(ctx)
+		return err == nil && !head.Streaming && head.Status < http.StatusMultipleChoices
+	}
+	first, err := s.journal.First(ctx, ref) // one get, the common case
+	if errors.Is(err, journal.ErrNotFound) {
+		// The upstream has not answered yet: wait for its first event.
+		rd, rerr := s.journal.Read(ctx, ref, 0, 0)
+		if rerr != nil {
+			return false
+		}
+		defer rd.Close()
+		first, err = rd.Next(ctx)
+	}
+	return err == nil && first.Type == engine.TypeBody
 }
 
 // modelOf is the model a request body names, "" when it names none.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/webtest"
 )
@@ -440,4 +443,70 @@ func TestEmptyDataEvents(t *testing.T) {
 		t.Fatalf("%s: %v", seen, err)
 	}
 	same("the browser", got)
+}
+
+// TestAttachToWholeAnswer: when the upstream ignores "stream" and answers
+// a streaming request with its JSON object, a duplicate that attaches while
+// the generation runs — on the owner and on another instance — and a
+// reader of the Location get the same answer as the first client (the
+// JSON, not its stored chunks as events), and the upstream is called once.
+func TestAttachToWholeAnswer(t *testing.T) {
+	t.Parallel()
+	const answer = `{"id":"chatcmpl-whole","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"whole"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+	release := make(chan struct{})
+	var calls atomic.Int32
+	e := newEnv(t, withNATSPort(), withUpstream(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer)
+	})))
+	regB := prometheus.NewRegistry()
+	b := startInstance(t, "B", []string{e.natsURL()}, e.llmSrv.URL, instanceOptions{replicas: 1, configure: func(c *proxy.Config) { c.Registerer = regB }})
+
+	type got struct {
+		who, ct, body string
+		status        int
+	}
+	answers := make(chan got, 4)
+	ctx := waitCtx(t, 30*time.Second)
+	ask := func(who, method, url, body string) {
+		go func() {
+			resp, err := send(ctx, method, url, body, "Idempotency-Key", "k-whole-attach")
+			if err != nil {
+				answers <- got{who: who, body: err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			answers <- got{who: who, status: resp.StatusCode, ct: resp.Header.Get("Content-Type"), body: string(b)}
+		}()
+	}
+	body := chatBody("an upstream that ignores stream, slowly", true)
+	ask("the first client", "POST", e.URL+chatPath, body)
+	pollUntil(t, 10*time.Second, "the upstream called", func() bool { return calls.Load() == 1 })
+	ask("a reader of the Location on B", "GET", b.URL+"/v1/streams/k-whole-attach", "")
+	ask("an attach on the owner", "POST", e.URL+chatPath, body)
+	ask("an attach on B", "POST", b.URL+chatPath, body)
+	pollUntil(t, 10*time.Second, "both duplicates attached", func() bool {
+		return metric(t, e, "reprise_requests_total", "attach") == 1 && gathered(t, regB, "reprise_requests_total", "attach") == 1
+	})
+	close(release)
+	for range 4 {
+		select {
+		case a := <-answers:
+			if a.status != http.StatusOK || a.ct != "application/json" || a.body != answer {
+				t.Errorf("%s got %d %s %q, want the upstream's JSON answer", a.who, a.status, a.ct, a.body)
+			}
+		case <-ctx.Done():
+			t.Fatal("not every request was answered")
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d upstream calls, want 1", n)
+	}
 }
