@@ -136,7 +136,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 		}
 	case resume.Attach:
 		h.Set("Reprise-Attempts", "0")
-		if streamed(rec) && !s.answeredWhole(r.Context(), id, rec) {
+		if s.answersStream(r.Context(), id, rec) {
 			s.serveSSE(w, r, id, rec, cur)
 		} else {
 			s.serveResultLimited(w, r, id, rec, s.awaitResult)
@@ -144,36 +144,59 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 	}
 }
 
-// answeredWhole reports whether the generation in progress of rec, which a
-// streaming request started, is answered whole: its upstream ignored
-// "stream" and sent the format's one JSON answer, which its first client
-// gets as it is — and so must an attach, not that body's chunks as events.
-// The owner's tail knows from the upstream's answer; elsewhere the first
-// journaled event tells (a body chunk, not an event: no upstream event is
-// named as reprise's own). It waits up to AttachWait for the answer to
-// begin; one that has not is taken for the stream asked for.
-func (s *Server) answeredWhole(ctx context.Context, id string, rec resume.Record) bool {
-	if rec.State != resume.InProgress || !rec.Stream {
-		return false // a completed key's content type tells (streamed)
+// answersStream reports whether rec's key answers with an event stream.
+// That is what its upstream answered, which need not be what the request
+// asked for (an upstream may ignore "stream"): every reader gets what the
+// first client got — the JSON of an upstream that ignored "stream": true,
+// not its stored chunks as events. A finished key's record tells
+// (streamed); while the generation runs, its upstream's answer does, once
+// it came (answered). Until then a streaming request's reader waits for
+// it, up to AttachWait; any other takes what was asked (and awaitResult
+// serves the stream it may end as).
+func (s *Server) answersStream(ctx context.Context, id string, rec resume.Record) bool {
+	if rec.State != resume.InProgress {
+		return streamed(rec)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.AttachWait)
+	stream, whole := s.answered(ctx, journal.Ref{ID: id, Gen: rec.Generation}, rec.Stream)
+	return stream || rec.Stream && !whole
+}
+
+// answered reports how the upstream answered ref's generation, as far as
+// this instance can tell: with events (stream), or with one body (whole);
+// neither while it has not answered, or when it answered with an error.
+// The owner's tail knows; elsewhere the first journaled event tells (a
+// body chunk is a whole answer; no upstream event is named as reprise's
+// own). With wait, it waits up to AttachWait for the answer.
+func (s *Server) answered(ctx context.Context, ref journal.Ref, wait bool) (stream, whole bool) {
+	d := 5 * time.Second // one journal get
+	if wait {
+		d = s.cfg.AttachWait
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	ref := journal.Ref{ID: id, Gen: rec.Generation}
 	if t := s.engine.Tail(ref); t != nil {
-		head, err := t.Head(ctx)
-		return err == nil && !head.Streaming && head.Status < http.StatusMultipleChoices
+		head, ok := t.Answered()
+		if !ok && wait {
+			var err error
+			head, err = t.Head(ctx)
+			ok = err == nil
+		}
+		return ok && head.Streaming, ok && !head.Streaming && head.Status < http.StatusMultipleChoices
 	}
 	first, err := s.journal.First(ctx, ref) // one get, the common case
-	if errors.Is(err, journal.ErrNotFound) {
-		// The upstream has not answered yet: wait for its first event.
+	if wait && errors.Is(err, journal.ErrNotFound) {
+		// The upstream has not answered yet: wait for the first event.
 		rd, rerr := s.journal.Read(ctx, ref, 0, 0)
 		if rerr != nil {
-			return false
+			return false, false
 		}
 		defer rd.Close()
 		first, err = rd.Next(ctx)
 	}
-	return err == nil && first.Type == engine.TypeBody
+	if err != nil || first.IsEnd() || first.Type == engine.TypeError {
+		return false, false
+	}
+	return first.Type != engine.TypeBody, first.Type == engine.TypeBody
 }
 
 // modelOf is the model a request body names, "" when it names none.
@@ -430,5 +453,11 @@ func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, id string, 
 		}
 	}
 	w.Header().Set("Idempotent-Replayed", "true")
+	if streamed(rec) {
+		// The upstream answered a request that asked for no stream with
+		// one: its events, as its first client got them.
+		s.serveSSE(w, r, id, rec, resume.Position{})
+		return
+	}
 	s.serveResult(w, r, id, rec)
 }

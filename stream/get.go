@@ -51,7 +51,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)
-	if !streamed(rec) || s.answeredWhole(r.Context(), id, rec) { // a non-streamed answer: its Location serves the stored result
+	if !s.answersStream(r.Context(), id, rec) { // a non-streamed answer: its Location serves the stored result
 		if rec.State == resume.InProgress {
 			s.serveResultLimited(w, r, id, rec, s.awaitResult)
 		} else {

@@ -510,3 +510,104 @@ func TestAttachToWholeAnswer(t *testing.T) {
 		t.Errorf("%d upstream calls, want 1", n)
 	}
 }
+
+// TestAttachToUnaskedStream: the mirror of TestAttachToWholeAnswer. An
+// upstream that answers a request asking for no stream with an event
+// stream: a duplicate that attaches before it answered, or while its
+// stream runs — on the owner and on another instance — gets the events
+// the first client got (not an empty body), and the upstream is called
+// once.
+func TestAttachToUnaskedStream(t *testing.T) {
+	t.Parallel()
+	headers, rest := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	e := newEnv(t, withNATSPort(), withUpstream(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		for _, gate := range []chan struct{}{headers, rest} {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			if gate == headers {
+				_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"one"}}]}`+"\n\n")
+			} else {
+				_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":" two"}}]}`+"\n\ndata: [DONE]\n\n")
+			}
+			w.(http.Flusher).Flush()
+		}
+	})))
+	regB := prometheus.NewRegistry()
+	b := startInstance(t, "B", []string{e.natsURL()}, e.llmSrv.URL, instanceOptions{replicas: 1, configure: func(c *proxy.Config) { c.Registerer = regB }})
+	attached := func(n float64) func() bool {
+		return func() bool {
+			return metric(t, e, "reprise_requests_total", "attach") == n && gathered(t, regB, "reprise_requests_total", "attach") == n
+		}
+	}
+
+	type got struct {
+		who, ct, raw string
+		err          error
+	}
+	answers := make(chan got, 5)
+	ctx := waitCtx(t, 30*time.Second)
+	body := chatBody("an upstream that streams unasked", false)
+	ask := func(who, url string) {
+		go func() {
+			resp, err := send(ctx, "POST", url+chatPath, body, "Idempotency-Key", "k-unasked-stream")
+			if err != nil {
+				answers <- got{who: who, err: err}
+				return
+			}
+			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			answers <- got{who: who, ct: resp.Header.Get("Content-Type"), raw: string(raw), err: err}
+		}()
+	}
+	ask("the first client", e.URL)
+	pollUntil(t, 10*time.Second, "the upstream called", func() bool { return calls.Load() == 1 })
+	ask("an attach on the owner before the answer", e.URL)
+	ask("an attach on B before the answer", b.URL)
+	pollUntil(t, 10*time.Second, "the first duplicates attached", attached(1))
+	close(headers)
+	// The first client's stream has begun once the owner's tail has an
+	// event: later duplicates attach to a running stream.
+	pollUntil(t, 10*time.Second, "the stream begun", func() bool {
+		st, code := testutil.GetStatus(t, e.URL, "k-unasked-stream")
+		return code == http.StatusOK && st.Events >= 1
+	})
+	ask("an attach on the owner while it streams", e.URL)
+	ask("an attach on B while it streams", b.URL)
+	pollUntil(t, 10*time.Second, "the later duplicates attached", attached(2))
+	close(rest)
+	got5 := map[string]got{}
+	for range 5 {
+		select {
+		case a := <-answers:
+			got5[a.who] = a
+		case <-ctx.Done():
+			t.Fatal("not every request was answered")
+		}
+	}
+	first := got5["the first client"]
+	want := dispatched(first.raw)
+	if first.err != nil || first.ct != "text/event-stream" || len(want) != 3 || want[2].Data != "[DONE]" {
+		t.Fatalf("the first client got %s %q (%v), want two chunks and [DONE]", first.ct, first.raw, first.err)
+	}
+	for who, a := range got5 {
+		evs := dispatched(a.raw)
+		if a.err != nil || a.ct != first.ct || len(evs) != len(want) {
+			t.Errorf("%s got %s %q (%v), want the first client's %d events", who, a.ct, a.raw, a.err, len(want))
+			continue
+		}
+		for i := range want {
+			if evs[i] != want[i] {
+				t.Errorf("%s: event %d is %+v, want %+v", who, i+1, evs[i], want[i])
+			}
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d upstream calls, want 1", n)
+	}
+}
