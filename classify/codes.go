@@ -10,7 +10,9 @@ const (
 	CodeTimeout = "upstream_timeout"
 	// CodeNoResponse: the connection broke after the request was sent.
 	CodeNoResponse = "upstream_no_response"
-	// CodeBadResponse: a response began and broke before its head was whole.
+	// CodeBadResponse: the upstream's answer is none: a response that broke
+	// before its head was whole, a redirect, or (the engine's) a 2xx that
+	// is not the event stream the request asked for.
 	CodeBadResponse = "upstream_bad_response"
 	// CodeTLS: the upstream's certificate is not trusted.
 	CodeTLS = "upstream_tls"

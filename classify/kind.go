@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -77,15 +78,24 @@ func Status(code int) error {
 }
 
 // Response classifies a non-2xx upstream answer whose body (already read,
-// bounded) is body. now dates an HTTP-date Retry-After.
+// bounded) is body. now dates an HTTP-date Retry-After. A redirect (3xx) is
+// no answer (CodeBadResponse, fatal): the upstream is configuration, never
+// followed, and neither its status nor its body may reach the caller, which
+// would follow the proxy's own Location instead.
 func Response(resp *http.Response, body []byte, now time.Time) *Error {
 	kind := Status(resp.StatusCode)
 	if kind == nil {
 		return nil
 	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return &Error{Kind: ErrFatal, Status: http.StatusBadGateway, Code: CodeBadResponse, Err: fmt.Errorf("%w: %d", errRedirect, resp.StatusCode)}
+	}
 	ra, _ := RetryAfter(resp.Header, body, now)
 	return &Error{Kind: kind, Status: resp.StatusCode, RetryAfter: ra, ContentType: resp.Header.Get("Content-Type"), Body: body}
 }
+
+// errRedirect is the cause of a redirect's CodeBadResponse.
+var errRedirect = errors.New("classify: the upstream answered with a redirect")
 
 // Trace records, for one attempt, whether the request was fully written and
 // whether any response byte came back.

@@ -95,6 +95,9 @@ func TestResponse(t *testing.T) {
 		body       string
 		wantErr    error
 		retryAfter time.Duration
+		// code: the answer is none, the proxy's 502 with this code (and
+		// nothing of the upstream's).
+		code string
 	}{
 		{name: "200 is no error", status: 200, body: `{"ok":true}`},
 		{name: "204 is no error", status: 204},
@@ -113,6 +116,10 @@ func TestResponse(t *testing.T) {
 			body: `{"error":{"message":"no key"}}`, wantErr: classify.ErrFatal, retryAfter: 3 * time.Second},
 		{name: "422", status: 422, body: `{}`, wantErr: classify.ErrFatal},
 		{name: "501", status: 501, body: "nope", wantErr: classify.ErrFatal},
+		{name: "302 is no answer", status: 302, header: map[string]string{"Retry-After": "5"},
+			body: `{"moved":true}`, wantErr: classify.ErrFatal, code: classify.CodeBadResponse},
+		{name: "307 is no answer", status: 307, body: "<html>moved</html>", wantErr: classify.ErrFatal, code: classify.CodeBadResponse},
+		{name: "304 is no answer", status: 304, wantErr: classify.ErrFatal, code: classify.CodeBadResponse},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,6 +151,12 @@ func TestResponse(t *testing.T) {
 			}
 			if !errors.Is(got, tt.wantErr) {
 				t.Errorf("Response = %v, want kind %v", got, tt.wantErr)
+			}
+			if tt.code != "" {
+				if got.Status != http.StatusBadGateway || got.Code != tt.code || got.Body != nil || got.ContentType != "" || got.RetryAfter != 0 {
+					t.Errorf("Response = %+v, want 502 %s without the upstream's answer", got, tt.code)
+				}
+				return
 			}
 			if got.Status != tt.status {
 				t.Errorf("Status = %d, want %d", got.Status, tt.status)

@@ -85,7 +85,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		// and replaying cost the upstream nothing.
 		t, err = s.engine.Start(engine.Generation{
 			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto, Model: modelOf(body),
-			Path: r.URL.Path, Query: r.URL.RawQuery, Body: body, Header: r.Header.Clone(),
+			Stream: stream, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body, Header: r.Header.Clone(),
 		})
 		if err != nil {
 			fail(w, r, startError(err))
@@ -165,12 +165,67 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 		if t := s.engine.Tail(journal.Ref{ID: id, Gen: rec.Generation}); t != nil && t.Completed() {
 			h.Set("Idempotent-Replayed", "true") // it completed a moment ago; its record is being written
 		}
-		if streamed(rec) {
+		if s.answersStream(r.Context(), id, rec) {
 			s.serveSSE(w, r, tenant, id, rec, cur)
 		} else {
-			s.serveResultLimited(w, r, tenant, id, rec, s.awaitResult)
+			s.serveResultLimited(w, r, tenant, id, rec, s.awaitResultOf(tenant))
 		}
 	}
+}
+
+// answersStream reports whether rec's key answers with an event stream.
+// That is what its upstream answered, which need not be what the request
+// asked for (an upstream may ignore "stream"): every reader gets what the
+// first client got — the JSON of an upstream that ignored "stream": true,
+// not its stored chunks as events. A finished key's record tells
+// (streamed); while the generation runs, its upstream's answer does, once
+// it came (answered). Until then a streaming request's reader waits for
+// it, up to AttachWait; any other takes what was asked (and awaitResult
+// serves the stream it may end as).
+func (s *Server) answersStream(ctx context.Context, id string, rec resume.Record) bool {
+	if rec.State != resume.InProgress {
+		return streamed(rec)
+	}
+	stream, whole := s.answered(ctx, journal.Ref{ID: id, Gen: rec.Generation}, rec.Stream)
+	return stream || rec.Stream && !whole
+}
+
+// answered reports how the upstream answered ref's generation, as far as
+// this instance can tell: with events (stream), or with one body (whole);
+// neither while it has not answered, or when it answered with an error.
+// The owner's tail knows; elsewhere the first journaled event tells (a
+// body chunk is a whole answer; no upstream event is named as reprise's
+// own). With wait, it waits up to AttachWait for the answer.
+func (s *Server) answered(ctx context.Context, ref journal.Ref, wait bool) (stream, whole bool) {
+	d := 5 * time.Second // one journal get
+	if wait {
+		d = s.cfg.AttachWait
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if t := s.engine.Tail(ref); t != nil {
+		head, ok := t.Answered()
+		if !ok && wait {
+			var err error
+			head, err = t.Head(ctx)
+			ok = err == nil
+		}
+		return ok && head.Streaming, ok && !head.Streaming && head.Status < http.StatusMultipleChoices
+	}
+	first, err := s.journal.First(ctx, ref) // one get, the common case
+	if wait && errors.Is(err, journal.ErrNotFound) {
+		// The upstream has not answered yet: wait for the first event.
+		rd, rerr := s.journal.Read(ctx, ref, 0, 0)
+		if rerr != nil {
+			return false, false
+		}
+		defer rd.Close()
+		first, err = rd.Next(ctx)
+	}
+	if err != nil || first.IsEnd() || first.Type == engine.TypeError {
+		return false, false
+	}
+	return first.Type != engine.TypeBody, first.Type == engine.TypeBody
 }
 
 // modelOf is the model a request body names, "" when it names none.
@@ -437,8 +492,13 @@ func recordError(rec resume.Record) apierr.Error {
 	return apierr.New(apierr.OwnerLost)
 }
 
+// awaitResultOf is awaitResult for a reader of tenant.
+func (s *Server) awaitResultOf(tenant string) func(http.ResponseWriter, *http.Request, string, resume.Record) {
+	return func(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) { s.awaitResult(w, r, tenant, id, rec) }
+}
+
 // awaitResult waits (bounded) for a non-streamed generation in progress.
-func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
+func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.AttachWait)
 	defer cancel()
 	poll := time.NewTicker(50 * time.Millisecond)
@@ -459,5 +519,11 @@ func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, id string, 
 		}
 	}
 	w.Header().Set("Idempotent-Replayed", "true")
+	if streamed(rec) {
+		// The upstream answered a request that asked for no stream with
+		// one: its events, as its first client got them.
+		s.serveSSE(w, r, tenant, id, rec, resume.Position{})
+		return
+	}
 	s.serveResult(w, r, id, rec)
 }

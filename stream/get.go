@@ -51,9 +51,9 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)
-	if !streamed(rec) { // a non-streamed answer: its Location serves the stored result
+	if !s.answersStream(r.Context(), id, rec) { // a non-streamed answer: its Location serves the stored result
 		if rec.State == resume.InProgress {
-			s.serveResultLimited(w, r, tenant, id, rec, s.awaitResult)
+			s.serveResultLimited(w, r, tenant, id, rec, s.awaitResultOf(tenant))
 		} else {
 			s.serveResultLimited(w, r, tenant, id, rec, s.serveResult)
 		}

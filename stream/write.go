@@ -10,6 +10,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // sseWriter writes events as SSE through go-sse. Each write and flush has
@@ -59,13 +60,18 @@ func (w *sseWriter) send(id string, ev journal.Event) error {
 			m.Type = t
 		}
 	}
-	m.AppendData(string(ev.Data))
+	// One data line per line of the data, an empty one included: go-sse
+	// writes none for empty data and drops a last empty line, so an event
+	// with empty data would never be dispatched (EventSource dispatches
+	// only an event with a data line) and data that ends with a newline
+	// would lose it. The newline added is the last line's end.
+	m.AppendData(string(ev.Data) + "\n")
 	w.deadline() // the send may write: a full buffer goes out
 	return w.check(w.sess.Send(m))
 }
 
 func (w *sseWriter) reset(id string, gen uint64) error {
-	m := &sse.Message{ID: sse.ID(id), Type: sse.Type("reset")}
+	m := &sse.Message{ID: sse.ID(id), Type: sse.Type(engine.TypeReset)}
 	m.AppendData(`{"generation":` + strconv.FormatUint(gen, 10) + `}`)
 	w.deadline()
 	if err := w.check(w.sess.Send(m)); err != nil {
@@ -116,7 +122,7 @@ func (w *wsWriter) send(id string, ev journal.Event) error {
 }
 
 func (w *wsWriter) reset(id string, gen uint64) error {
-	return w.write(wsFrame{ID: id, Event: "reset", Data: `{"generation":` + strconv.FormatUint(gen, 10) + `}`})
+	return w.write(wsFrame{ID: id, Event: engine.TypeReset, Data: `{"generation":` + strconv.FormatUint(gen, 10) + `}`})
 }
 
 func (w *wsWriter) ping() error {

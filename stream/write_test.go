@@ -37,3 +37,34 @@ func TestSSEWriterEventWithoutID(t *testing.T) {
 		t.Fatalf("the error event is missing:\n%s", body)
 	}
 }
+
+// TestSSEWriterData: every event has as many data lines as its data has
+// lines — one for empty data, so that EventSource dispatches it, and an
+// empty last one for data that ends with a newline.
+func TestSSEWriterData(t *testing.T) {
+	for _, tc := range []struct {
+		typ, data, want string
+	}{
+		{"", "", "id: 1-1-1\ndata: \n\n"},
+		{"keepalive", "", "id: 1-1-1\nevent: keepalive\ndata: \n\n"},
+		{"", "a", "id: 1-1-1\ndata: a\n\n"},
+		{"", "a\n", "id: 1-1-1\ndata: a\ndata: \n\n"},
+		{"", "a\n\nb", "id: 1-1-1\ndata: a\ndata: \ndata: b\n\n"},
+		{"", "\n", "id: 1-1-1\ndata: \ndata: \n\n"},
+	} {
+		rec := httptest.NewRecorder()
+		w, err := newSSEWriter(rec, httptest.NewRequest("GET", "/v1/streams/k", nil), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.send("1-1-1", journal.Event{Offset: 1, Type: tc.typ, Data: []byte(tc.data)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.Body.String(); got != tc.want {
+			t.Errorf("event %q %q: wrote %q, want %q", tc.typ, tc.data, got, tc.want)
+		}
+	}
+}

@@ -2,12 +2,21 @@ package tests
 
 import (
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metric returns the value of a counter or gauge series with the given label value.
 func metric(tb testing.TB, e *env, name, label string) float64 {
 	tb.Helper()
-	fams, err := e.reg.Gather()
+	return gathered(tb, e.reg, name, label)
+}
+
+// gathered returns the value of a counter or gauge series of reg with the
+// given label value.
+func gathered(tb testing.TB, reg prometheus.Gatherer, name, label string) float64 {
+	tb.Helper()
+	fams, err := reg.Gather()
 	if err != nil {
 		tb.Fatal(err)
 	}

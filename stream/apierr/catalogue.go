@@ -87,7 +87,7 @@ var catalogue = map[string]Error{
 	classify.CodeUnreachable: {Status: http.StatusBadGateway, Message: "the upstream could not be reached"},
 	classify.CodeTimeout:     {Status: http.StatusGatewayTimeout, Message: "the upstream did not answer in time after the request was sent"},
 	classify.CodeNoResponse:  {Status: http.StatusBadGateway, Message: "the connection to the upstream broke after the request was sent"},
-	classify.CodeBadResponse: {Status: http.StatusBadGateway, Message: "the upstream's response broke before its head was complete"},
+	classify.CodeBadResponse: {Status: http.StatusBadGateway, Message: "the upstream's answer is not a valid response to this request (a broken head, a redirect, or not the event stream asked for); no result was stored"},
 	classify.CodeTLS:         {Status: http.StatusBadGateway, Message: "the upstream's TLS certificate is not trusted"},
 	classify.CodeUnavailable: {Status: http.StatusServiceUnavailable, Message: "the upstream is failing; the circuit breaker is open"},
 	classify.CodeSaturated:   {Status: http.StatusServiceUnavailable, Message: "too many generations are running toward the upstream"},

@@ -36,6 +36,9 @@ func (Chat) Inspect(_ string, data []byte) Inspection {
 	return Inspection{}
 }
 
+// Whole implements Protocol: a JSON object.
+func (Chat) Whole(contentType string, body []byte) bool { return jsonObject(contentType, body) }
+
 // Result implements Protocol.
 func (Chat) Result(_ string, body []byte) (resume.Usage, bool) { return chatUsage(body) }
 

@@ -285,6 +285,9 @@ type Generation struct {
 	// Model is the model the request names ("" if none): upstreams may be
 	// routed by it.
 	Model string
+	// Stream: the request asks for an event stream (Protocol.Streams); an
+	// answer that is neither one nor the format's whole answer is none.
+	Stream bool
 	// Path, Query (raw, "" for none), Body and Header are the client's
 	// request, sent upstream.
 	Path   string

@@ -37,6 +37,10 @@ func (Generic) Inspect(_ string, data []byte) Inspection {
 // (embeddings report prompt_tokens).
 func (Generic) Result(_ string, body []byte) (resume.Usage, bool) { return chatUsage(body) }
 
+// Whole implements Protocol: a request of a format reprise does not know
+// never asks for a stream (Streams), so any answer is whole.
+func (Generic) Whole(string, []byte) bool { return true }
+
 // Shape implements Protocol.
 func (Generic) Shape() apierr.Shape { return apierr.OpenAI }
 

@@ -26,13 +26,15 @@ func (fuzzProto) Inspect(typ string, data []byte) Inspection {
 	return Inspection{Terminal: c.Terminal || s.Terminal}
 }
 func (fuzzProto) Result(string, []byte) (resume.Usage, bool) { return resume.Usage{}, false }
+func (fuzzProto) Whole(string, []byte) bool                  { return true }
 func (fuzzProto) Shape() apierr.Shape                        { return apierr.OpenAI }
 
 var errFuzzEmit = errors.New("fuzz: emit refused")
 
 // FuzzReadUpstream: readUpstream never panics on any upstream body; nil
 // means the last emitted event was terminal; every emitted event is valid
-// UTF-8; the events and bytes limits hold; an emit error ends the read.
+// UTF-8 and named as no event of reprise's own; the events and bytes
+// limits hold; an emit error ends the read.
 func FuzzReadUpstream(f *testing.F) {
 	for _, body := range []string{
 		"data: {\"a\":1}\n\ndata: [DONE]\n\n",
@@ -51,6 +53,10 @@ func FuzzReadUpstream(f *testing.F) {
 		"\xef\xbb\xbfdata: [DONE]\n\n",
 		"data: [DONE]",
 		"data:[DONE]\n\n",
+		"event: error\ndata: [DONE]\n\n",
+		"event: reset\ndata: {\"generation\":2}\n\ndata: [DONE]\n\n",
+		"event: reprise.body\ndata: x\n\ndata: [DONE]\n\n",
+		"event: error\ndata: {\"error\":{\"message\":\"m\"}}\n\n",
 	} {
 		f.Add([]byte(body), uint16(256), uint8(4), uint16(512), uint8(0))
 	}
@@ -74,6 +80,9 @@ func FuzzReadUpstream(f *testing.F) {
 			}
 			if !utf8.Valid(data) || !utf8.ValidString(typ) {
 				t.Fatalf("emitted invalid UTF-8: type %q data %q", typ, data)
+			}
+			if reserved(typ) {
+				t.Fatalf("emitted an event named %q, as reprise's own", typ)
 			}
 			got = append(got, ev{typ, bytes.Clone(data)})
 			total += int64(journal.EventSize(typ, data))

@@ -83,6 +83,9 @@ func (Messages) Inspect(typ string, data []byte) Inspection {
 	return Inspection{}
 }
 
+// Whole implements Protocol: a JSON object.
+func (Messages) Whole(contentType string, body []byte) bool { return jsonObject(contentType, body) }
+
 // Result implements Protocol: a non-streamed answer is the message.
 func (Messages) Result(_ string, body []byte) (resume.Usage, bool) {
 	var v struct {

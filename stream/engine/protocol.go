@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"mime"
+	"strings"
 
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
@@ -25,6 +27,11 @@ type Protocol interface {
 	Inspect(typ string, data []byte) Inspection
 	// Result reads the usage of a non-streamed answer.
 	Result(contentType string, body []byte) (resume.Usage, bool)
+	// Whole reports whether a non-streamed 2xx answer to a request that
+	// asked for a stream is still the format's answer (an upstream that
+	// ignored "stream" and answered whole), not something that is none
+	// (an HTML page, an empty body, no Content-Type): that is no result.
+	Whole(contentType string, body []byte) bool
 	// Shape is the error shape of the format's callers: of the error events
 	// that end a stream without a result, and of the proxy's own answers.
 	Shape() apierr.Shape
@@ -109,6 +116,17 @@ func upstreamFailure(data []byte) *apierr.Error {
 		e.Code = code
 	}
 	return &e
+}
+
+// jsonObject reports whether an answer is a JSON object served as JSON
+// (application/json or a +json type): what the JSON APIs answer whole.
+func jsonObject(contentType string, body []byte) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "application/json" && !strings.HasSuffix(mt, "+json") {
+		return false
+	}
+	t := bytes.TrimLeft(body, " \t\r\n")
+	return len(t) > 0 && t[0] == '{' && json.Valid(t)
 }
 
 // codeString is an error code given as a JSON string or number; "" for

@@ -101,6 +101,39 @@ func TestStreams(t *testing.T) {
 	}
 }
 
+// TestWhole: what each format takes as the whole answer of an upstream
+// that ignored a request's "stream"; anything else is no result.
+func TestWhole(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		proto Protocol
+		ct    string
+		body  string
+		want  bool
+	}{
+		{"chat object", Chat{}, "application/json", `{"object":"chat.completion"}`, true},
+		{"chat object with charset", Chat{}, "application/json; charset=utf-8", " \n{}", true},
+		{"problem+json", Responses{}, "application/problem+json", `{"title":"x"}`, true},
+		{"messages object", Messages{}, "application/json", `{"type":"message"}`, true},
+		{"empty", Chat{}, "application/json", "", false},
+		{"array", Chat{}, "application/json", `[1]`, false},
+		{"broken JSON", Messages{}, "application/json", `{"type":`, false},
+		{"HTML", Responses{}, "text/html", `<html></html>`, false},
+		{"no content type", Chat{}, "", `{}`, false},
+		{"unparsable content type", Chat{}, "application/json; =", `{}`, false},
+		{"plain text", Messages{}, "text/plain", `{}`, false},
+		{"audio", Speech{}, "audio/mpeg", "ID3\x03", true},
+		{"empty audio", Speech{}, "audio/mpeg", "", false},
+		{"speech JSON", Speech{}, "application/json", `{"error":null}`, true},
+		{"speech HTML", Speech{}, "text/html", "<html>", false},
+		{"generic anything", Generic{}, "", "", true},
+	} {
+		if got := tc.proto.Whole(tc.ct, []byte(tc.body)); got != tc.want {
+			t.Errorf("%s: %T.Whole(%q, %q) = %v, want %v", tc.name, tc.proto, tc.ct, tc.body, got, tc.want)
+		}
+	}
+}
+
 func TestResultUsage(t *testing.T) {
 	u, ok := Chat{}.Result("application/json", []byte(`{"id":"x","usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}}`))
 	want := resume.Usage{PromptTokens: 2, CompletionTokens: 3, TotalTokens: 5}

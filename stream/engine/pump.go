@@ -24,6 +24,9 @@ const (
 	// TypeError is the type of the error event that ends a generation
 	// without a result.
 	TypeError = "error"
+	// TypeReset is the type of the event that tells a reader of an older
+	// generation that a new one follows.
+	TypeReset = "reset"
 	chunkSize = 256 << 10
 )
 
@@ -155,7 +158,7 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 		defer release()
 		defer resp.Body.Close()
 		ct := resp.Header.Get("Content-Type")
-		if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" {
+		if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" && !bodiless(resp.StatusCode) {
 			p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Streaming: true, Attempts: attempts, Upstream: up.Name})
 			res := p.events(ctx, streamCtx, w, resp.Body, stall)
 			res.Upstream = up.Name
@@ -303,6 +306,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 // streamError is the error a stream that ended without a result ends with.
 func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, err error) apierr.Error {
 	var failed *failure
+	var named *reservedEvent
 	switch {
 	case errors.Is(w.Err(), journal.ErrFenced):
 		return apierr.New(apierr.OwnerLost) // sealed by another instance: see end
@@ -314,6 +318,9 @@ func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, er
 		return apierr.New(apierr.StreamTooLarge)
 	case errors.Is(err, errNotUTF8):
 		return apierr.New(apierr.InvalidEvent)
+	case errors.As(err, &named):
+		return apierr.New(classify.CodeBadResponse).WithMessage("the upstream sent an event named " + strconv.Quote(named.typ) +
+			", as reprise names its own (error, reset, reprise.*), that is no error of its format; no result was stored")
 	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return apierr.New(p.stopCode(ctx))
 	case errors.Is(context.Cause(streamCtx), errStalled):
@@ -331,9 +338,14 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 		if ctx.Err() != nil {
 			e = apierr.New(p.stopCode(ctx))
 		}
-		_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
-		p.tail.answer(&Head{Status: e.Status, ContentType: "application/json", Body: e.BodyIn(p.shape()), Attempts: attempts})
-		return resume.Result{State: resume.Failed, Status: e.Status, Error: e.Code}
+		return p.reject(ctx, w, e, attempts)
+	}
+	if p.g.Stream && (bodiless(resp.StatusCode) || !p.g.Protocol.Whole(ct, body)) {
+		// Not the event stream asked for, nor the format's whole answer
+		// (an HTML page, an empty body, a 204): stored, it would be
+		// replayed as the result for the whole TTL.
+		p.log.Warn("upstream answered a streaming request with no stream", "status", resp.StatusCode, "content_type", ct, "bytes", len(body))
+		return p.reject(ctx, w, apierr.New(classify.CodeBadResponse).WithMessage(notAStream(resp.StatusCode, ct, len(body))), attempts)
 	}
 	size := max(min(chunkSize, p.e.cfg.Journal.MaxEventSize()-len(TypeBody)), 1) // each chunk one message
 	for off := 0; off < len(body) || off == 0; off += size {
@@ -351,4 +363,33 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 		res.Usage = &u
 	}
 	return res
+}
+
+// reject ends a generation whose upstream answer is no result with e: its
+// initiating client gets e as its answer, every other reader the error
+// event.
+func (p *pump) reject(ctx context.Context, w *journal.Writer, e apierr.Error, attempts int) resume.Result {
+	body := e.BodyIn(p.shape())
+	_ = w.Append(context.WithoutCancel(ctx), TypeError, body)
+	p.tail.answer(&Head{Status: e.Status, ContentType: "application/json", Body: body, Attempts: attempts, Upstream: p.up.Name})
+	return resume.Result{State: resume.Failed, Status: e.Status, ContentType: "application/json", Error: e.Code}
+}
+
+// bodiless reports whether an answer of status has no body by definition.
+func bodiless(status int) bool {
+	return status == http.StatusNoContent || status == http.StatusResetContent
+}
+
+// notAStream says what the upstream answered a streaming request with
+// instead of an event stream.
+func notAStream(status int, contentType string, n int) string {
+	what := "no Content-Type"
+	if contentType != "" {
+		what = "an unreadable Content-Type"
+		if mt, _, err := mime.ParseMediaType(contentType); err == nil {
+			what = mt[:min(len(mt), 100)] // a token: ASCII
+		}
+	}
+	return "the upstream answered a streaming request with " + strconv.Itoa(status) + " " + http.StatusText(status) +
+		", " + what + " and " + strconv.Itoa(n) + " bytes, not an event stream; no result was stored"
 }

@@ -94,6 +94,9 @@ func (Responses) Inspect(typ string, data []byte) Inspection {
 	return Inspection{Failure: &e}
 }
 
+// Whole implements Protocol: a JSON object.
+func (Responses) Whole(contentType string, body []byte) bool { return jsonObject(contentType, body) }
+
 // Result implements Protocol: a non-streamed answer is the response object.
 func (Responses) Result(_ string, body []byte) (resume.Usage, bool) {
 	var v struct {

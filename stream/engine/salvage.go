@@ -36,7 +36,7 @@ func Salvage(j Sealer) func(context.Context, string, resume.Record) (resume.Resu
 		proto, _ := ProtocolOf(rec.Path) // nil: a format this build does not serve has nothing terminal
 		ref := journal.Ref{ID: id, Gen: rec.Generation}
 		end, err := j.Seal(ctx, ref, func(last journal.Event, found bool) []journal.Event {
-			if found && proto != nil && proto.Inspect(last.Type, last.Data).Terminal {
+			if found && proto != nil && !reserved(last.Type) && proto.Inspect(last.Type, last.Data).Terminal {
 				return []journal.Event{{End: journal.EndCompleted}}
 			}
 			return []journal.Event{{Type: TypeError, Data: apierr.New(apierr.OwnerLost).BodyIn(ShapeOf(rec.Path))}, {End: journal.EndFailed}}

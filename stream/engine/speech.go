@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"mime"
+	"strings"
 
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
@@ -57,6 +59,13 @@ func (Speech) Inspect(typ string, data []byte) Inspection {
 		in.Usage = &u
 	}
 	return in
+}
+
+// Whole implements Protocol: the audio itself (an upstream that ignored
+// stream_format), or a JSON object.
+func (Speech) Whole(contentType string, body []byte) bool {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	return strings.HasPrefix(mt, "audio/") && len(body) > 0 || jsonObject(contentType, body)
 }
 
 // Result implements Protocol: an audio answer reports no usage.

@@ -94,6 +94,17 @@ func (t *Tail) answer(h *Head) {
 	close(t.head)
 }
 
+// Answered returns how the upstream answered, once it has; it does not
+// wait.
+func (t *Tail) Answered() (*Head, bool) {
+	select {
+	case <-t.head:
+		return t.headResp, true
+	default:
+		return nil, false
+	}
+}
+
 // Head waits until the upstream answered, or ctx ends.
 func (t *Tail) Head(ctx context.Context) (*Head, error) {
 	select {

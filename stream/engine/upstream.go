@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -26,6 +28,22 @@ var (
 	errTooLong = bufio.ErrTooLong
 )
 
+// reservedEvent is an upstream event named as reprise names its own
+// control events, which is not its format's error: the stream is no answer.
+type reservedEvent struct{ typ string }
+
+func (r *reservedEvent) Error() string {
+	return "engine: upstream event named " + strconv.Quote(r.typ) + ", as one of reprise's own"
+}
+
+// reserved reports whether an event type is one of reprise's own: its error
+// and reset events, its reprise.* records. No upstream event reaches the
+// journal or the wire under such a name, so a reader can never mistake one
+// for reprise's.
+func reserved(typ string) bool {
+	return typ == TypeError || typ == TypeReset || strings.HasPrefix(typ, "reprise.")
+}
+
 // failure is an upstream's own error event: the stream ends with it.
 type failure struct{ e apierr.Error }
 
@@ -42,8 +60,10 @@ type upstreamLimits struct {
 // event to emit, up to and including the terminal one. It returns nil only
 // when the terminal event arrived, with the usage the stream reported;
 // anything else — a read error, a clean end without the terminal event, an
-// error event (a *failure, not emitted), an oversized or invalid event, a
-// limit — is an error, and the events already emitted are not a result.
+// error event (a *failure, not emitted), an event under a reserved name
+// that is no error (a *reservedEvent, not emitted), an oversized or invalid
+// event, a limit — is an error, and the events already emitted are not a
+// result.
 func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(typ string, data []byte, in Inspection) error) (n int, usage *resume.Usage, err error) {
 	var bytes int64
 	for ev, rerr := range sse.Read(body, &sse.ReadConfig{MaxEventSize: lim.maxEvent}) {
@@ -59,6 +79,17 @@ func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(
 			return n, nil, errOverLimit
 		}
 		in := proto.Inspect(ev.Type, data)
+		if in.Failure == nil && reserved(ev.Type) {
+			// An event named error is the upstream's failure when it
+			// carries an error (Inspect's, or any OpenAI-shaped or typed
+			// one); anything else under a reserved name is no answer.
+			if ev.Type == TypeError {
+				in.Failure = upstreamFailure(data)
+			}
+			if in.Failure == nil {
+				return n, nil, &reservedEvent{typ: ev.Type[:min(len(ev.Type), 64)]}
+			}
+		}
 		if in.Failure != nil {
 			return n, nil, &failure{*in.Failure}
 		}
