@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"flag"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -29,7 +30,9 @@ func TestNATSPauseRegeneratesNothing(t *testing.T) {
 		t.Skip("pauses NATS for seconds")
 	}
 	t.Parallel()
-	const keys, lease, pause = 6, time.Second, 3500 * time.Millisecond
+	const keys = 6
+	pause := *pauseFlag
+	lease := pause * 2 / 7 // the pause lasts 3.5 leases
 	ns, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: t.TempDir(), Port: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +68,7 @@ func TestNATSPauseRegeneratesNothing(t *testing.T) {
 	var started sync.WaitGroup
 	prompts := make([]string, keys)
 	for i := range keys {
-		prompts[i] = uniquePrompt(t, fmt.Sprintf("[tokens=300] [delay=10ms] key %d", i))
+		prompts[i] = uniquePrompt(t, fmt.Sprintf("[tokens=300] [delay=%dms] key %d", max(10, pause.Milliseconds()/350), i))
 		key := fmt.Sprintf("k-pause-%d", i)
 		started.Add(1)
 		go func() {
@@ -119,6 +122,8 @@ func TestNATSPauseRegeneratesNothing(t *testing.T) {
 		}
 	}
 }
+
+var pauseFlag = flag.Duration("pause.for", 3500*time.Millisecond, "TestNATSPauseRegeneratesNothing: how long NATS is paused (3.5 leases)")
 
 // pauseType is a toxic that holds every byte while its gate is held:
 // nothing is lost, nothing passes, as when the far end is paused.
