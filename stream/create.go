@@ -494,7 +494,9 @@ func recordError(rec resume.Record) apierr.Error {
 
 // awaitResultOf is awaitResult for a reader of tenant.
 func (s *Server) awaitResultOf(tenant string) func(http.ResponseWriter, *http.Request, string, resume.Record) {
-	return func(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) { s.awaitResult(w, r, tenant, id, rec) }
+	return func(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
+		s.awaitResult(w, r, tenant, id, rec)
+	}
 }
 
 // awaitResult waits (bounded) for a non-streamed generation in progress.
