@@ -19,9 +19,11 @@ import (
 // server's consumer limit.
 const (
 	// getBatch and getBytes bound one batched get: a long replay takes a
-	// round trip per getBatch messages or getBytes bytes.
+	// round trip per getBatch messages or getBytes bytes. A reader's first
+	// get asks for one message: a resume's first event comes at once,
+	// before the bulk.
 	getBatch = 256
-	getBytes = 1 << 20
+	getBytes = 4 << 20
 	// getTimeout bounds one batched get.
 	getTimeout = 5 * time.Second
 )
@@ -46,9 +48,11 @@ type Reader struct {
 	check   bool      // the first event read must be at most after+1, or the hint was wrong
 	next    uint64    // the stream sequence the next get starts at
 	seq     uint64    // sequence of the last message read (0: none yet)
-	buf     []Event   // the rest of the messages last read
+	buf     []Event   // the rest of the message being read
+	more    [][]Event // the events of the messages read after it
 	gets    bool      // reading the stream (not yet caught up with the topic)
 	live    *topic    // joined once the reader first caught up
+	got     int       // messages read by gets so far
 	failing time.Time // when the current run of failed gets began
 	retry   retrypolicy.RetryPolicy[any]
 }
@@ -73,11 +77,16 @@ func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64) (*Reader,
 func (r *Reader) Next(ctx context.Context) (Event, error) {
 	for {
 		if len(r.buf) == 0 {
-			evs, err := r.read(ctx)
-			if err != nil {
-				return Event{}, err
+			if len(r.more) == 0 {
+				msgs, err := r.read(ctx)
+				if err != nil {
+					return Event{}, err
+				}
+				r.more = msgs
 			}
-			r.buf = evs
+			if len(r.more) > 0 {
+				r.buf, r.more = r.more[0], r.more[1:]
+			}
 			continue
 		}
 		ev := r.buf[0]
@@ -106,13 +115,14 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 
 // fromStart drops a wrong hint: the generation is read from its first event.
 func (r *Reader) fromStart() {
-	r.buf = nil
+	r.buf, r.more = nil, nil
 	r.check, r.hint, r.next, r.seq, r.gets = false, 0, 1, 0, true
 }
 
-// read returns the events of the next messages: from the stream while the
-// reader is behind, then from the topic, waiting there for the next one.
-func (r *Reader) read(ctx context.Context) ([]Event, error) {
+// read returns the events of the next messages, one slice per message:
+// from the stream while the reader is behind, then from the topic, waiting
+// there for the next one.
+func (r *Reader) read(ctx context.Context) ([][]Event, error) {
 	for {
 		if r.gets {
 			evs, n, err := r.getRetrying(ctx)
@@ -145,7 +155,7 @@ func (r *Reader) read(ctx context.Context) ([]Event, error) {
 				r.fromStart()
 				continue
 			}
-			return p.events, nil
+			return [][]Event{p.events}, nil
 		case behind:
 			r.gets = true
 			continue
@@ -159,7 +169,7 @@ func (r *Reader) read(ctx context.Context) ([]Event, error) {
 }
 
 // getRetrying is get, asked again through failures (getRetry).
-func (r *Reader) getRetrying(ctx context.Context) (evs []Event, n int, err error) {
+func (r *Reader) getRetrying(ctx context.Context) (evs [][]Event, n int, err error) {
 	// failsafe answers ctx's error once ctx has ended, even for an attempt
 	// that got messages: they are kept, or the next Next would find them
 	// missing.
@@ -177,11 +187,16 @@ func (r *Reader) getRetrying(ctx context.Context) (evs []Event, n int, err error
 }
 
 // get reads the messages stored from r.next on, up to a batch, and returns
-// their events and how many messages it read (0: none is stored yet).
-func (r *Reader) get(ctx context.Context) (evs []Event, n int, err error) {
+// their events (a slice per message: they are not copied) and how many
+// messages it read (0: none is stored yet).
+func (r *Reader) get(ctx context.Context) (evs [][]Event, n int, err error) {
 	gctx, cancel := context.WithTimeout(ctx, getTimeout)
 	defer cancel()
-	msgs, err := jetstreamext.GetBatch(gctx, r.j.js, r.j.cfg.Stream, getBatch,
+	batch := getBatch
+	if r.got == 0 {
+		batch = 1
+	}
+	msgs, err := jetstreamext.GetBatch(gctx, r.j.js, r.j.cfg.Stream, batch,
 		jetstreamext.GetBatchSeq(r.next), jetstreamext.GetBatchSubject(r.subject), jetstreamext.GetBatchMaxBytes(getBytes))
 	if err != nil {
 		return nil, 0, fmt.Errorf("journal: read: %w", err)
@@ -196,9 +211,10 @@ func (r *Reader) get(ctx context.Context) (evs []Event, n int, err error) {
 			return nil, 0, fmt.Errorf("journal: read: %w", err)
 		}
 		n++
+		r.got++
 		r.seq, r.next = m.Sequence, m.Sequence+1
 		f, _ := decode(m.Header, m.Data, m.Sequence)
-		evs = append(evs, f.events...)
+		evs = append(evs, f.events)
 	}
 	switch {
 	case n > 0: // the batch's end (or a partial batch: the rest is asked for next)

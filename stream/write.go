@@ -24,6 +24,7 @@ type sseWriter struct {
 	// not taking what was written within the timeout): nothing more can
 	// reach the client, an error event included.
 	failed bool
+	until  time.Time // the connection's write deadline
 }
 
 func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration) (*sseWriter, error) {
@@ -38,8 +39,17 @@ func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration)
 	return sw, sw.flush() // send the headers now: the client knows it is attached
 }
 
-// deadline gives the write that follows the whole write timeout.
-func (w *sseWriter) deadline() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) }
+// deadline gives the write that follows at least half the write timeout,
+// renewing the connection's deadline only when less is left: renewing it
+// for every event of a busy stream would cost more than the event's write.
+func (w *sseWriter) deadline() {
+	now := time.Now()
+	if w.until.Sub(now) >= w.timeout/2 {
+		return
+	}
+	w.until = now.Add(w.timeout)
+	_ = w.rc.SetWriteDeadline(w.until)
+}
 
 // check records a failed write.
 func (w *sseWriter) check(err error) error {
@@ -65,7 +75,13 @@ func (w *sseWriter) send(id string, ev journal.Event) error {
 	// with empty data would never be dispatched (EventSource dispatches
 	// only an event with a data line) and data that ends with a newline
 	// would lose it. The newline added is the last line's end.
-	m.AppendData(string(ev.Data) + "\n")
+	// Most data neither is empty nor ends with a newline: it is written as
+	// it is, without a copy.
+	if n := len(ev.Data); n == 0 || ev.Data[n-1] == '\n' {
+		m.AppendData(string(ev.Data) + "\n")
+	} else {
+		m.AppendData(string(ev.Data))
+	}
 	w.deadline() // the send may write: a full buffer goes out
 	return w.check(w.sess.Send(m))
 }
