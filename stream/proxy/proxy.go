@@ -213,6 +213,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Limits.CancelUnread > 0 {
+		cfg.HTTP.ReadingSignal = cfg.Limits.CancelUnread / 4
+	}
 	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Engine: eng, Auth: a, Metrics: m, Settings: cfg.HTTP, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -220,6 +223,15 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	stopCancels, err := j.OnCancel(func(ref journal.Ref) { eng.Cancel(ref) }) // asked on another instance
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Limits.CancelUnread > 0 {
+		stopReading, err := j.OnReading(eng.Reading) // readers here and on every other instance
+		if err != nil {
+			stopCancels()
+			return nil, err
+		}
+		stopSignals := stopCancels
+		stopCancels = func() { stopSignals(); stopReading() }
 	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		srv.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
