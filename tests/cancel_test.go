@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
@@ -125,11 +124,7 @@ func TestCancelElsewhere(t *testing.T) { // not parallel: it times the cancel to
 func TestCancelUnread(t *testing.T) {
 	t.Parallel()
 	const unread = 800 * time.Millisecond
-	ns, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := startNATSServer(t)
 	urls := []string{ns.Server.ClientURL()}
 	llm := mockllm.New(mockllm.Config{})
 	hs := httptest.NewServer(llm)

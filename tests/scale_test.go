@@ -38,11 +38,7 @@ func TestScaleIdleReadersNoCliff(t *testing.T) {
 	if raceEnabled {
 		readers, onOwner = 1200, 0
 	}
-	ns, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := startNATSServer(t)
 	urls := []string{ns.Server.ClientURL()}
 	hs := httptest.NewServer(mockllm.New(mockllm.Config{}))
 	t.Cleanup(hs.Close)
