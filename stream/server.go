@@ -140,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.New(prometheus.NewRegistry(), func() bool { return false }, cfg.Journal.Stats)
+		cfg.Metrics = metrics.New(prometheus.NewRegistry(), cfg.Journal.Stats)
 	}
 	s := &Server{
 		cfg: cfg.Settings, journal: cfg.Journal, resume: cfg.Resume, engine: cfg.Engine, auth: cfg.Auth,
@@ -205,7 +205,9 @@ func (s *Server) routes() {
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, withArrival(r))
+}
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

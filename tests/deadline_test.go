@@ -275,7 +275,7 @@ func TestWriteTimeoutCutIsBroken(t *testing.T) {
 	if err != nil || head.StatusCode != http.StatusOK || !head.Close {
 		t.Fatalf("GET: %v, %v; want a detached event stream", head, err)
 	}
-	readers := func() float64 { return metric(t, e, "reprise_readers", "journal") }
+	readers := func() float64 { return metric(t, e, "reprise_stream_readers", "journal") }
 	testutil.Eventually(t, 10*time.Second, "the replay to start", func() bool { return readers() == 1 })
 	testutil.Eventually(t, 10*time.Second, "the proxy to give up on the reader", func() bool { return readers() == 0 })
 	n, err := io.Copy(io.Discard, br)

@@ -101,7 +101,8 @@ type Namer interface {
 // Metrics is what the engine reports. metrics.Metrics implements it.
 type Metrics interface {
 	GenerationStarted()
-	GenerationEnded(state resume.State)
+	// GenerationEnded reports how a generation ended: one of Outcomes.
+	GenerationEnded(outcome string)
 	EventJournaled()
 	UpstreamRequests(n int)
 }
@@ -349,12 +350,12 @@ func (e *Engine) startPump(p *pump) error {
 }
 
 // done unregisters a pump's generation.
-func (e *Engine) done(p *pump, state resume.State) {
+func (e *Engine) done(p *pump, outcome string) {
 	e.live.remove(p.g.Ref)
 	if e.unread != nil {
 		e.unread.remove(p.g.Ref)
 	}
-	e.cfg.Metrics.GenerationEnded(state)
+	e.cfg.Metrics.GenerationEnded(outcome)
 	e.mu.Lock()
 	if e.gens[p.g.Tenant]--; e.gens[p.g.Tenant] <= 0 {
 		delete(e.gens, p.g.Tenant)
@@ -439,7 +440,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 
 type noMetrics struct{}
 
-func (noMetrics) GenerationStarted()           {}
-func (noMetrics) GenerationEnded(resume.State) {}
-func (noMetrics) EventJournaled()              {}
-func (noMetrics) UpstreamRequests(int)         {}
+func (noMetrics) GenerationStarted()     {}
+func (noMetrics) GenerationEnded(string) {}
+func (noMetrics) EventJournaled()        {}
+func (noMetrics) UpstreamRequests(int)   {}

@@ -160,7 +160,18 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	octx, cancel := context.WithTimeout(ctx, DefaultOpenTimeout)
 	defer cancel()
-	j, err := journal.Open(octx, cfg.NATS, cfg.Journal)
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	var j *journal.Journal
+	m := metrics.New(reg, func() journal.Stats { return j.Stats() })
+	jcfg := cfg.Journal
+	jcfg.OnAppend = m.JournalAppend
+	if user := cfg.Journal.OnAppend; user != nil {
+		jcfg.OnAppend = func(d time.Duration) { m.JournalAppend(d); user(d) }
+	}
+	j, err = journal.Open(octx, cfg.NATS, jcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -183,10 +194,15 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		if rt.URL == nil {
 			return nil, fmt.Errorf("%w: route %q has no URL", ErrInvalidOption, rt.Name)
 		}
-		policy, err := classify.New(cfg.Policy, cfg.Client)
+		name := cmp.Or(rt.Name, rt.URL.Host) // the engine's default name
+		pcfg := cfg.Policy
+		um := m.Upstream(name)
+		pcfg.Observer = um
+		policy, err := classify.New(pcfg, cfg.Client)
 		if err != nil {
 			return nil, err
 		}
+		um.Watch(policy)
 		dec := a
 		if rt.Key != "" {
 			dec = a.WithUpstreamKey(rt.Key)
@@ -194,17 +210,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		ups = append(ups, engine.Upstream{Name: rt.Name, URL: rt.URL, Policy: policy, Decorator: dec, Idempotency: cfg.UpstreamIdempotency,
 			Transport: cfg.Client.Transport, Paths: rt.Paths, Models: rt.Models})
 	}
-	breakerOpen := func() bool { // the primary's: a fallback's breaker is only a fallback's
-		return ups[0].Policy.BreakerOpen()
-	}
 	if cfg.Limits.MaxTenantGenerations == 0 {
 		cfg.Limits.MaxTenantGenerations = cfg.Policy.MaxConcurrent // 0: the engine's default, classify's
 	}
-	reg := cfg.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	m := metrics.New(reg, breakerOpen, j.Stats)
 	eng, err := engine.New(engine.Config{
 		Journal:  j,
 		Upstream: ups[0], Fallbacks: ups[1:],
