@@ -225,3 +225,25 @@ func TestMetricsOutcomes(t *testing.T) {
 		t.Errorf("requests{decision=cancel} = %v, want 1", got)
 	}
 }
+
+// TestMetricsRangeResume: a byte range of a stored result is a resume
+// over range; the whole result without Range is none.
+func TestMetricsRangeResume(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	resp := do(t, "POST", e.URL+"/v1/audio/speech", speechBody(uniquePrompt(t, "[tokens=4]"), false), "Idempotency-Key", "k-m-wav")
+	loc := resp.Header.Get("Location")
+	readBody(t, resp)
+	waitState(t, e, "k-m-wav", "completed")
+	if r := do(t, "GET", e.URL+loc, "", "Range", "bytes=10-"); r.StatusCode != http.StatusPartialContent {
+		t.Fatalf("range: status %d, want 206", r.StatusCode)
+	} else {
+		readBody(t, r)
+	}
+	readBody(t, do(t, "GET", e.URL+loc, ""))
+	for transport, want := range map[string]float64{"range": 1, "sse": 0, "websocket": 0} {
+		if got := series(t, e.reg, "reprise_resumes_total", "transport", transport); got != want {
+			t.Errorf("resumes{transport=%q} = %v, want %v", transport, got, want)
+		}
+	}
+}
