@@ -168,8 +168,8 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jet
 	defer cancel()
 	st, err := js.CreateOrUpdateStream(actx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "reprise: journaled upstream events, one subject per (id, generation)",
-		Subjects:    []string{subjectPrefix + ">"},
+		Description: "reprise: journaled upstream events, one subject per (id, generation); the attempt log, one subject per id",
+		Subjects:    []string{subjectPrefix + ">", attemptPrefix + ">"},
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.TTL,
