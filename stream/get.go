@@ -26,6 +26,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.BadKey))
 		return
 	}
+	noteKey(r, key)
 	if _, _, _, err := parseRange(r.Header.Get("Range"), math.MaxInt64); errors.Is(err, errRangeSyntax) {
 		fail(w, r, apierr.New(apierr.BadRange))
 		return
@@ -51,6 +52,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)
+	noteDecision(r, "resume")
 	if !s.answersStream(r.Context(), id, rec) { // a non-streamed answer: its Location serves the stored result
 		if rec.State == resume.InProgress {
 			s.serveResultLimited(w, r, tenant, id, rec, s.awaitResultOf(tenant))

@@ -42,6 +42,9 @@ type pump struct {
 	tail *Tail
 	log  *slog.Logger
 	up   Upstream // the upstream being called, then the one that answered
+	// attempts counts the upstream requests made, over every upstream
+	// tried (observe).
+	attempts int
 }
 
 func (p *pump) run(ctx context.Context) {
@@ -179,7 +182,7 @@ func (p *pump) call(ctx context.Context, up Upstream) (resp *http.Response, rele
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	resp, attempts, err = up.Policy.Do(ctx, p.newRequest)
+	resp, attempts, err = up.Policy.Do(classify.WithObserver(ctx, p.observe(up)), p.newRequest)
 	p.e.cfg.Metrics.UpstreamRequests(attempts)
 	if err != nil {
 		release()
