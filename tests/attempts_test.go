@@ -80,8 +80,15 @@ func TestAttemptLog(t *testing.T) {
 	evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key, "Authorization", cred), -1)
 	checkComplete(t, evs, prompt, 3)
 	testutil.WaitState(t, e.URL, key, "completed", "Authorization", cred)
-	// A replay: the upstream is not asked again.
+	// A replay and a resume: the upstream is not asked again; another body
+	// with the key is rejected.
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key, "Authorization", cred), -1)
+	readEvents(t, do(t, "GET", e.URL+"/v1/streams/"+key, "", "Authorization", cred, "Accept", "text/event-stream"), -1)
+	mismatch := do(t, "POST", e.URL+chatPath, chatBody(prompt+" other", true), "Idempotency-Key", key, "Authorization", cred)
+	readBody(t, mismatch)
+	if mismatch.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("another body with the key: HTTP %d, want 422", mismatch.StatusCode)
+	}
 
 	var recs []attemptRecord
 	testutil.Eventually(t, 10*time.Second, "three records in the attempt log", func() bool {
@@ -136,15 +143,21 @@ func TestAttemptLog(t *testing.T) {
 	}
 	decisions := map[string]int{}
 	for _, m := range logs.find(t, "request", ofKey) {
-		if m["method"] == "POST" {
-			decisions[m["decision"].(string)]++
-			if m["status"] != 200.0 || m["path"] != chatPath {
-				t.Errorf("access line %v: want status 200, path %s", m, chatPath)
-			}
+		d, _ := m["decision"].(string)
+		decisions[d]++
+		wantStatus := 200.0
+		if d == "reject" {
+			wantStatus = 422
+		}
+		if d != "" && m["status"] != wantStatus {
+			t.Errorf("access line %v: want status %v", m, wantStatus)
+		}
+		if _, ok := m["duration_ms"].(float64); !ok {
+			t.Errorf("access line %v has no duration", m)
 		}
 	}
-	if decisions["start"] != 1 || decisions["replay"] != 1 {
-		t.Errorf("access lines of the POSTs by decision %v; want one start, one replay", decisions)
+	if decisions["start"] != 1 || decisions["replay"] != 1 || decisions["resume"] != 1 || decisions["reject"] != 1 {
+		t.Errorf("access lines by decision %v; want one start, replay, resume and reject each", decisions)
 	}
 	logs.mu.Lock()
 	leaked := bytes.Contains(logs.buf.Bytes(), []byte("sk-attempts"))
