@@ -166,3 +166,38 @@ func TestAttemptLog(t *testing.T) {
 		t.Error("the log shows the credential")
 	}
 }
+
+// TestAttemptWarnAcrossGenerations: the WARN line counts a key's upstream
+// attempts over its generations: a first generation that failed after two
+// (503, then 400) and a second one that succeeds at once make three.
+func TestAttemptWarnAcrossGenerations(t *testing.T) {
+	t.Parallel()
+	var logs logLines
+	e := newEnv(t, withConfig(func(c *proxy.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		c.Policy.BaseDelay, c.Policy.MaxDelay = time.Millisecond, 2*time.Millisecond
+	}))
+	const key = "k-warn-gens"
+	prompt := uniquePrompt(t, "[status=503,400] [tokens=2]")
+	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key)
+	readBody(t, resp)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("first generation: HTTP %d, want the upstream's 400", resp.StatusCode)
+	}
+	testutil.WaitState(t, e.URL, key, "failed")
+	ofKey := func(m map[string]any) bool { return m["key"] == key }
+	if got := logs.find(t, "key sees more than two upstream attempts", ofKey); len(got) != 0 {
+		t.Fatalf("WARN after two attempts: %v", got)
+	}
+	testutil.Eventually(t, 10*time.Second, "the first generation's two attempts in the attempt log", func() bool {
+		r := do(t, "GET", e.URL+"/v1/streams/"+key+"/attempts", "")
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		return strings.Count(string(b), `"attempt":`) >= 2
+	})
+	checkComplete(t, readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key), -1), prompt, 2)
+	got := logs.find(t, "key sees more than two upstream attempts", ofKey)
+	if len(got) != 1 || got[0]["attempts"] != 3.0 || got[0]["gen"] != 2.0 {
+		t.Errorf("WARN lines %v; want one, at the key's third attempt (generation 2)", got)
+	}
+}

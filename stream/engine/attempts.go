@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +16,8 @@ import (
 type AttemptLog interface {
 	// LogAttempt adds an Attempt record, as JSON, to id's log.
 	LogAttempt(id string, record []byte) error
+	// Attempts returns id's records, oldest first.
+	Attempts(ctx context.Context, id string) ([][]byte, error)
 }
 
 // Attempt is one upstream request made for a generation: a record of the
@@ -44,8 +47,8 @@ type Attempt struct {
 	At          time.Time `json:"at"`
 }
 
-// warnAttempts is the number of upstream attempts for one generation past
-// which a WARN line is logged (seed 000 §6.2: more than two).
+// warnAttempts is the number of upstream attempts for one key past which a
+// WARN line is logged (seed 000 §6.2: more than two).
 const warnAttempts = 2
 
 // tenantHash is what logs and the attempt log show of a tenant id.
@@ -55,10 +58,14 @@ func tenantHash(tenant string) string {
 }
 
 // observe returns the observer of the upstream attempts p makes toward up:
-// each is logged at info, added to the attempt log, and the attempt past
-// warnAttempts is logged at WARN.
-func (p *pump) observe(up Upstream) func(classify.Attempt) {
+// each is logged at info, added to the attempt log, and the key's attempt
+// past warnAttempts — its earlier generations' counted — is logged at WARN.
+func (p *pump) observe(ctx context.Context, up Upstream) func(classify.Attempt) {
+	l, logged := p.e.cfg.Journal.(AttemptLog)
 	return func(a classify.Attempt) {
+		if p.attempts == 0 && p.g.Ref.Gen > 1 && logged {
+			p.before = p.earlierAttempts(ctx, l)
+		}
 		p.attempts++
 		rec := Attempt{
 			Key: p.g.Key, Tenant: tenantHash(p.g.Tenant), Generation: p.g.Ref.Gen, Attempt: p.attempts,
@@ -68,12 +75,11 @@ func (p *pump) observe(up Upstream) func(classify.Attempt) {
 		p.log.Info("upstream attempt", "key", rec.Key, "tenant", rec.Tenant, "gen", rec.Generation, "attempt", rec.Attempt,
 			"upstream", rec.Upstream, "path", rec.Path, "model", rec.Model, "status", rec.Status, "kind", rec.Kind,
 			"code", rec.Code, "duration_ms", rec.DurationMS, "ttfb_ms", rec.FirstByteMS)
-		if p.attempts == warnAttempts+1 {
+		if p.before+p.attempts == warnAttempts+1 {
 			p.log.Warn("key sees more than two upstream attempts", "key", rec.Key, "tenant", rec.Tenant, "gen", rec.Generation,
-				"attempts", p.attempts, "upstream", rec.Upstream, "status", rec.Status, "kind", rec.Kind)
+				"attempts", p.before+p.attempts, "upstream", rec.Upstream, "status", rec.Status, "kind", rec.Kind)
 		}
-		l, ok := p.e.cfg.Journal.(AttemptLog)
-		if !ok {
+		if !logged {
 			return
 		}
 		b, err := json.Marshal(rec)
@@ -84,6 +90,29 @@ func (p *pump) observe(up Upstream) func(classify.Attempt) {
 			p.log.Warn("attempt log: record lost", "err", err)
 		}
 	}
+}
+
+// earlierAttempts is how many upstream attempts the key's earlier
+// generations made, by its attempt log; 0 if the log does not answer within
+// a second (the WARN line may then come late or not at all).
+func (p *pump) earlierAttempts(ctx context.Context, l AttemptLog) int {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	records, err := l.Attempts(ctx, p.g.Ref.ID)
+	if err != nil {
+		p.log.Debug("attempt log: earlier attempts unknown", "err", err)
+		return 0
+	}
+	n := 0
+	for _, b := range records {
+		var a struct {
+			Generation uint64 `json:"generation"`
+		}
+		if json.Unmarshal(b, &a) == nil && a.Generation < p.g.Ref.Gen {
+			n++
+		}
+	}
+	return n
 }
 
 // ms is d in milliseconds, to the microsecond.

@@ -43,8 +43,9 @@ type pump struct {
 	log  *slog.Logger
 	up   Upstream // the upstream being called, then the one that answered
 	// attempts counts the upstream requests made, over every upstream
-	// tried (observe).
-	attempts int
+	// tried (observe); before, those of the key's earlier generations,
+	// read from the attempt log at the first of them.
+	attempts, before int
 }
 
 func (p *pump) run(ctx context.Context) {
@@ -182,7 +183,7 @@ func (p *pump) call(ctx context.Context, up Upstream) (resp *http.Response, rele
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	resp, attempts, err = up.Policy.Do(classify.WithObserver(ctx, p.observe(up)), p.newRequest)
+	resp, attempts, err = up.Policy.Do(classify.WithObserver(ctx, p.observe(ctx, up)), p.newRequest)
 	p.e.cfg.Metrics.UpstreamRequests(attempts)
 	if err != nil {
 		release()
