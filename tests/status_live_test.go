@@ -1,12 +1,15 @@
 package tests
 
 import (
+	"io"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
@@ -53,5 +56,12 @@ func TestStatusLive(t *testing.T) {
 		if d := time.Since(st.UpdatedAt); d < -time.Second || d > 10*time.Second {
 			t.Errorf("%s: updated_at %s is %s from now, want the last event's time", inst.name, st.UpdatedAt, d)
 		}
+		// The attempt log, too, is the journal's: any instance serves it.
+		testutil.Eventually(t, 10*time.Second, inst.name+" serving the generation's one attempt", func() bool {
+			r := do(t, "GET", inst.url+"/v1/streams/k-live/attempts", "")
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			return r.StatusCode == 200 && strings.Count(string(b), `"attempt":1,`) == 1 && strings.Contains(string(b), `"status":200`)
+		})
 	}
 }
