@@ -19,6 +19,10 @@ type Status struct {
 	Events     int    `json:"events"`
 	Error      string `json:"error"`
 	Usage      *Usage `json:"usage"`
+	// CreatedAt and UpdatedAt: when the key was created, and when it or
+	// its generation's journal last changed.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Usage is the usage of a key's completed generation, in the status JSON.
