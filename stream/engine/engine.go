@@ -356,12 +356,21 @@ func (e *Engine) done(p *pump, outcome string) {
 		e.unread.remove(p.g.Ref)
 	}
 	e.cfg.Metrics.GenerationEnded(outcome)
-	e.mu.Lock()
-	if e.gens[p.g.Tenant]--; e.gens[p.g.Tenant] <= 0 {
-		delete(e.gens, p.g.Tenant)
-	}
-	e.mu.Unlock()
+	e.release(p)
 	e.pumps.Done()
+}
+
+// release gives p's place among its tenant's generations back, once: when
+// its upstream work is over, before its result is recorded — a client that
+// saw the key finished may start the next at once.
+func (e *Engine) release(p *pump) {
+	p.released.Do(func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.gens[p.g.Tenant]--; e.gens[p.g.Tenant] <= 0 {
+			delete(e.gens, p.g.Tenant)
+		}
+	})
 }
 
 // abandon ends a generation that never started: its journal holds the

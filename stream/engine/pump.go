@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/reprise-dev/reprise/classify"
@@ -37,11 +38,12 @@ var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Beta", "Anthropi
 // pump runs one generation, detached from any client: it calls the upstream,
 // journals every event, and records how the generation ended.
 type pump struct {
-	e    *Engine
-	g    Generation
-	tail *Tail
-	log  *slog.Logger
-	up   Upstream // the upstream being called, then the one that answered
+	released sync.Once // its tenant's place (Engine.release)
+	e        *Engine
+	g        Generation
+	tail     *Tail
+	log      *slog.Logger
+	up       Upstream // the upstream being called, then the one that answered
 	// streamed: the upstream answered with an event stream (a failure
 	// then interrupts a generation that had begun).
 	streamed bool
@@ -88,6 +90,7 @@ func (p *pump) run(ctx context.Context) {
 		return
 	default:
 	}
+	p.e.release(p) // the upstream work is over
 	res = p.end(ctx, w, res)
 }
 
