@@ -302,6 +302,9 @@ type Generation struct {
 func (e *Engine) Start(g Generation) (*Tail, error) {
 	t := newTail()
 	p := &pump{e: e, g: g, tail: t, log: e.cfg.Logger.With("key_id", g.Ref.ID)}
+	if a, ok := g.Protocol.(UsageAsker); ok && g.Stream {
+		p.g.Body, p.hideUsage = a.AskUsage(g.Body)
+	}
 	if err := e.startPump(p); err != nil {
 		code := apierr.TooManyGenerations
 		if errors.Is(err, ErrShuttingDown) {

@@ -42,6 +42,9 @@ type pump struct {
 	tail *Tail
 	log  *slog.Logger
 	up   Upstream // the upstream being called, then the one that answered
+	// hideUsage: the client did not ask for the usage the upstream was
+	// asked for (UsageAsker); its UsageOnly events are not journaled.
+	hideUsage bool
 }
 
 func (p *pump) run(ctx context.Context) {
@@ -292,6 +295,9 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 			named = true
 			p.name(ctx, in.Name)
 		}
+		if in.UsageOnly && p.hideUsage {
+			return nil // the record keeps it; no client asked
+		}
 		return w.Append(ctx, typ, data)
 	})
 	if err == nil {
@@ -300,7 +306,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	e := p.streamError(ctx, streamCtx, w, err)
 	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
-	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
+	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
 }
 
 // streamError is the error a stream that ended without a result ends with.
