@@ -191,6 +191,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.Owner = m.cfg.Owner
 		rec.LeaseUntil = now.Add(m.cfg.Lease)
 		rec.Events, rec.Status, rec.ContentType, rec.Error, rec.Usage, rec.Upstream = 0, 0, "", "", nil, ""
+		rec.Model, rec.Cost, rec.Attached = "", nil, 0
 		rec.Stream = req.Stream
 		rec.UpdatedAt = now
 		rec.Attempt = newAttempt()

@@ -35,6 +35,7 @@ type config struct {
 	logLevel slog.Level
 
 	upstreams      string // routes file
+	prices         string // price table file
 	connectTimeout time.Duration
 	headerTimeout  time.Duration
 	proxyKeys      string // file
@@ -54,6 +55,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
 	fs.StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
 	fs.StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")
+	fs.StringVar(&c.prices, "prices", "", "a JSON `FILE` of model prices: {\"model or prefix*\": {\"input_per_1m\": N, \"output_per_1m\": N, \"per_call\": N}}; the status JSON's cost and reprise_cost_total (none without it)")
 	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret; one instance per directory (a second one refuses to start)")
 	fs.StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
 	fs.DurationVar(&p.Journal.TTL, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept; at least 1m and --max-generation plus --lease (30m10s with their defaults)")

@@ -106,6 +106,24 @@ type Metrics interface {
 	UpstreamRequests(n int)
 }
 
+// CostMetrics is what the engine reports of what generations billed, when
+// its Metrics has it. metrics.Metrics implements it.
+type CostMetrics interface {
+	// Billed counts one generation's usage (nil: unknown) and cost
+	// (priced by the table entry entry; nil: no price known).
+	Billed(u *resume.Usage, entry string, cost *float64)
+	// Saved counts what duplicates of a generation priced by entry did
+	// not cost.
+	Saved(entry string, cost float64)
+}
+
+// Pricer prices a generation of model with usage u (nil: unknown): its
+// cost and the price table entry that gave it, or ok false when no price
+// is known. cost.Table implements it.
+type Pricer interface {
+	Cost(model string, u *resume.Usage) (cost float64, entry string, ok bool)
+}
+
 // Upstream is a model API and how it is called.
 type Upstream struct {
 	// Name names it in Reprise-Upstream and the key's status. Default: the
@@ -213,8 +231,11 @@ type Config struct {
 	Limits Limits
 	// Names remembers the upstream's ids of generations. Default: none are.
 	Names Namer
-	// Metrics takes the engine's counts. Default: none kept.
+	// Metrics takes the engine's counts (and usage and cost, when it is a
+	// CostMetrics too). Default: none kept.
 	Metrics Metrics
+	// Prices prices each generation when it ends. Default: none is priced.
+	Prices Pricer
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }

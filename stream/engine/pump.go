@@ -116,9 +116,12 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 	if res.Error == apierr.JournalFailure {
 		res.Events = min(res.Events, w.Stored()) // only what a reader can get
 	}
-	if err := p.g.Lease.Finish(endCtx, res); err != nil && res.Error != apierr.OwnerLost {
+	entry := p.price(&res)
+	err := p.g.Lease.Finish(endCtx, res)
+	if err != nil && res.Error != apierr.OwnerLost {
 		p.log.Error("finishing generation", "gen", p.g.Ref.Gen, "err", err)
 	}
+	p.bill(res, entry, err == nil)
 	p.log.Debug("generation ended", "gen", p.g.Ref.Gen, "state", res.State, "events", res.Events, "code", res.Error)
 	return res
 }

@@ -21,6 +21,7 @@ type Metrics struct {
 	running     prometheus.Gauge       // generations running on this instance
 	readers     *prometheus.GaugeVec   // connected readers by source: tail, journal
 	attempts    prometheus.Counter     // upstream requests made
+	costs       *costMetrics           // tokens, cost and cost saved: cost.go
 }
 
 // New registers the series on reg. breakerOpen and stats are read at each
@@ -55,6 +56,7 @@ func New(reg prometheus.Registerer, breakerOpen func() bool, stats func() journa
 		return 0
 	})
 	reg.MustRegister(m.decisions, m.generations, m.events, m.running, m.readers, m.attempts, breaker)
+	m.costs = newCost(reg)
 	for op, n := range map[string]func(journal.Stats) uint64{
 		"append": func(s journal.Stats) uint64 { return s.AppendRetries },
 		"read":   func(s journal.Stats) uint64 { return s.ReadRetries },

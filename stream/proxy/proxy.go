@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
@@ -106,6 +107,9 @@ type Config struct {
 	MaxHeaderBytes int
 	// TLS, when set, makes Serve serve HTTPS with it. Default nil (HTTP).
 	TLS *tls.Config
+	// Prices prices each generation (the status JSON's cost, billed and
+	// saved; reprise_cost_total). Default nil: no cost is known.
+	Prices *cost.Table
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer takes the Prometheus metrics; when it is also a
@@ -205,15 +209,19 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		reg = prometheus.NewRegistry()
 	}
 	m := metrics.New(reg, breakerOpen, j.Stats)
-	eng, err := engine.New(engine.Config{
+	ecfg := engine.Config{
 		Journal:  j,
 		Upstream: ups[0], Fallbacks: ups[1:],
 		Limits: cfg.Limits, Names: rm, Metrics: m, Logger: cfg.Logger,
-	})
+	}
+	if cfg.Prices != nil { // a nil *cost.Table in the interface would not be nil
+		ecfg.Prices = cfg.Prices
+	}
+	eng, err := engine.New(ecfg)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Engine: eng, Auth: a, Metrics: m, Settings: cfg.HTTP, Logger: cfg.Logger})
+	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Engine: eng, Auth: a, Metrics: m, Prices: cfg.Prices, Settings: cfg.HTTP, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

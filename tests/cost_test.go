@@ -1,0 +1,122 @@
+package tests
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/reprise-dev/reprise/cost"
+	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
+)
+
+// Prices of whole binary fractions, so that costs compare exactly: 0.5 a
+// prompt token, 2 a completion token.
+const (
+	costPrompt     = 0.5
+	costCompletion = 2
+)
+
+func withPrices(tb testing.TB) envOption {
+	tb.Helper()
+	tab, err := cost.New(map[string]cost.Price{"mock-*": {InputPer1M: costPrompt * 1e6, OutputPer1M: costCompletion * 1e6}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return withConfig(func(c *proxy.Config) { c.Prices = tab })
+}
+
+// TestCostOnce: a stream dropped, attached to, resumed and replayed three
+// times is billed once: its status shows the fake model's ledger tokens
+// (usage and billed) and their price, and the four duplicates saved four
+// times that; the tokens and cost metrics count the one generation, the
+// saved metric the duplicates. The clients, which did not ask for the
+// usage, never see the usage chunk reprise asked for.
+func TestCostOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPrices(t))
+	prompt := uniquePrompt(t, "[tokens=20] [delay=20ms]")
+	body := chatBody(prompt, true)
+	const key = "k-cost-once"
+	first := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key), 3) // dropped
+	attached := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key)
+	if attached.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("the generation completed before the attach: slow the fake down")
+	}
+	clients := [][]event{append(first, readEvents(t, do(t, "GET", e.URL+"/v1/streams/"+key, "", "Last-Event-ID", lastID(first)), -1)...)}
+	clients = append(clients, readEvents(t, attached, -1))
+	waitState(t, e, key, "completed")
+	for range 3 {
+		resp := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key)
+		if resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("a duplicate of a completed key was not replayed")
+		}
+		clients = append(clients, readEvents(t, resp, -1))
+	}
+	for i, evs := range clients {
+		if len(evs) != 20+3 || lastEvent(t, evs).Data != "[DONE]" {
+			t.Errorf("client %d: %d events, want role, 20 tokens, stop, [DONE]", i, len(evs))
+		}
+		for _, ev := range evs {
+			if strings.Contains(ev.Data, `"usage":{`) {
+				t.Errorf("client %d got the usage chunk it did not ask for: %s", i, ev.Data)
+			}
+		}
+	}
+
+	led := testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+	gens := e.LLM.Ledger().Generations(prompt)
+	if led.Generations != 1 || len(gens) != 1 || gens[0].Tokens != 20 {
+		t.Fatalf("ledger %+v %+v, want one generation of 20 tokens", led, gens)
+	}
+	in, out := int64(gens[0].PromptTokens), int64(gens[0].Tokens)
+	want := testutil.Usage{PromptTokens: in, CompletionTokens: out, TotalTokens: in + out}
+	price := float64(in)*costPrompt + float64(out)*costCompletion
+	st, _ := getStatus(t, e, key)
+	if st.Usage == nil || *st.Usage != want {
+		t.Errorf("usage %+v, want the ledger's %+v", st.Usage, want)
+	}
+	if st.Cost == nil || *st.Cost != price {
+		t.Errorf("cost %v, want %v", st.Cost, price)
+	}
+	if b := st.Billed; b == nil || b.Usage != want || b.Cost == nil || *b.Cost != price || b.Generations != 1 {
+		t.Errorf("billed %+v, want %+v costing %v over 1 generation", b, want, price)
+	}
+	if s := st.Saved; s == nil || s.Duplicates != 4 || s.Cost == nil || *s.Cost != 4*price {
+		t.Errorf("saved %+v, want 4 duplicates saving %v", s, 4*price)
+	}
+	for _, c := range []struct {
+		name, label string
+		want        float64
+	}{
+		{"reprise_tokens_total", "prompt", float64(in)},
+		{"reprise_tokens_total", "completion", float64(out)},
+		{"reprise_cost_total", "mock-*", price},
+		{"reprise_cost_saved_total", "mock-*", 4 * price},
+	} {
+		if got := metric(t, e, c.name, c.label); got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.label, got, c.want)
+		}
+	}
+}
+
+// TestCostUsageAsked: a client that asks for the usage gets the usage
+// chunk, on replay too, and the key is billed the same way.
+func TestCostUsageAsked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPrices(t))
+	prompt := uniquePrompt(t, "[tokens=4]")
+	body := strings.Replace(chatBody(prompt, true), `"stream":true`, `"stream":true,"stream_options":{"include_usage":true}`, 1)
+	for i := range 2 {
+		evs := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-cost-asked"), -1)
+		if len(evs) != 4+4 || !strings.Contains(evs[len(evs)-2].Data, `"usage":{`) {
+			t.Errorf("call %d: %d events, want role, 4 tokens, stop, usage, [DONE]", i, len(evs))
+		}
+		waitState(t, e, "k-cost-asked", "completed")
+	}
+	gens := e.LLM.Ledger().Generations(prompt)
+	st, _ := getStatus(t, e, "k-cost-asked")
+	if len(gens) != 1 || st.Usage == nil || st.Usage.CompletionTokens != 4 || st.Usage.PromptTokens != int64(gens[0].PromptTokens) ||
+		st.Saved == nil || st.Saved.Duplicates != 1 {
+		t.Errorf("ledger %+v, status usage %+v saved %+v, want 4 tokens and 1 duplicate", gens, st.Usage, st.Saved)
+	}
+}
