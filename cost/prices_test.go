@@ -77,3 +77,14 @@ func TestLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleFile: the documented example loads.
+func TestExampleFile(t *testing.T) {
+	tab, err := cost.Load("../docs/prices.example.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, entry, ok := tab.Cost("gpt-4o-2024-08-06", &resume.Usage{PromptTokens: 1e6}); !ok || entry != "gpt-4o*" || c != 2.5 {
+		t.Errorf("gpt-4o-2024-08-06: %v %q %v, want 2.5 by gpt-4o*", c, entry, ok)
+	}
+}
