@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reprise-dev/reprise/cost"
 	"github.com/reprise-dev/reprise/stream/proxy"
@@ -16,13 +18,19 @@ const (
 	costCompletion = 2
 )
 
-func withPrices(tb testing.TB) envOption {
+func withPrices(tb testing.TB, guard ...cost.GuardConfig) envOption {
 	tb.Helper()
 	tab, err := cost.New(map[string]cost.Price{"mock-*": {InputPer1M: costPrompt * 1e6, OutputPer1M: costCompletion * 1e6}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return withConfig(func(c *proxy.Config) { c.Prices = tab })
+	return withConfig(func(c *proxy.Config) {
+		c.Prices = tab
+		c.Policy.BaseDelay, c.Policy.MaxDelay = time.Millisecond, time.Millisecond
+		if len(guard) > 0 {
+			c.CostGuard = guard[0]
+		}
+	})
 }
 
 // TestCostOnce: a stream dropped, attached to, resumed and replayed three
@@ -118,5 +126,33 @@ func TestCostUsageAsked(t *testing.T) {
 	if len(gens) != 1 || st.Usage == nil || st.Usage.CompletionTokens != 4 || st.Usage.PromptTokens != int64(gens[0].PromptTokens) ||
 		st.Saved == nil || st.Saved.Duplicates != 1 {
 		t.Errorf("ledger %+v, status usage %+v saved %+v, want 4 tokens and 1 duplicate", gens, st.Usage, st.Saved)
+	}
+}
+
+// TestCostGuard: once spend passes the daily budget the guard narrows
+// retries to connect failures (logged, exported): a 503 that would have
+// been retried goes to the client after one upstream request.
+func TestCostGuard(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPrices(t, cost.GuardConfig{DailyBudget: 1}))
+	if got := metric(t, e, "reprise_cost_guard_narrowed", ""); got != 0 {
+		t.Fatalf("narrowed before any spend: %v", got)
+	}
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=4]"), true), "Idempotency-Key", "k-guard-spend"), -1)
+	waitState(t, e, "k-guard-spend", "completed") // 4 completion tokens: 8, over the budget of 1
+	prompt := uniquePrompt(t, "[status=503] [tokens=2]")
+	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, false), "Idempotency-Key", "k-guard-503")
+	readBody(t, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("narrowed: status %d, want the upstream's 503 unretried", resp.StatusCode)
+	}
+	if led := testutil.Settled(t, e.LLM.Ledger(), prompt, 0); led.Requests != 1 {
+		t.Errorf("narrowed: %d upstream requests, want 1", led.Requests)
+	}
+	if got := metric(t, e, "reprise_cost_guard_narrowed", ""); got != 1 {
+		t.Errorf("reprise_cost_guard_narrowed = %v, want 1", got)
+	}
+	if got := metric(t, e, "reprise_cost_guard_switches_total", "narrowed"); got != 1 {
+		t.Errorf("reprise_cost_guard_switches_total{narrowed} = %v, want 1", got)
 	}
 }

@@ -23,6 +23,9 @@ func (p *pump) price(res *resume.Result) string {
 // a reader, an attach or a replay), and, when its result was recorded,
 // what the duplicates that attached to it saved.
 func (p *pump) bill(res resume.Result, entry string, recorded bool) {
+	if res.Cost != nil && p.e.cfg.Spend != nil {
+		p.e.cfg.Spend.Spent(*res.Cost)
+	}
 	m, ok := p.e.cfg.Metrics.(CostMetrics)
 	if !ok || res.Usage == nil && res.Cost == nil {
 		return

@@ -124,6 +124,9 @@ type Pricer interface {
 	Cost(model string, u *resume.Usage) (cost float64, entry string, ok bool)
 }
 
+// Spender is told what generations cost. cost.Guard implements it.
+type Spender interface{ Spent(cost float64) }
+
 // Upstream is a model API and how it is called.
 type Upstream struct {
 	// Name names it in Reprise-Upstream and the key's status. Default: the
@@ -236,6 +239,9 @@ type Config struct {
 	Metrics Metrics
 	// Prices prices each generation when it ends. Default: none is priced.
 	Prices Pricer
+	// Spend, when set, is told each priced generation's cost (the cost
+	// guard, cost.Guard). Default: nobody.
+	Spend Spender
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }

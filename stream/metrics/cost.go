@@ -13,6 +13,8 @@ type costMetrics struct {
 	tokens *prometheus.CounterVec // by direction: prompt, completion
 	cost   *prometheus.CounterVec // by model
 	saved  *prometheus.CounterVec // by model
+	guard  prometheus.Gauge       // 1 while the cost guard narrows retries
+	guards *prometheus.CounterVec // cost guard switches, by to: narrowed, widened
 }
 
 func newCost(reg prometheus.Registerer) *costMetrics {
@@ -26,11 +28,20 @@ func newCost(reg prometheus.Registerer) *costMetrics {
 		saved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reprise_cost_saved_total", Help: "What duplicates (attaches, replays, SDK retries) would have cost, by price table model.",
 		}, []string{"model"}),
+		guard: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reprise_cost_guard_narrowed", Help: "1 while the cost guard narrows upstream retries to connect failures (spend over the hourly ratio or the daily budget).",
+		}),
+		guards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reprise_cost_guard_switches_total", Help: "Times the cost guard narrowed or widened upstream retries, by what it switched to.",
+		}, []string{"to"}),
 	}
 	for _, d := range []string{"prompt", "completion"} {
 		c.tokens.WithLabelValues(d) // present from start-up
 	}
-	reg.MustRegister(c.tokens, c.cost, c.saved)
+	for _, to := range []string{"narrowed", "widened"} {
+		c.guards.WithLabelValues(to)
+	}
+	reg.MustRegister(c.tokens, c.cost, c.saved, c.guard, c.guards)
 	return c
 }
 
@@ -52,4 +63,14 @@ func (m *Metrics) Saved(entry string, cost float64) {
 	if entry != "" {
 		m.costs.saved.WithLabelValues(entry).Add(max(cost, 0))
 	}
+}
+
+// GuardSwitched counts the cost guard narrowing (or widening) retries.
+func (m *Metrics) GuardSwitched(narrowed bool) {
+	to, v := "widened", 0.0
+	if narrowed {
+		to, v = "narrowed", 1
+	}
+	m.costs.guard.Set(v)
+	m.costs.guards.WithLabelValues(to).Inc()
 }

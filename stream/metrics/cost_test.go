@@ -26,6 +26,7 @@ func TestCostSeries(t *testing.T) {
 	m.Billed(nil, "gpt-*", nil)
 	m.Saved("gpt-*", 0.5)
 	m.Saved("", 3)
+	m.GuardSwitched(true)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +44,7 @@ func TestCostSeries(t *testing.T) {
 	for name, want := range map[string]float64{
 		"reprise_tokens_total{prompt}": 8, "reprise_tokens_total{completion}": 12,
 		"reprise_cost_total{gpt-*}": 0.25, "reprise_cost_saved_total{gpt-*}": 0.5,
+		"reprise_cost_guard_switches_total{narrowed}": 1, "reprise_cost_guard_switches_total{widened}": 0,
 	} {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v", name, got[name], want)

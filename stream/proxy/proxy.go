@@ -110,6 +110,10 @@ type Config struct {
 	// Prices prices each generation (the status JSON's cost, billed and
 	// saved; reprise_cost_total). Default nil: no cost is known.
 	Prices *cost.Table
+	// CostGuard narrows every upstream's retries to connect failures while
+	// this instance's spend (by Prices) rises too fast or passes a daily
+	// budget. Default: off.
+	CostGuard cost.GuardConfig
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer takes the Prometheus metrics; when it is also a
@@ -176,6 +180,18 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		cfg.Client = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout)
 	}
 	cfg.Policy.RetryAmbiguous = cfg.Policy.RetryAmbiguous || cfg.UpstreamIdempotency
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	var m *metrics.Metrics // set below, before any generation spends
+	guard, err := costGuard(cfg, func(narrowed bool) { m.GuardSwitched(narrowed) })
+	if err != nil {
+		return nil, err
+	}
+	if guard != nil {
+		cfg.Policy.Narrowed = guard.Narrowed
+	}
 	routes := cfg.Routes
 	if len(routes) == 0 {
 		for _, u := range append([]*url.URL{cfg.Upstream}, cfg.Fallbacks...) {
@@ -204,11 +220,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if cfg.Limits.MaxTenantGenerations == 0 {
 		cfg.Limits.MaxTenantGenerations = cfg.Policy.MaxConcurrent // 0: the engine's default, classify's
 	}
-	reg := cfg.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	m := metrics.New(reg, breakerOpen, j.Stats)
+	m = metrics.New(reg, breakerOpen, j.Stats)
 	ecfg := engine.Config{
 		Journal:  j,
 		Upstream: ups[0], Fallbacks: ups[1:],
@@ -216,6 +228,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	if cfg.Prices != nil { // a nil *cost.Table in the interface would not be nil
 		ecfg.Prices = cfg.Prices
+	}
+	if guard != nil {
+		ecfg.Spend = guard
 	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
@@ -332,4 +347,33 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	return err
+}
+
+// costGuard returns the cost guard cfg asks for (nil: none), which logs
+// each switch and tells switched.
+func costGuard(cfg Config, switched func(narrowed bool)) (*cost.Guard, error) {
+	gc := cfg.CostGuard
+	if gc.Ratio == 0 && gc.DailyBudget == 0 {
+		return nil, nil
+	}
+	if cfg.Prices == nil {
+		return nil, fmt.Errorf("%w: the cost guard needs a price table", ErrInvalidOption)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	next := gc.OnSwitch
+	gc.OnSwitch = func(narrowed bool, why string) {
+		if narrowed {
+			log.Warn("cost guard: upstream retries narrowed to connect failures", "why", why)
+		} else {
+			log.Info("cost guard: spend calmed down; upstream retries widened again")
+		}
+		switched(narrowed)
+		if next != nil {
+			next(narrowed, why)
+		}
+	}
+	return cost.NewGuard(gc)
 }
