@@ -317,6 +317,11 @@ func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Ti
 		if ok {
 			rec.State, rec.Events, rec.Status, rec.ContentType, rec.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
 			rec.Usage = res.Usage
+			// Billed by its usage; unpriced (the price table is the
+			// engine's), and its attaches saved nothing known.
+			rec.bill(res.Usage, nil)
+			rec.save(rec.Attached, nil)
+			rec.Attached = 0
 			rec.Owner, rec.LeaseUntil = "", time.Time{}
 			return rec, nil
 		}

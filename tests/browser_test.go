@@ -151,7 +151,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "replayed", "true")
 		p.expectText(t, "key", key)
 		p.expectText(t, "output", resumedWant)
-		p.expectText(t, "count", "63")
+		p.expectText(t, "count", "62") // role, 60 tokens, stop
 		p.expectText(t, "dupes", "0")
 		ledgerIs1(t, resumedPrompt)
 		t.Logf("replay: %v", time.Since(start).Round(time.Millisecond))
