@@ -58,17 +58,35 @@ func (b *budget) call() {
 func (b *budget) retry() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	i := b.current()
+	i, retries, allowed := b.window()
+	if retries >= allowed {
+		return false
+	}
+	b.buckets[i].retries++
+	return true
+}
+
+// use is the share of the window's retries already taken (1: spent).
+func (b *budget) use() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, retries, allowed := b.window()
+	if allowed <= 0 {
+		return 1
+	}
+	return min(1, float64(retries)/float64(allowed))
+}
+
+// window returns the current bucket, the retries taken over the window
+// and how many it allows. b.mu is held.
+func (b *budget) window() (i, retries, allowed int) {
+	i = b.current()
 	horizon := b.buckets[i].start.Add(-b.bucket * (budgetBuckets - 1))
-	calls, retries := 0, 0
+	calls := 0
 	for _, bk := range b.buckets {
 		if !bk.start.Before(horizon) {
 			calls, retries = calls+bk.calls, retries+bk.retries
 		}
 	}
-	if retries >= max(b.floor, int(b.ratio*float64(calls))) {
-		return false
-	}
-	b.buckets[i].retries++
-	return true
+	return i, retries, max(b.floor, int(b.ratio*float64(calls)))
 }

@@ -17,5 +17,9 @@
 // upstream that honours Idempotency-Key. An interrupted stream is never
 // retried here: it is the caller's generation that failed.
 //
+// Each attempt (its status, kind and time to first byte), each retry (its
+// reason) and how each retried call ended go to the Config's Observer: the
+// proxy's metrics implement it, and classify imports no metrics library.
+//
 // classify does not read streams or write to clients.
 package classify

@@ -77,6 +77,9 @@ type Config struct {
 	Narrowed func() bool
 	// Now is the clock for Retry-After dates. Default time.Now.
 	Now func() time.Time
+	// Observer takes each attempt, retry and retried call's outcome.
+	// Default: none.
+	Observer Observer
 }
 
 func (c *Config) fill() error {
@@ -108,6 +111,9 @@ func (c *Config) fill() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Observer == nil {
+		c.Observer = noObserver{}
 	}
 	switch {
 	case c.MaxAttempts < 1 || c.MaxAttempts > 10:
@@ -184,6 +190,10 @@ func (p *Policy) Acquire(ctx context.Context) (release func(), err error) {
 // Idempotency-Key).
 func (p *Policy) RetriesAmbiguous() bool { return p.cfg.RetryAmbiguous }
 
+// BudgetUse is the share of the retry budget taken over its window, 0..1
+// (1: no retry is allowed until the window moves on).
+func (p *Policy) BudgetUse() float64 { return p.budget.use() }
+
 // BreakerOpen reports whether the breaker currently refuses calls.
 func (p *Policy) BreakerOpen() bool { return p.breaker.IsOpen() }
 
@@ -201,6 +211,9 @@ func (p *Policy) Do(ctx context.Context, newRequest func(context.Context) (*http
 		AbortOnErrors(circuitbreaker.ErrOpen).
 		WithMaxAttempts(p.cfg.MaxAttempts).
 		WithDelayFunc(func(exec failsafe.ExecutionAttempt[*http.Response]) time.Duration { return c.delay(exec.LastError()) }).
+		OnRetryScheduled(func(e failsafe.ExecutionScheduledEvent[*http.Response]) {
+			p.cfg.Observer.Retry(RetryReason(e.LastError()))
+		}).
 		ReturnLastFailure().
 		Build()
 	resp, err = failsafe.With[*http.Response](rp, p.breaker).WithContext(ctx).
@@ -209,7 +222,11 @@ func (p *Policy) Do(ctx context.Context, newRequest func(context.Context) (*http
 			c.jitter = rand.Float64()
 			return c.attempt(exec.Context(), newRequest)
 		})
-	return resp, c.attempts, c.final(err)
+	err = c.final(err)
+	if c.attempts > 1 {
+		p.cfg.Observer.Retried(err == nil)
+	}
+	return resp, c.attempts, err
 }
 
 // call is one Do: its attempts and its last classified failure.
@@ -247,21 +264,26 @@ func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*h
 		cancel(nil)
 		return nil, err
 	}
+	start := time.Now()
 	resp, err := c.p.client.Do(req)
+	firstByte := time.Since(start)
 	timer.Stop()
 	cut := errors.Is(context.Cause(actx), errDeadline)
 	if err != nil {
 		cancel(nil)
 		if ctx.Err() != nil {
+			c.p.cfg.Observer.Attempt(0, KindCancelled, 0)
 			return nil, ctx.Err()
 		}
 		c.last = Transport(err, &t)
 		if cut && !errors.Is(c.last, ErrFatal) {
 			c.last.Status, c.last.Code = http.StatusGatewayTimeout, CodeTimeout
 		}
+		c.p.cfg.Observer.Attempt(0, KindOf(c.last), 0)
 		return nil, c.last
 	}
 	if Status(resp.StatusCode) == nil {
+		c.p.cfg.Observer.Attempt(resp.StatusCode, KindSuccess, firstByte)
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 		return resp, nil
 	}
@@ -269,6 +291,7 @@ func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*h
 	_ = resp.Body.Close()
 	cancel(nil)
 	c.last = Response(resp, body, c.p.cfg.Now())
+	c.p.cfg.Observer.Attempt(resp.StatusCode, KindOf(c.last), firstByte)
 	return nil, c.last
 }
 

@@ -56,6 +56,9 @@ type Config struct {
 	// AppendTimeout is how long a Writer keeps trying to store a message
 	// before the generation fails. Default DefaultAppendTimeout.
 	AppendTimeout time.Duration
+	// OnAppend, when set, is told how long each stored message took to
+	// append (its retries included). It must not block. Default: none.
+	OnAppend func(time.Duration)
 }
 
 func (c *Config) fill() error {
@@ -101,6 +104,7 @@ type Journal struct {
 	live     *hub // the topics this instance's readers follow
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
+	appendErrors                              atomic.Uint64
 }
 
 // Stats counts the failures the journal rode out by trying again.
@@ -108,11 +112,12 @@ type Stats struct {
 	AppendRetries uint64 // messages published again (no answer, an election, a lost acknowledgement)
 	ReadRetries   uint64 // reader gets asked again
 	RecordRetries uint64 // record operations asked again
+	AppendErrors  uint64 // messages that could not be stored (the generation failed)
 }
 
 // Stats returns the counts since Open.
 func (j *Journal) Stats() Stats {
-	return Stats{AppendRetries: j.appendRetries.Load(), ReadRetries: j.readRetries.Load(), RecordRetries: j.recordRetries.Load()}
+	return Stats{AppendRetries: j.appendRetries.Load(), ReadRetries: j.readRetries.Load(), RecordRetries: j.recordRetries.Load(), AppendErrors: j.appendErrors.Load()}
 }
 
 // Ref names one generation of one stream id.

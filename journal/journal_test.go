@@ -1115,3 +1115,30 @@ func TestSealFences(t *testing.T) {
 func sameEvent(a, b journal.Event) bool {
 	return a.Offset == b.Offset && a.Seq == b.Seq && a.Type == b.Type && string(a.Data) == string(b.Data) && a.End == b.End
 }
+
+// TestOnAppend: every stored message is reported with how long it took,
+// and a calm journal counts no append errors.
+func TestOnAppend(t *testing.T) {
+	nc := connect(t, startServer(t, t.TempDir()))
+	var mu sync.Mutex
+	var took []time.Duration
+	j := openJournal(t, nc, journal.Config{Memory: true, OnAppend: func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		took = append(took, d)
+	}})
+	writeGen(t, j, journal.Ref{ID: "on-append", Gen: 1}, 3, journal.EndCompleted)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(took) == 0 {
+		t.Fatal("OnAppend never called")
+	}
+	for _, d := range took {
+		if d <= 0 {
+			t.Errorf("append took %s", d)
+		}
+	}
+	if s := j.Stats(); s.AppendErrors != 0 {
+		t.Errorf("AppendErrors = %d, want 0", s.AppendErrors)
+	}
+}

@@ -67,19 +67,26 @@ type topic struct {
 // Every join is matched by a leave.
 func (h *hub) join(subject string) (*topic, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if t := h.topics[subject]; t != nil {
 		t.readers++
+		h.mu.Unlock()
 		return t, nil
 	}
 	t := &topic{h: h, subject: subject, readers: 1, stop: make(chan struct{}), changed: make(chan struct{})}
 	sub, err := h.j.nc.Subscribe(livePrefix+strings.TrimPrefix(subject, subjectPrefix), t.receive)
 	if err != nil {
+		h.mu.Unlock()
 		return nil, err
 	}
 	t.sub = sub
 	h.topics[subject] = t
+	h.mu.Unlock()
 	go t.probe()
+	// The server knows of the subscription once it answered a flush: a
+	// message stored after that is heard, and the reader's one more look
+	// after joining covers what came before (a probe, what a failed flush
+	// leaves).
+	_ = h.j.nc.FlushTimeout(probeEvery)
 	return t, nil
 }
 

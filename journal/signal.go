@@ -41,3 +41,28 @@ func (j *Journal) OnCancel(f func(Ref)) (stop func(), err error) {
 	}
 	return func() { _ = sub.Unsubscribe() }, nil
 }
+
+// readingPrefix is the subject space of reading signals: core NATS
+// messages an instance sends while it has readers of a key.
+const readingPrefix = "reprise.reading."
+
+// Reading tells every instance that listens with OnReading that a reader
+// of id is connected here.
+func (j *Journal) Reading(id string) error {
+	if err := j.nc.Publish(readingPrefix+id, nil); err != nil {
+		return fmt.Errorf("journal: reading: %w", err)
+	}
+	return nil
+}
+
+// OnReading calls f, in a goroutine of the NATS connection's, for every
+// reading signal any instance sends, until stop.
+func (j *Journal) OnReading(f func(id string)) (stop func(), err error) {
+	sub, err := j.nc.Subscribe(readingPrefix+">", func(m *nats.Msg) {
+		f(strings.TrimPrefix(m.Subject, readingPrefix))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: listen for readers: %w", err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}

@@ -271,6 +271,7 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, 
 	first, last := evs[0].Offset, evs[len(evs)-1].Offset
 	t := tries{budget: w.j.cfg.AppendTimeout, each: min(tryTimeout, w.j.cfg.AppendTimeout/4), count: &w.j.appendRetries}
 	var seq uint64
+	start := time.Now()
 	err := retry(ctx, t, appendRetryable, func(tctx context.Context) error {
 		ack, err := w.j.js.PublishMsg(tctx, msg, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithRetryAttempts(0))
 		if err == nil {
@@ -301,7 +302,11 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, 
 	case ctx.Err() != nil:
 		return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, ctx.Err())
 	case err != nil:
+		w.j.appendErrors.Add(1)
 		return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, err)
+	}
+	if w.j.cfg.OnAppend != nil {
+		w.j.cfg.OnAppend(time.Since(start))
 	}
 	return seq, nil
 }

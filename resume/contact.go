@@ -15,6 +15,10 @@ import (
 // whole lease: then its owner had every chance to renew, and did not.
 // Through an outage, and for a lease after it, nothing is taken over; an
 // owner that lived through it renews within Lease/3 of the store's return.
+// And a record this instance saw change is judged from the change on: a
+// renewal that reached the store late (written before an outage, applied
+// after it) carries a lease already run out by the clock, yet shows its
+// owner alive.
 
 // contact is what this instance saw of the store: the current run of
 // operations that all succeeded, with no gap longer than gap between them
@@ -24,6 +28,53 @@ type contact struct {
 
 	mu          sync.Mutex
 	since, last time.Time // the run's first success and its last; zero: no run
+	seen        map[string]sighting
+}
+
+// sighting is when this instance first saw a record at its revision.
+type sighting struct {
+	rev uint64
+	at  time.Time
+}
+
+// sighted returns since when id's record has been seen at rev: its first
+// sight here, or — for a record first seen now — the current run of
+// contact's start (it cannot have changed unseen: a renewal in the run
+// would carry a lease that has not run out).
+func (c *contact) sighted(id string, rev uint64, now time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[string]sighting{}
+	}
+	s, ok := c.seen[id]
+	switch {
+	case ok && s.rev == rev:
+		return s.at
+	case ok: // it changed: its owner wrote, seen from here
+		s = sighting{rev: rev, at: now}
+	default:
+		s = sighting{rev: rev, at: now}
+		if !c.since.IsZero() {
+			s.at = c.since
+		}
+	}
+	if len(c.seen) >= 4096 { // forget records nobody here looked at for a while
+		for k, v := range c.seen {
+			if now.Sub(v.at) > 4*c.gap {
+				delete(c.seen, k)
+			}
+		}
+	}
+	c.seen[id] = s
+	return s.at
+}
+
+// forget drops id's sighting (its record is no longer in progress).
+func (c *contact) forget(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.seen, id)
 }
 
 // saw records the outcome of one store operation at now. An operation the
@@ -79,9 +130,19 @@ func (s watchedStore) Update(ctx context.Context, id string, value []byte, rev u
 	return nrev, updated, err
 }
 
-// lapsed reports whether rec's generation has lost its owner: in progress,
-// its lease run out by the clock, and the store seen answering here for a
-// whole lease (see above).
-func (m *Manager) lapsed(rec Record, now time.Time) bool {
-	return rec.Expired(now) && m.contact.span(now) >= m.cfg.Lease
+// lapsed reports whether the generation of id's record rec, at revision
+// rev, has lost its owner: in progress, its lease run out by the clock, the
+// store seen answering here for a whole lease, and the record seen
+// unchanged for a whole lease of it (see above).
+func (m *Manager) lapsed(id string, rec Record, rev uint64, now time.Time) bool {
+	if rec.State != InProgress {
+		m.contact.forget(id)
+		return false
+	}
+	if !rec.Expired(now) {
+		m.contact.sighted(id, rev, now)
+		return false
+	}
+	at := m.contact.sighted(id, rev, now)
+	return m.contact.span(now) >= m.cfg.Lease && now.Sub(at) >= m.cfg.Lease
 }

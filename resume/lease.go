@@ -63,7 +63,10 @@ func (l *Lease) heartbeat() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
+		// Half a lease for one renewal: a slow store (a loaded machine, the
+		// backlog after an outage) still gets it in before the lease runs
+		// out; the next tick waits for it.
+		ctx, cancel := context.WithTimeout(context.Background(), l.m.cfg.Lease/2)
 		err := l.update(ctx, func(r *Record) {
 			r.LeaseUntil = l.m.cfg.Now().Add(l.m.cfg.Lease)
 			r.Events = l.events.Load()

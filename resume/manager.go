@@ -167,7 +167,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		switch {
 		case rec.State == Completed && !gone:
 			return Outcome{Decision: Replay, Record: rec}, nil
-		case rec.State == InProgress && !m.lapsed(rec, now):
+		case rec.State == InProgress && !m.lapsed(req.ID, rec, rev, now):
 			return Outcome{Decision: Attach, Record: rec}, nil
 		}
 		if rec.State == InProgress { // lapsed
@@ -277,7 +277,7 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 			return Record{}, fmt.Errorf("resume: corrupt record: %w", err)
 		}
 		now := m.cfg.Now()
-		if !m.lapsed(rec, now) {
+		if !m.lapsed(id, rec, rev, now) {
 			if m.gone(ctx, id, rec) {
 				return Record{}, ErrNotFound
 			}

@@ -1155,3 +1155,43 @@ func TestKept(t *testing.T) {
 		})
 	}
 }
+
+// TestLapseAfterLateRenewal: a renewal written before an outage and
+// applied after it carries a lease already run out by the clock, yet shows
+// its owner alive: an instance that saw the record change judges the lease
+// from the change on, a whole lease later.
+func TestLapseAfterLateRenewal(t *testing.T) {
+	const lease = 40 * time.Second
+	store := newStore(t)
+	clk := newClock()
+	owner := newManager(t, store, "owner-a", lease, clk.Now)
+	m := newManager(t, store, "owner-b", lease, clk.Now)
+	req := request("late-renewal", "body")
+	mustStart(t, owner, req)
+	if rec, err := m.Get(waitCtx(t), req.ID); err != nil || rec.State != resume.InProgress {
+		t.Fatalf("Get of a live lease = %+v, %v", rec, err)
+	}
+	lapse(t, clk, 2*lease, m) // in contact, the lease run out by the clock
+	// The owner's late renewal: the record changes, its lease still run out.
+	val, rev, _, err := store.Get(waitCtx(t), req.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(val, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["events"] = 7
+	late, _ := json.Marshal(rec)
+	if _, ok, err := store.Update(waitCtx(t), req.ID, late, rev); err != nil || !ok {
+		t.Fatalf("the late renewal: %v, %v", ok, err)
+	}
+	lapse(t, clk, lease/2, m)
+	if got, err := m.Get(waitCtx(t), req.ID); err != nil || got.State != resume.InProgress {
+		t.Fatalf("Get half a lease after the record changed = %+v, %v; want in progress", got, err)
+	}
+	lapse(t, clk, lease, m)
+	if got, err := m.Get(waitCtx(t), req.ID); err != nil || got.State != resume.Failed || got.Error != resume.OwnerLost {
+		t.Fatalf("Get a lease after the record changed = %+v, %v; want failed owner_lost", got, err)
+	}
+}

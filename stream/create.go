@@ -19,6 +19,7 @@ import (
 	"github.com/reprise-dev/reprise/stream/apierr"
 	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
 // create serves POST of format proto: the body is forwarded untouched,
@@ -56,8 +57,9 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		return
 	}
 	fp := resume.Fingerprint(requestPath(r), body)
+	sdkRetry := false
 	if key == "" {
-		key = s.keyless(r, tenant, fp)
+		key, sdkRetry = s.keyless(r, tenant, fp)
 	}
 	id := resume.StreamID(tenant, key)
 	// The decision is not the client's to cut short: a record created for a
@@ -93,6 +95,12 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		}
 	}
 	s.metrics.Decision(out.Decision.String())
+	if how := duplicateHow(out.Decision, sdkRetry); how != "" {
+		s.metrics.Duplicate(how)
+	}
+	if out.Decision == resume.Start {
+		startedHere(r)
+	}
 	if (out.Decision == resume.Attach || out.Decision == resume.Replay) && r.Header.Get("Last-Event-ID") == "" {
 		s.duplicate(id, rec) // one with a cursor is the same client resuming
 	}
@@ -116,6 +124,23 @@ func (s *Server) duplicate(id string, rec resume.Record) {
 			s.metrics.Saved(entry, *saved)
 		}
 	}
+}
+
+// duplicateHow names how a request decided d was a suppressed duplicate
+// (an SDK's keyless retry that found its first request's key, whatever it
+// then did), "" when it was none.
+func duplicateHow(d resume.Decision, sdkRetry bool) string {
+	switch {
+	case d == resume.Start:
+		return ""
+	case sdkRetry:
+		return metrics.HowSDKRetry
+	case d == resume.Attach:
+		return metrics.HowAttach
+	case d == resume.Replay:
+		return metrics.HowReplay
+	}
+	return ""
 }
 
 // requestPath is what of r's URL the upstream gets and a key's fingerprint
@@ -277,20 +302,20 @@ func respondAsync(r *http.Request) bool {
 // window gets that request's key, so it attaches or replays instead of
 // generating again; any other request gets a fresh key, remembered for its
 // own retries. Fresh requests are never deduplicated by content.
-func (s *Server) keyless(r *http.Request, tenant, fp string) string {
+func (s *Server) keyless(r *http.Request, tenant, fp string) (key string, sdkRetry bool) {
 	cid := resume.ContentID(tenant, fp)
 	if n, err := strconv.Atoi(r.Header.Get("X-Stainless-Retry-Count")); err == nil && n >= 1 && s.cfg.SDKRetryWindow > 0 {
 		key, ok, err := s.resume.LookupContent(r.Context(), cid, s.cfg.SDKRetryWindow)
 		if err == nil && ok {
 			s.metrics.Decision("sdk_retry")
-			return key
+			return key, true
 		}
 	}
-	key := resume.NewKey()
+	key = resume.NewKey()
 	if err := s.resume.RememberContent(r.Context(), cid, key); err != nil {
 		s.log.Warn("remembering a keyless request failed; its SDK retries will generate again", "err", err)
 	}
-	return key
+	return key, false
 }
 
 // readCreate validates a POST of format proto and returns its body and
@@ -487,6 +512,7 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 	case err != nil:
 		failFor(w, rec, apierr.New(apierr.BadRange))
 	case partial:
+		s.metrics.Resume(metrics.TransportRange)
 		w.Header().Set("Content-Range", "bytes "+strconv.FormatInt(start, 10)+"-"+strconv.FormatInt(end-1, 10)+"/"+strconv.Itoa(len(body)))
 		writeRaw(w, http.StatusPartialContent, rec.ContentType, body[start:end])
 	default:

@@ -17,6 +17,7 @@ import (
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
 	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
 // handleStream serves GET /v1/streams/{key}: SSE, JSON status or WebSocket.
@@ -60,9 +61,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if websocket.IsWebSocketUpgrade(r) {
+		s.metrics.Resume(metrics.TransportWebSocket)
 		s.serveWS(w, r, tenant, id, rec, cur)
 		return
 	}
+	s.metrics.Resume(metrics.TransportSSE)
 	s.serveSSE(w, r, tenant, id, rec, cur)
 }
 
@@ -192,6 +195,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 	// cuts (it is closing) is told so with an error event, and one whose
 	// write failed (it did not take an event within the write timeout),
 	// which nothing more can reach, gets its connection reset.
+	timed := s.timed(r)
 	if r.Method == http.MethodGet {
 		if c := s.detached.Take(w, r); c != nil {
 			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
@@ -200,7 +204,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 					return // a detached connection always streams
 				}
 				if err == nil {
-					err = s.follow(ctx, out, id, rec, cur)
+					err = s.follow(ctx, timed(out), id, rec, cur)
 				}
 				switch {
 				case out.failed:
@@ -221,7 +225,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 		failFor(w, rec, apierr.New(apierr.NoStreaming))
 		return
 	}
-	err = s.follow(r.Context(), out, id, rec, cur)
+	err = s.follow(r.Context(), timed(out), id, rec, cur)
 	if r.Context().Err() != nil || (err != nil && s.closing.Err() != nil) {
 		// The request was canceled — usually its client is gone, but not
 		// always (a balancer's connection to this instance can end while
@@ -286,7 +290,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id stri
 		}
 	}()
 	out := &wsWriter{conn: conn, timeout: s.cfg.WriteTimeout}
-	err = s.follow(ctx, out, id, rec, cur)
+	err = s.follow(ctx, s.timed(r)(out), id, rec, cur)
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "end of stream")
 	if err != nil {
 		msg = websocket.FormatCloseMessage(websocket.CloseGoingAway, "stream interrupted")

@@ -13,6 +13,7 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
 // handleResponse serves GET /v1/responses/{id}, OpenAI's own retrieve and
@@ -61,6 +62,7 @@ func (s *Server) handleResponse(w http.ResponseWriter, r *http.Request) {
 	if s.answeredCursor(w, r, id, rec, cur) {
 		return
 	}
+	s.metrics.Resume(metrics.TransportSSE)
 	s.serveSSE(w, r, tenant, id, rec, cur)
 }
 

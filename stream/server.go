@@ -62,6 +62,10 @@ type Settings struct {
 	MaxReadersPerTenant int
 	// MaxWSMessage caps a WebSocket message from a client. Default DefaultMaxWSMessage (4 KiB).
 	MaxWSMessage int64
+	// ReadingSignal is how often this instance tells every instance which
+	// keys it has readers of (journal.Reading), for the owners' cancel of
+	// unread generations (engine.Limits.CancelUnread). 0: never.
+	ReadingSignal time.Duration
 	// SDKRetryWindow: a keyless SDK retry (X-Stainless-Retry-Count ≥ 1) of a
 	// body sent within this window attaches to it. 0 takes the default,
 	// negative disables. Default DefaultSDKRetryWindow (10 min).
@@ -141,7 +145,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.New(prometheus.NewRegistry(), func() bool { return false }, cfg.Journal.Stats)
+		cfg.Metrics = metrics.New(prometheus.NewRegistry(), cfg.Journal.Stats)
 	}
 	s := &Server{
 		cfg: cfg.Settings, journal: cfg.Journal, resume: cfg.Resume, engine: cfg.Engine, auth: cfg.Auth,
@@ -151,7 +155,36 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.closing, s.closeReaders = context.WithCancel(context.Background())
 	s.routes()
+	if s.cfg.ReadingSignal > 0 {
+		go s.signalReading()
+	}
 	return s, nil
+}
+
+// signalReading tells every instance, each ReadingSignal, which keys this
+// one has readers of, until it closes.
+func (s *Server) signalReading() {
+	tick := time.NewTicker(s.cfg.ReadingSignal)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.closing.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		ids := make([]string, 0, len(s.readers))
+		for id := range s.readers {
+			ids = append(ids, id)
+		}
+		s.mu.Unlock()
+		for _, id := range ids {
+			if err := s.journal.Reading(id); err != nil {
+				s.log.Debug("reading signal", "err", err)
+				break
+			}
+		}
+	}
 }
 
 func (s *Server) routes() {
@@ -177,7 +210,9 @@ func (s *Server) routes() {
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, withArrival(r))
+}
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // awaitAborted waits until the fake upstream's first generation of prompt
@@ -110,4 +112,55 @@ func TestCancelElsewhere(t *testing.T) { // not parallel: it times the cancel to
 		t.Errorf("A's generation ended %s after the cancel on B, want ≤ 100 ms", took)
 	}
 	waitState(t, e, "k-cancel-b", "cancelled")
+}
+
+// TestCancelUnread: with Limits.CancelUnread (--cancel-unread), a streamed
+// generation that nobody reads, on any instance, for that long is
+// cancelled by its owner — the upstream's request ends, the key is
+// cancelled and generates afresh — while one whose only reader follows it
+// on another instance runs to its end: every instance tells the owners
+// which keys it has readers of. Off (the default) nothing is cancelled
+// (TestCancel: a client that leaves changes nothing).
+func TestCancelUnread(t *testing.T) {
+	t.Parallel()
+	const unread = 800 * time.Millisecond
+	ns := startNATSServer(t)
+	urls := []string{ns.Server.ClientURL()}
+	llm := mockllm.New(mockllm.Config{})
+	hs := httptest.NewServer(llm)
+	t.Cleanup(hs.Close)
+	opts := instanceOptions{lease: 10 * time.Second, replicas: 1, grace: time.Second, lenient: true, configure: func(cfg *proxy.Config) {
+		cfg.Limits.CancelUnread = unread
+	}}
+	a := startInstance(t, "A", urls, hs.URL, opts)
+	b := startInstance(t, "B", urls, hs.URL, opts)
+
+	// Nobody reads: the client leaves after 3 events.
+	left := uniquePrompt(t, "[tokens=400] [delay=10ms]") // 4 s
+	readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(left, true), "Idempotency-Key", "k-unread"), 3)
+	start := time.Now()
+	testutil.Eventually(t, 5*time.Second, "the unread generation to be cancelled", func() bool {
+		g := llm.Ledger().Generations(left)
+		return len(g) == 1 && g[0].Aborted
+	})
+	took := time.Since(start)
+	t.Logf("the unread generation was cancelled %s after its client left (--cancel-unread %s)", took.Round(time.Millisecond), unread)
+	if took < unread/2 {
+		t.Errorf("cancelled %s after the client left, before %s of nobody reading", took, unread)
+	}
+	testutil.Eventually(t, 5*time.Second, "k-unread to be cancelled", func() bool {
+		st, _ := clusterStatus(t, b.URL, "k-unread")
+		return st.State == "cancelled"
+	})
+	again := readEvents(t, do(t, "POST", b.URL+chatPath, chatBody(left, true), "Idempotency-Key", "k-unread"), -1)
+	checkComplete(t, again, left, 400) // the key generates afresh, read to its end this time
+
+	// Read only on B: the owner A hears B's reader and lets it run.
+	read := uniquePrompt(t, "[tokens=300] [delay=10ms]") // 3 s, several times the limit
+	first := readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(read, true), "Idempotency-Key", "k-read-elsewhere"), 2)
+	rest := readEvents(t, do(t, "GET", b.URL+"/v1/streams/k-read-elsewhere", "", "Last-Event-ID", lastID(first)), -1)
+	checkComplete(t, append(first, rest...), read, 300)
+	if g := testutil.Settled(t, llm.Ledger(), read, 1); g.Generations != 1 || g.Completed != 1 {
+		t.Errorf("the generation read on another instance: %+v, want one, completed", g)
+	}
 }

@@ -62,6 +62,20 @@ func pollUntil(tb testing.TB, timeout time.Duration, what string, cond func() bo
 	testutil.Eventually(tb, timeout, what, cond)
 }
 
+// startNATSServer starts one embedded JetStream server on a loopback port
+// (instances reach it over TCP, with reconnects, as cmd/reprise does): the
+// documented topology without a cluster, for tests that run several
+// instances on one NATS.
+func startNATSServer(tb testing.TB) *journal.Embedded {
+	tb.Helper()
+	ns, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: tb.TempDir(), Port: -1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(ns.Shutdown)
+	return ns
+}
+
 // instance is an in-process reprise (a proxy.Proxy on a loopback port) on
 // NATS over TCP with reconnects (a cluster: journal and records at R3).
 type instance struct {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
@@ -20,11 +19,7 @@ import (
 // pings, holding the generation's memory.
 func TestCursorPastTheEnd(t *testing.T) {
 	t.Parallel()
-	ns, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := startNATSServer(t)
 	urls := []string{ns.Server.ClientURL()}
 	hs := httptest.NewServer(mockllm.New(mockllm.Config{}))
 	t.Cleanup(hs.Close)

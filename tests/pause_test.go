@@ -11,7 +11,6 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2/toxics"
 
-	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -33,11 +32,7 @@ func TestNATSPauseRegeneratesNothing(t *testing.T) {
 	const keys = 6
 	pause := *pauseFlag
 	lease := pause * 2 / 7 // the pause lasts 3.5 leases
-	ns, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := startNATSServer(t)
 	link, err := newToxi().link(strings.TrimPrefix(ns.Server.ClientURL(), "nats://"))
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -38,11 +37,7 @@ func TestSoak(t *testing.T) {
 		t.Skip("a sustained load")
 	}
 	const clients = 8
-	ns, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := startNATSServer(t)
 	urls := []string{ns.Server.ClientURL()}
 	hs := httptest.NewServer(mockllm.New(mockllm.Config{}))
 	t.Cleanup(hs.Close)

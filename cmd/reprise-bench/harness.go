@@ -162,7 +162,7 @@ func (s *stack) readers() int {
 	}
 	n := 0.0
 	for _, mf := range mfs {
-		if mf.GetName() != "reprise_readers" {
+		if mf.GetName() != "reprise_stream_readers" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

@@ -85,6 +85,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.DurationVar(&c.headerTimeout, "header-timeout", engine.DefaultHeaderTimeout, "waiting for a response head after the request was sent (then the attempt is ambiguous); a non-streamed answer's head comes once it is whole: set it above the longest")
 	fs.DurationVar(&p.Limits.IdleTimeout, "idle-timeout", engine.DefaultIdleTimeout, "a stream with no event for this long is interrupted")
 	fs.DurationVar(&p.Limits.MaxGeneration, "max-generation", engine.DefaultMaxGeneration, "one generation's total time at most")
+	fs.DurationVar(&p.Limits.CancelUnread, "cancel-unread", 0, "cancel a streamed generation that nobody, on any instance, read for this long (0: never; it runs to its end for clients that come back)")
 	fs.DurationVar(&p.HTTP.SDKRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
 
 	fs.StringVar((*string)(&p.Auth.Mode), "auth", string(auth.Passthrough), "passthrough (the caller's bearer goes upstream), static (callers use --proxy-keys; the upstream gets --upstream-key) or none (one anonymous tenant)")
@@ -175,6 +176,8 @@ func (c *config) validate(level string) error {
 		return fmt.Errorf("--lease %s: must be at least 100ms", p.Lease)
 	case c.connectTimeout <= 0 || c.headerTimeout <= 0 || p.Limits.IdleTimeout <= 0 || p.Limits.MaxGeneration <= 0:
 		return errors.New("timeouts must be positive")
+	case p.Limits.CancelUnread < 0 || p.Limits.CancelUnread > 0 && p.Limits.CancelUnread < time.Second:
+		return fmt.Errorf("--cancel-unread %s: 0 (never) or at least 1s", p.Limits.CancelUnread)
 	case p.HTTP.SDKRetryWindow < 0:
 		return errors.New("--sdk-retry-window must not be negative")
 	case (c.tlsCert == "") != (c.tlsKey == ""):

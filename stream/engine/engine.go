@@ -101,7 +101,8 @@ type Namer interface {
 // Metrics is what the engine reports. metrics.Metrics implements it.
 type Metrics interface {
 	GenerationStarted()
-	GenerationEnded(state resume.State)
+	// GenerationEnded reports how a generation ended: one of Outcomes.
+	GenerationEnded(outcome string)
 	EventJournaled()
 	UpstreamRequests(n int)
 }
@@ -201,6 +202,11 @@ type Limits struct {
 	// MaxTenantGenerations caps a tenant's concurrent generations on this
 	// instance. Default DefaultMaxTenantGenerations (512).
 	MaxTenantGenerations int
+	// CancelUnread cancels a streamed generation that nobody, on any
+	// instance, read for this long (its owner hears every instance's
+	// readers through Reading). 0, the default, never does: a generation
+	// runs to its end for the clients that come back.
+	CancelUnread time.Duration
 }
 
 func (l *Limits) fill() {
@@ -259,6 +265,8 @@ type Engine struct {
 	mu      sync.Mutex
 	closing bool
 	gens    map[string]int // running generations per tenant
+
+	unread *unread // nil unless Limits.CancelUnread is set
 }
 
 // New returns an Engine.
@@ -298,6 +306,10 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, gens: map[string]int{}}
 	e.pumpCtx, e.stop = context.WithCancel(context.Background())
+	if cfg.Limits.CancelUnread > 0 {
+		e.unread = &unread{after: cfg.Limits.CancelUnread, last: map[journal.Ref]time.Time{}}
+		go e.cancelUnread()
+	}
 	return e, nil
 }
 
@@ -355,6 +367,9 @@ func (e *Engine) startPump(p *pump) error {
 	e.gens[p.g.Tenant]++
 	ctx, cancel := context.WithCancelCause(e.pumpCtx)
 	e.live.add(p.g.Ref, p.tail, p.g.Lease, cancel)
+	if e.unread != nil && p.g.Stream {
+		e.unread.add(p.g.Ref)
+	}
 	e.pumps.Add(1)
 	e.cfg.Metrics.GenerationStarted()
 	go func() {
@@ -365,9 +380,12 @@ func (e *Engine) startPump(p *pump) error {
 }
 
 // done unregisters a pump's generation.
-func (e *Engine) done(p *pump, state resume.State) {
+func (e *Engine) done(p *pump, outcome string) {
 	e.live.remove(p.g.Ref)
-	e.cfg.Metrics.GenerationEnded(state)
+	if e.unread != nil {
+		e.unread.remove(p.g.Ref)
+	}
+	e.cfg.Metrics.GenerationEnded(outcome)
 	e.mu.Lock()
 	if e.gens[p.g.Tenant]--; e.gens[p.g.Tenant] <= 0 {
 		delete(e.gens, p.g.Tenant)
@@ -442,6 +460,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	go func() { e.pumps.Wait(); close(done) }()
 	select {
 	case <-done:
+		e.stop() // nothing runs any more: the watchers end
 		return nil
 	case <-ctx.Done():
 		e.stop()
@@ -451,7 +470,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 
 type noMetrics struct{}
 
-func (noMetrics) GenerationStarted()           {}
-func (noMetrics) GenerationEnded(resume.State) {}
-func (noMetrics) EventJournaled()              {}
-func (noMetrics) UpstreamRequests(int)         {}
+func (noMetrics) GenerationStarted()     {}
+func (noMetrics) GenerationEnded(string) {}
+func (noMetrics) EventJournaled()        {}
+func (noMetrics) UpstreamRequests(int)   {}

@@ -45,11 +45,14 @@ type pump struct {
 	// hideUsage: the client did not ask for the usage the upstream was
 	// asked for (UsageAsker); its UsageOnly events are not journaled.
 	hideUsage bool
+	// streamed: the upstream answered with an event stream (a failure
+	// then interrupts a generation that had begun).
+	streamed bool
 }
 
 func (p *pump) run(ctx context.Context) {
 	res := resume.Result{State: resume.Failed}
-	defer func() { p.e.done(p, res.State) }()
+	defer func() { p.e.done(p, p.outcome(res)) }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lease := p.g.Lease
@@ -126,6 +129,38 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 	return res
 }
 
+// Outcomes of a generation, as Metrics.GenerationEnded reports them.
+const (
+	// OutcomeCompleted: the generation has its result.
+	OutcomeCompleted = "completed"
+	// OutcomeFailed: no answer came (the upstream refused, or could not
+	// be called).
+	OutcomeFailed = "failed"
+	// OutcomeInterrupted: a generation that had begun was cut (its
+	// stream broke, the proxy shut down, its lease was lost).
+	OutcomeInterrupted = "interrupted"
+	// OutcomeCancelled: a client cancelled it.
+	OutcomeCancelled = "cancelled"
+)
+
+// Outcomes lists every outcome Metrics.GenerationEnded reports.
+func Outcomes() []string {
+	return []string{OutcomeCompleted, OutcomeFailed, OutcomeInterrupted, OutcomeCancelled}
+}
+
+// outcome names how a generation that recorded res ended.
+func (p *pump) outcome(res resume.Result) string {
+	switch {
+	case res.State == resume.Completed:
+		return OutcomeCompleted
+	case res.State == resume.Cancelled:
+		return OutcomeCancelled
+	case p.streamed || res.Error == apierr.OwnerLost || res.Error == apierr.ProxyShutdown:
+		return OutcomeInterrupted
+	}
+	return OutcomeFailed
+}
+
 // countEvents is the number of data events given the number of appends
 // including the end marker.
 func countEvents(appended uint64) uint64 {
@@ -165,6 +200,7 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 		defer resp.Body.Close()
 		ct := resp.Header.Get("Content-Type")
 		if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" && !bodiless(resp.StatusCode) {
+			p.streamed = true
 			p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Streaming: true, Attempts: attempts, Upstream: up.Name})
 			res := p.events(ctx, streamCtx, w, resp.Body, stall)
 			res.Upstream = up.Name

@@ -16,7 +16,7 @@ import (
 // usage, cost or price entry adds nothing; the families pass promlint.
 func TestCostSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, func() bool { return false }, func() journal.Stats { return journal.Stats{} })
+	m := metrics.New(reg, func() journal.Stats { return journal.Stats{} })
 	if n := series(t, reg)["reprise_tokens_total"]; n != 2 {
 		t.Fatalf("reprise_tokens_total at start-up: %d series, want prompt and completion", n)
 	}

@@ -168,7 +168,18 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	octx, cancel := context.WithTimeout(ctx, DefaultOpenTimeout)
 	defer cancel()
-	j, err := journal.Open(octx, cfg.NATS, cfg.Journal)
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	var j *journal.Journal
+	m := metrics.New(reg, func() journal.Stats { return j.Stats() })
+	jcfg := cfg.Journal
+	jcfg.OnAppend = m.JournalAppend
+	if user := cfg.Journal.OnAppend; user != nil {
+		jcfg.OnAppend = func(d time.Duration) { m.JournalAppend(d); user(d) }
+	}
+	j, err = journal.Open(octx, cfg.NATS, jcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -180,12 +191,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		cfg.Client = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout)
 	}
 	cfg.Policy.RetryAmbiguous = cfg.Policy.RetryAmbiguous || cfg.UpstreamIdempotency
-	reg := cfg.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	var m *metrics.Metrics // set below, before any generation spends
-	guard, err := costGuard(cfg, func(narrowed bool) { m.GuardSwitched(narrowed) })
+	guard, err := costGuard(cfg, m.GuardSwitched)
 	if err != nil {
 		return nil, err
 	}
@@ -203,10 +209,15 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		if rt.URL == nil {
 			return nil, fmt.Errorf("%w: route %q has no URL", ErrInvalidOption, rt.Name)
 		}
-		policy, err := classify.New(cfg.Policy, cfg.Client)
+		name := cmp.Or(rt.Name, rt.URL.Host) // the engine's default name
+		pcfg := cfg.Policy
+		um := m.Upstream(name)
+		pcfg.Observer = um
+		policy, err := classify.New(pcfg, cfg.Client)
 		if err != nil {
 			return nil, err
 		}
+		um.Watch(policy)
 		dec := a
 		if rt.Key != "" {
 			dec = a.WithUpstreamKey(rt.Key)
@@ -214,13 +225,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		ups = append(ups, engine.Upstream{Name: rt.Name, URL: rt.URL, Policy: policy, Decorator: dec, Idempotency: cfg.UpstreamIdempotency,
 			Transport: cfg.Client.Transport, Paths: rt.Paths, Models: rt.Models})
 	}
-	breakerOpen := func() bool { // the primary's: a fallback's breaker is only a fallback's
-		return ups[0].Policy.BreakerOpen()
-	}
 	if cfg.Limits.MaxTenantGenerations == 0 {
 		cfg.Limits.MaxTenantGenerations = cfg.Policy.MaxConcurrent // 0: the engine's default, classify's
 	}
-	m = metrics.New(reg, breakerOpen, j.Stats)
 	ecfg := engine.Config{
 		Journal:  j,
 		Upstream: ups[0], Fallbacks: ups[1:],
@@ -236,6 +243,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Limits.CancelUnread > 0 {
+		cfg.HTTP.ReadingSignal = cfg.Limits.CancelUnread / 4
+	}
 	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Engine: eng, Auth: a, Metrics: m, Prices: cfg.Prices, Settings: cfg.HTTP, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -243,6 +253,15 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	stopCancels, err := j.OnCancel(func(ref journal.Ref) { eng.Cancel(ref) }) // asked on another instance
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Limits.CancelUnread > 0 {
+		stopReading, err := j.OnReading(eng.Reading) // readers here and on every other instance
+		if err != nil {
+			stopCancels()
+			return nil, err
+		}
+		stopSignals := stopCancels
+		stopCancels = func() { stopSignals(); stopReading() }
 	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		srv.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))

@@ -1,0 +1,69 @@
+package stream
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/reprise-dev/reprise/journal"
+)
+
+// arrival is when a request came in, and whether it started a generation:
+// the origin of the latencies its client sees.
+type arrival struct {
+	at      time.Time
+	started bool
+}
+
+type arrivalKey struct{}
+
+// withArrival stamps r with its arrival.
+func withArrival(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), arrivalKey{}, &arrival{at: time.Now()}))
+}
+
+// startedHere marks r as the request that started its key's generation.
+func startedHere(r *http.Request) {
+	if a, ok := r.Context().Value(arrivalKey{}).(*arrival); ok {
+		a.started = true
+	}
+}
+
+// timed returns the wrapper that times the first event written to r's
+// client: for a GET (a resume), from the request to it; for the request
+// that started the generation, its time to first token. Other readers
+// (attaches, replays) are not timed.
+func (s *Server) timed(r *http.Request) func(eventWriter) eventWriter {
+	a, ok := r.Context().Value(arrivalKey{}).(*arrival)
+	var observe func(time.Duration)
+	switch {
+	case !ok:
+	case r.Method == http.MethodGet:
+		observe = s.metrics.ResumeFirstEvent
+	case a.started:
+		observe = s.metrics.FirstToken
+	}
+	return func(out eventWriter) eventWriter {
+		if observe == nil {
+			return out
+		}
+		return &firstEvent{eventWriter: out, at: a.at, observe: observe}
+	}
+}
+
+// firstEvent observes the time to the first event written through it.
+type firstEvent struct {
+	eventWriter
+	at      time.Time
+	observe func(time.Duration)
+	done    bool
+}
+
+func (f *firstEvent) send(id string, ev journal.Event) error {
+	err := f.eventWriter.send(id, ev)
+	if err == nil && !f.done {
+		f.done = true
+		f.observe(time.Since(f.at))
+	}
+	return err
+}
