@@ -33,8 +33,8 @@ func withPrices(tb testing.TB, guard ...cost.GuardConfig) envOption {
 	})
 }
 
-// TestCostOnce: a stream dropped, attached to, resumed and replayed three
-// times is billed once: its status shows the fake model's ledger tokens
+// TestCostOnce: a stream dropped, attached to, resumed (GET and a POST with
+// Last-Event-ID) and replayed three times is billed once: its status shows the fake model's ledger tokens
 // (usage and billed) and their price, and the four duplicates saved four
 // times that; the tokens and cost metrics count the one generation, the
 // saved metric the duplicates. The clients, which did not ask for the
@@ -60,6 +60,9 @@ func TestCostOnce(t *testing.T) {
 		}
 		clients = append(clients, readEvents(t, resp, -1))
 	}
+	// The same client resuming with a cursor (a POST with Last-Event-ID)
+	// is no duplicate: it saves nothing.
+	clients = append(clients, append(clients[0][:5:5], readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key, "Last-Event-ID", clients[0][4].ID), -1)...))
 	for i, evs := range clients {
 		if len(evs) != 20+3 || lastEvent(t, evs).Data != "[DONE]" {
 			t.Errorf("client %d: %d events, want role, 20 tokens, stop, [DONE]", i, len(evs))
@@ -154,5 +157,32 @@ func TestCostGuard(t *testing.T) {
 	}
 	if got := metric(t, e, "reprise_cost_guard_switches_total", "narrowed"); got != 1 {
 		t.Errorf("reprise_cost_guard_switches_total{narrowed} = %v, want 1", got)
+	}
+}
+
+// TestCostSDKRetry: a keyless request's SDK retry, replayed from the
+// journal, saves the generation's cost.
+func TestCostSDKRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPrices(t))
+	prompt := uniquePrompt(t, "[tokens=3]")
+	body := chatBody(prompt, true)
+	first := do(t, "POST", e.URL+chatPath, body)
+	readEvents(t, first, -1)
+	key := first.Header.Get("Idempotency-Key")
+	waitState(t, e, key, "completed")
+	retry := do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "1")
+	readEvents(t, retry, -1)
+	if retry.Header.Get("Idempotency-Key") != key {
+		t.Fatalf("the SDK retry got key %q, want %q", retry.Header.Get("Idempotency-Key"), key)
+	}
+	gens := e.LLM.Ledger().Generations(prompt)
+	price := float64(gens[0].PromptTokens)*costPrompt + float64(gens[0].Tokens)*costCompletion
+	st, _ := getStatus(t, e, key)
+	if len(gens) != 1 || st.Saved == nil || st.Saved.Duplicates != 1 || st.Saved.Cost == nil || *st.Saved.Cost != price {
+		t.Errorf("%d generations, saved %+v, want 1 generation and 1 duplicate saving %v", len(gens), st.Saved, price)
+	}
+	if got := metric(t, e, "reprise_cost_saved_total", "mock-*"); got != price {
+		t.Errorf("reprise_cost_saved_total = %v, want %v", got, price)
 	}
 }
