@@ -102,6 +102,7 @@ var errRedirect = errors.New("classify: the upstream answered with a redirect")
 type Trace struct {
 	wrote     atomic.Bool
 	firstByte atomic.Bool
+	firstAt   atomic.Int64 // when the first response byte came, Unix nanoseconds
 }
 
 // ClientTrace returns the httptrace hooks that fill t.
@@ -112,7 +113,10 @@ func (t *Trace) ClientTrace() *httptrace.ClientTrace {
 				t.wrote.Store(true)
 			}
 		},
-		GotFirstResponseByte: func() { t.firstByte.Store(true) },
+		GotFirstResponseByte: func() {
+			t.firstAt.Store(time.Now().UnixNano())
+			t.firstByte.Store(true)
+		},
 	}
 }
 

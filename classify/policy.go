@@ -220,7 +220,10 @@ func (p *Policy) Do(ctx context.Context, newRequest func(context.Context) (*http
 		GetWithExecution(func(exec failsafe.Execution[*http.Response]) (*http.Response, error) {
 			c.attempts++
 			c.jitter = rand.Float64()
-			return c.attempt(exec.Context(), newRequest)
+			start := time.Now()
+			resp, err := c.attempt(exec.Context(), newRequest)
+			c.observe(ctx, start, resp, err)
+			return resp, err
 		})
 	err = c.final(err)
 	if c.attempts > 1 {
@@ -235,6 +238,7 @@ type call struct {
 	deadline time.Time
 	attempts int
 	last     *Error
+	trace    *Trace // the last attempt's
 	// jitter, drawn as each attempt starts, places the backoff after it
 	// within its range: abort (deciding whether the wait fits the deadline)
 	// and the delay function then see the same wait.
@@ -252,6 +256,7 @@ var errDeadline = errors.New("classify: call deadline passed")
 // client's header timeout's.
 func (c *call) attempt(ctx context.Context, newRequest func(context.Context) (*http.Request, error)) (*http.Response, error) {
 	var t Trace
+	c.trace = &t
 	actx, cancel := context.WithCancelCause(ctx)
 	timer := time.AfterFunc(time.Until(c.deadline), func() {
 		if !t.Wrote() {

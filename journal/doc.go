@@ -2,8 +2,9 @@
 // JetStream and reads it back.
 //
 // It owns two JetStream assets: a stream holding one subject per
-// (stream id, generation) and a KV bucket holding opaque record values. Both
-// expire after the configured TTL.
+// (stream id, generation), plus one per stream id for its attempt log
+// (opaque records of the upstream requests made for it), and a KV bucket
+// holding opaque record values. All expire after the configured TTL.
 //
 // A generation is written as a chain of messages, each carrying the events
 // that arrived while the one before was being stored (a frame), each

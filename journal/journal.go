@@ -173,8 +173,8 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jet
 	defer cancel()
 	st, err := js.CreateOrUpdateStream(actx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "reprise: journaled upstream events, one subject per (id, generation)",
-		Subjects:    []string{subjectPrefix + ">"},
+		Description: "reprise: journaled upstream events, one subject per (id, generation); the attempt log, one subject per id",
+		Subjects:    []string{subjectPrefix + ">", attemptPrefix + ">"},
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.TTL,
@@ -244,6 +244,40 @@ func (j *Journal) Last(ctx context.Context, ref Ref) (Event, error) {
 		return Event{}, err
 	}
 	return f.events[len(f.events)-1], nil
+}
+
+// Progress is how far a generation's journal has got, as any instance reads
+// it back.
+type Progress struct {
+	// Events is how many events are stored, the end marker not counted.
+	Events uint64
+	// Ended reports whether the end marker is stored.
+	Ended bool
+	// At is when JetStream stored the last message.
+	At time.Time
+}
+
+// Progress returns how far ref's generation is stored: one get of its last
+// message. A generation with nothing stored yet has zero Progress and no
+// error.
+func (j *Journal) Progress(ctx context.Context, ref Ref) (Progress, error) {
+	m, err := j.stream.GetLastMsgForSubject(ctx, ref.subject())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Progress{}, nil
+	}
+	f, err := storedFrame(m, err)
+	if errors.Is(err, ErrNotFound) {
+		return Progress{}, nil
+	}
+	if err != nil {
+		return Progress{}, err
+	}
+	last := f.events[len(f.events)-1]
+	p := Progress{Events: last.Offset, At: m.Time}
+	if last.IsEnd() {
+		p.Events, p.Ended = last.Offset-1, true
+	}
+	return p, nil
 }
 
 // First returns the first stored event of a generation, or ErrNotFound.

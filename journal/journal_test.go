@@ -1142,3 +1142,40 @@ func TestOnAppend(t *testing.T) {
 		t.Errorf("AppendErrors = %d, want 0", s.AppendErrors)
 	}
 }
+
+// TestProgress: Progress counts the events stored so far, before the
+// generation ends and after, and says when the last was stored.
+func TestProgress(t *testing.T) {
+	t.Parallel()
+	j := newJournal(t)
+	ctx := waitCtx(t, waitTimeout)
+	ref := journal.Ref{ID: "progress", Gen: 1}
+	if p, err := j.Progress(ctx, ref); err != nil || p != (journal.Progress{}) {
+		t.Fatalf("Progress of nothing stored = %+v, %v; want zero", p, err)
+	}
+	acked := make(chan journal.Event, 8)
+	w := j.NewWriter(ref, func(ev journal.Event) { acked <- ev })
+	before := time.Now().Add(-time.Second) // JetStream's clock is this machine's
+	for i := 1; i <= 3; i++ {
+		if err := w.Append(ctx, eventType(i), []byte(eventData(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		select {
+		case <-acked:
+		case <-ctx.Done():
+			t.Fatalf("waiting for event %d to be acknowledged: %v", i, ctx.Err())
+		}
+	}
+	p, err := j.Progress(ctx, ref)
+	if err != nil || p.Events != 3 || p.Ended || p.At.Before(before) || p.At.After(time.Now().Add(time.Second)) {
+		t.Fatalf("Progress after 3 events = %+v, %v; want 3 events, not ended, stored just now", p, err)
+	}
+	if err := w.End(ctx, journal.EndCompleted); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := j.Progress(ctx, ref); err != nil || p.Events != 3 || !p.Ended {
+		t.Fatalf("Progress after the end = %+v, %v; want 3 events, ended", p, err)
+	}
+}

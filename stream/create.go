@@ -61,6 +61,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	if key == "" {
 		key, sdkRetry = s.keyless(r, tenant, fp)
 	}
+	noteKey(r, key)
 	id := resume.StreamID(tenant, key)
 	// The decision is not the client's to cut short: a record created for a
 	// client that left meanwhile would otherwise name a generation nobody
@@ -73,6 +74,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	switch {
 	case errors.Is(err, resume.ErrMismatch):
 		s.metrics.Decision("mismatch")
+		noteDecision(r, "reject")
 		fail(w, r, apierr.New(apierr.Mismatch))
 		return
 	case err != nil:
@@ -100,6 +102,11 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	}
 	if out.Decision == resume.Start {
 		startedHere(r)
+	}
+	if out.Decision != resume.Start && r.Header.Get("Last-Event-ID") != "" {
+		noteDecision(r, "resume")
+	} else {
+		noteDecision(r, out.Decision.String())
 	}
 	if (out.Decision == resume.Attach || out.Decision == resume.Replay) && r.Header.Get("Last-Event-ID") == "" {
 		s.duplicate(id, rec) // one with a cursor is the same client resuming

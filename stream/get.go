@@ -27,6 +27,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.BadKey))
 		return
 	}
+	noteKey(r, key)
 	if _, _, _, err := parseRange(r.Header.Get("Range"), math.MaxInt64); errors.Is(err, errRangeSyntax) {
 		fail(w, r, apierr.New(apierr.BadRange))
 		return
@@ -36,7 +37,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wantsJSON(r.Header.Get("Accept")) && !websocket.IsWebSocketUpgrade(r) {
-		writeStatus(w, http.StatusOK, rec)
+		writeStatus(w, http.StatusOK, s.live(r.Context(), id, rec))
 		return
 	}
 	raw := r.Header.Get("Last-Event-ID") // EventSource's reconnect: newer than the URL's query
@@ -52,6 +53,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)
+	noteDecision(r, "resume")
 	if !s.answersStream(r.Context(), id, rec) { // a non-streamed answer: its Location serves the stored result
 		if rec.State == resume.InProgress {
 			s.serveResultLimited(w, r, tenant, id, rec, s.awaitResultOf(tenant))
@@ -101,6 +103,32 @@ func (s *Server) record(ctx context.Context, id string) (resume.Record, error) {
 		return rec, nil
 	}
 	return s.resume.Get(ctx, id)
+}
+
+// live is rec with its events and updated_at as journaled now, for a
+// generation in progress: the record itself only moves at the lease's
+// heartbeats. The owner reads its tail; any other instance asks the journal
+// for the generation's last message. If the journal does not answer, the
+// record is as good as it gets.
+func (s *Server) live(ctx context.Context, id string, rec resume.Record) resume.Record {
+	if rec.State != resume.InProgress {
+		return rec
+	}
+	ref := journal.Ref{ID: id, Gen: rec.Generation}
+	var events uint64
+	var at time.Time
+	if t := s.engine.Tail(ref); t != nil {
+		events, at = t.Progress()
+	} else if p, err := s.journal.Progress(ctx, ref); err == nil {
+		events, at = p.Events, p.At
+	} else {
+		s.log.Debug("status: journal progress", "err", err)
+	}
+	rec.Events = max(rec.Events, events)
+	if at.After(rec.UpdatedAt) {
+		rec.UpdatedAt = at.In(rec.UpdatedAt.Location())
+	}
+	return rec
 }
 
 // finalEvents is how many events a finished generation's readers can get.

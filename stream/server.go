@@ -195,6 +195,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/responses/{id}", s.handleResponse)
 	s.mux.HandleFunc("GET /v1/streams/{key}", s.handleStream)
 	s.mux.HandleFunc("POST /v1/streams/{key}/cancel", s.handleCancel)
+	s.mux.HandleFunc("GET /v1/streams/{key}/attempts", s.handleAttempts)
 	s.mux.HandleFunc("/v1/streams/{key}", methodNotAllowed("GET"))
 	s.mux.HandleFunc("/v1/streams/", func(w http.ResponseWriter, r *http.Request) { fail(w, r, apierr.New(apierr.NotFound)) }) // reprise's own
 	s.mux.HandleFunc("/v1/", s.passThrough)
@@ -211,7 +212,7 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mux.ServeHTTP(w, withArrival(r))
+	s.logAccess(w, withArrival(r), s.mux)
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {

@@ -31,8 +31,9 @@ const composeShutdownTail = 17 * time.Second
 
 // TestComposeFile checks the cluster topology of docker-compose.yml without
 // a Docker engine: a 3-node JetStream cluster, two reprise replicas on it
-// behind a load balancer without stickiness, the fake upstream; and the
-// load balancer's config and the Dockerfile it builds.
+// behind a load balancer without stickiness, the fake upstream, Prometheus
+// and Grafana; and the load balancer's config, the monitoring configs and
+// the Dockerfile it builds.
 func TestComposeFile(t *testing.T) {
 	t.Parallel()
 	root := composeRoot(t)
@@ -43,9 +44,9 @@ func TestComposeFile(t *testing.T) {
 	top := composeRoles(t, p)
 
 	t.Run("services", func(t *testing.T) {
-		if len(top.nats) != 3 || len(top.reprise) != 2 || top.upstream == "" || top.lb == "" {
-			t.Fatalf("want 3 nats, 2 reprise, 1 upstream, 1 load balancer; got nats %v, reprise %v, upstream %q, lb %q",
-				top.nats, top.reprise, top.upstream, top.lb)
+		if len(top.nats) != 3 || len(top.reprise) != 2 || top.upstream == "" || top.lb == "" || top.prometheus == "" || top.grafana == "" {
+			t.Fatalf("want 3 nats, 2 reprise, 1 upstream, 1 load balancer, Prometheus and Grafana; got nats %v, reprise %v, upstream %q, lb %q, prometheus %q, grafana %q",
+				top.nats, top.reprise, top.upstream, top.lb, top.prometheus, top.grafana)
 		}
 	})
 	if t.Failed() {
@@ -178,7 +179,7 @@ func TestComposeFile(t *testing.T) {
 	})
 
 	t.Run("healthchecks", func(t *testing.T) {
-		for _, svc := range append(append([]string{top.upstream, top.lb}, top.nats...), top.reprise...) {
+		for _, svc := range append(append([]string{top.upstream, top.lb, top.prometheus, top.grafana}, top.nats...), top.reprise...) {
 			hc := p.Services[svc].HealthCheck
 			if hc == nil || hc.Disable || len(hc.Test) < 2 || hc.Test[0] == "NONE" {
 				t.Errorf("%s: no healthcheck", svc)
@@ -240,6 +241,14 @@ func TestComposeFile(t *testing.T) {
 		}
 	})
 
+	t.Run("prometheus", func(t *testing.T) {
+		composeCheckPrometheus(t, p, top)
+	})
+
+	t.Run("grafana", func(t *testing.T) {
+		composeCheckGrafana(t, p, top)
+	})
+
 	t.Run("secret required", func(t *testing.T) {
 		for _, env := range []map[string]string{{}, {"REPRISE_SECRET": ""}} {
 			_, err := composeLoad(root, env)
@@ -289,13 +298,15 @@ func TestComposeFile(t *testing.T) {
 
 // composeTopology names the services by role.
 type composeTopology struct {
-	nats, reprise []string // sorted
-	upstream, lb  string
+	nats, reprise       []string // sorted
+	upstream, lb        string
+	prometheus, grafana string
 }
 
 // composeRoles sorts every service into a role, by what it runs: the nats
-// image, reprise (REPRISE_NATS set), the mockllm entrypoint, or a service
-// publishing ports (the load balancer). Anything else fails.
+// image, reprise (REPRISE_NATS set), the mockllm entrypoint, the prometheus
+// and grafana images, or a service publishing ports (the load balancer).
+// Anything else fails.
 func composeRoles(t *testing.T, p *types.Project) composeTopology {
 	t.Helper()
 	var top composeTopology
@@ -305,6 +316,16 @@ func composeRoles(t *testing.T, p *types.Project) composeTopology {
 			top.nats = append(top.nats, name)
 		case composeEnvOf(s)["REPRISE_NATS"] != "":
 			top.reprise = append(top.reprise, name)
+		case composeImageIs(s.Image, "prometheus"):
+			if top.prometheus != "" {
+				t.Errorf("two Prometheus servers: %s and %s", top.prometheus, name)
+			}
+			top.prometheus = name
+		case composeImageIs(s.Image, "grafana"):
+			if top.grafana != "" {
+				t.Errorf("two Grafanas: %s and %s", top.grafana, name)
+			}
+			top.grafana = name
 		case len(s.Entrypoint) > 0 && filepath.Base(s.Entrypoint[0]) == "mockllm":
 			if top.upstream != "" {
 				t.Errorf("two upstreams: %s and %s", top.upstream, name)

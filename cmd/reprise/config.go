@@ -33,6 +33,7 @@ type config struct {
 	grace    time.Duration
 	secret   string
 	logLevel slog.Level
+	logText  bool // --log-format text
 
 	upstreams      string // routes file
 	prices         string // price table file
@@ -68,6 +69,14 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.IntVar(&p.Journal.Replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
 	fs.StringVar(&c.secret, "secret", "", "server secret for tenant ids (default: generated once under --data)")
 	fs.StringVar(level, "log-level", "info", "debug, info, warn or error")
+	fs.Func("log-format", "`json` (one slog JSON object a line: the access log, the attempt log) or text (default json)", func(v string) error {
+		switch v {
+		case "json", "text":
+			c.logText = v == "text"
+			return nil
+		}
+		return fmt.Errorf("%q: want json or text", v)
+	})
 
 	fs.BoolVar(&p.UpstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
 	fs.IntVar(&p.Policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")

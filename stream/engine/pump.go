@@ -48,6 +48,10 @@ type pump struct {
 	// streamed: the upstream answered with an event stream (a failure
 	// then interrupts a generation that had begun).
 	streamed bool
+	// attempts counts the upstream requests made, over every upstream
+	// tried (observe); before, those of the key's earlier generations,
+	// read from the attempt log at the first of them.
+	attempts, before int
 }
 
 func (p *pump) run(ctx context.Context) {
@@ -221,7 +225,7 @@ func (p *pump) call(ctx context.Context, up Upstream) (resp *http.Response, rele
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	resp, attempts, err = up.Policy.Do(ctx, p.newRequest)
+	resp, attempts, err = up.Policy.Do(classify.WithObserver(ctx, p.observe(ctx, up)), p.newRequest)
 	p.e.cfg.Metrics.UpstreamRequests(attempts)
 	if err != nil {
 		release()

@@ -17,6 +17,7 @@ type Tail struct {
 	mu      sync.Mutex
 	events  []journal.Event // offsets 1..n; the end marker last, once done
 	changed chan struct{}   // closed and replaced on every append
+	at      time.Time       // when the last event was appended
 
 	head     chan struct{} // closed once the upstream answered
 	headResp *Head
@@ -45,6 +46,7 @@ func newTail() *Tail {
 func (t *Tail) append(ev journal.Event) {
 	t.mu.Lock()
 	t.events = append(t.events, ev)
+	t.at = time.Now()
 	close(t.changed)
 	t.changed = make(chan struct{})
 	t.mu.Unlock()
@@ -73,6 +75,20 @@ func (t *Tail) Last() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return uint64(len(t.events))
+}
+
+// Progress is how many events the tail holds, its end marker not counted,
+// and when the last one (or the end marker) was appended; zero before any.
+// Readers of the key's status get it live, not as of the lease's last
+// heartbeat.
+func (t *Tail) Progress() (events uint64, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := uint64(len(t.events))
+	if n > 0 && t.events[n-1].IsEnd() {
+		n--
+	}
+	return n, t.at
 }
 
 // Since returns the events after offset and a channel closed on the next

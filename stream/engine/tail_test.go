@@ -85,3 +85,23 @@ func TestRegistryOwned(t *testing.T) {
 		t.Fatal("owned after the generation was removed")
 	}
 }
+
+// TestTailProgress: Progress counts the events appended, not the end
+// marker, and moves its time with each append.
+func TestTailProgress(t *testing.T) {
+	tl := newTail()
+	if n, at := tl.Progress(); n != 0 || !at.IsZero() {
+		t.Fatalf("Progress of an empty tail = %d, %s; want 0 and no time", n, at)
+	}
+	before := time.Now()
+	tl.append(journal.Event{Offset: 1, Data: []byte("a")})
+	tl.append(journal.Event{Offset: 2, Data: []byte("b")})
+	n, at := tl.Progress()
+	if n != 2 || at.Before(before) {
+		t.Fatalf("Progress after 2 events = %d, %s; want 2, at or after %s", n, at, before)
+	}
+	tl.append(journal.Event{Offset: 3, End: journal.EndCompleted})
+	if n, end := tl.Progress(); n != 2 || end.Before(at) {
+		t.Fatalf("Progress after the end marker = %d, %s; want 2, at or after %s", n, end, at)
+	}
+}

@@ -19,6 +19,10 @@ type Status struct {
 	Events     int    `json:"events"`
 	Error      string `json:"error"`
 	Usage      *Usage `json:"usage"`
+	// CreatedAt and UpdatedAt: when the key was created, and when it or
+	// its generation's journal last changed.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Cost is the last generation's cost, Billed what all the key's
 	// generations billed, Saved what its duplicates did not cost.
 	Cost   *float64 `json:"cost"`

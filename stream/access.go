@@ -1,0 +1,117 @@
+package stream
+
+import (
+	"bufio"
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// access is what a handler tells the access log about its request: the key
+// and what the request was allowed to do (start, attach, replay, resume or
+// reject).
+type access struct {
+	key, decision string
+}
+
+type accessKey struct{}
+
+// noted returns r's access note, nil outside ServeHTTP.
+func noted(r *http.Request) *access {
+	a, _ := r.Context().Value(accessKey{}).(*access)
+	return a
+}
+
+// noteKey tells the access log r's key.
+func noteKey(r *http.Request, key string) {
+	if a := noted(r); a != nil {
+		a.key = key
+	}
+}
+
+// noteDecision tells the access log what r was allowed to do.
+func noteDecision(r *http.Request, decision string) {
+	if a := noted(r); a != nil {
+		a.decision = decision
+	}
+}
+
+// quiet are the paths probes and scrapers ask every few seconds: their
+// access lines are at debug level.
+var quiet = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+// logAccess serves r through next and logs one line: method, path, status,
+// duration, key and decision. A request with a key that failed before any
+// decision was rejected. A reader whose connection was taken over (a
+// detached event stream, a WebSocket) is logged when it was handed over.
+func (s *Server) logAccess(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	start := time.Now()
+	note := &access{}
+	aw := &accessWriter{ResponseWriter: w}
+	defer func() {
+		status := aw.status
+		if status == 0 && aw.hijacked {
+			status = http.StatusOK
+			if websocket.IsWebSocketUpgrade(r) {
+				status = http.StatusSwitchingProtocols
+			}
+		}
+		decision := note.decision
+		if decision == "" && note.key != "" && status >= http.StatusBadRequest {
+			decision = "reject"
+		}
+		level := slog.LevelInfo
+		if quiet[r.URL.Path] {
+			level = slog.LevelDebug
+		}
+		s.log.Log(context.Background(), level, "request", "method", r.Method, "path", r.URL.Path, "status", status,
+			"duration_ms", ms(time.Since(start)), "key", note.key, "decision", decision)
+	}()
+	next.ServeHTTP(aw, r.WithContext(context.WithValue(r.Context(), accessKey{}, note)))
+}
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// accessWriter records the status of a response. It passes on flushes,
+// hijacks and, through Unwrap, what http.ResponseController finds.
+type accessWriter struct {
+	http.ResponseWriter
+	status   int
+	hijacked bool
+}
+
+func (a *accessWriter) WriteHeader(code int) {
+	if a.status == 0 && code >= 200 {
+		a.status = code
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *accessWriter) Write(b []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	return a.ResponseWriter.Write(b)
+}
+
+// Flush passes a flush on (go-sse and net/http's own code look for it).
+func (a *accessWriter) Flush() {
+	if f, ok := a.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Hijack passes a takeover on (gorilla/websocket asserts http.Hijacker).
+func (a *accessWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(a.ResponseWriter).Hijack()
+	a.hijacked = err == nil
+	return conn, rw, err
+}
+
+// Unwrap is for http.ResponseController.
+func (a *accessWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }

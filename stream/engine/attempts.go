@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"github.com/reprise-dev/reprise/classify"
+)
+
+// AttemptLog keeps the attempt log of each stream id. The engine's Journal
+// implements it optionally (journal.Journal does); without it attempts are
+// only logged.
+type AttemptLog interface {
+	// LogAttempt adds an Attempt record, as JSON, to id's log.
+	LogAttempt(id string, record []byte) error
+	// Attempts returns id's records, oldest first.
+	Attempts(ctx context.Context, id string) ([][]byte, error)
+}
+
+// Attempt is one upstream request made for a generation: a record of the
+// attempt log (GET /v1/streams/{key}/attempts) and an info line of the log.
+type Attempt struct {
+	Key string `json:"key"`
+	// Tenant is a hash of the tenant id (itself derived from the
+	// credential): it tells tenants apart and reveals neither.
+	Tenant     string `json:"tenant"`
+	Generation uint64 `json:"generation"`
+	// Attempt is its number within the generation, from 1, across the
+	// upstreams tried in turn.
+	Attempt  int    `json:"attempt"`
+	Upstream string `json:"upstream"`
+	Path     string `json:"path"`
+	Model    string `json:"model,omitempty"`
+	// Status is the upstream's HTTP status; 0 when it did not answer.
+	Status int `json:"status"`
+	// Kind is ok, retryable, fatal, ambiguous, unavailable or cancelled
+	// (classify.Attempt.KindName); Code names a failure the proxy made.
+	Kind string `json:"kind"`
+	Code string `json:"code,omitempty"`
+	// DurationMS runs to the answer's head or the failure; FirstByteMS to
+	// the first response byte (0: none came).
+	DurationMS  float64   `json:"duration_ms"`
+	FirstByteMS float64   `json:"ttfb_ms"`
+	At          time.Time `json:"at"`
+}
+
+// warnAttempts is the number of upstream attempts for one key past which a
+// WARN line is logged (seed 000 §6.2: more than two).
+const warnAttempts = 2
+
+// tenantHash is what logs and the attempt log show of a tenant id.
+func tenantHash(tenant string) string {
+	h := sha256.Sum256([]byte(tenant))
+	return hex.EncodeToString(h[:8])
+}
+
+// observe returns the observer of the upstream attempts p makes toward up:
+// each is logged at info, added to the attempt log, and the key's attempt
+// past warnAttempts — its earlier generations' counted — is logged at WARN.
+func (p *pump) observe(ctx context.Context, up Upstream) func(classify.Attempt) {
+	l, logged := p.e.cfg.Journal.(AttemptLog)
+	return func(a classify.Attempt) {
+		if p.attempts == 0 && p.g.Ref.Gen > 1 && logged {
+			p.before = p.earlierAttempts(ctx, l)
+		}
+		p.attempts++
+		rec := Attempt{
+			Key: p.g.Key, Tenant: tenantHash(p.g.Tenant), Generation: p.g.Ref.Gen, Attempt: p.attempts,
+			Upstream: up.Name, Path: p.g.Path, Model: p.g.Model, Status: a.Status, Kind: a.KindName(), Code: a.Code,
+			DurationMS: ms(a.Duration), FirstByteMS: ms(a.FirstByte), At: time.Now().UTC(),
+		}
+		p.log.Info("upstream attempt", "key", rec.Key, "tenant", rec.Tenant, "gen", rec.Generation, "attempt", rec.Attempt,
+			"upstream", rec.Upstream, "path", rec.Path, "model", rec.Model, "status", rec.Status, "kind", rec.Kind,
+			"code", rec.Code, "duration_ms", rec.DurationMS, "ttfb_ms", rec.FirstByteMS)
+		if p.before+p.attempts == warnAttempts+1 {
+			p.log.Warn("key sees more than two upstream attempts", "key", rec.Key, "tenant", rec.Tenant, "gen", rec.Generation,
+				"attempts", p.before+p.attempts, "upstream", rec.Upstream, "status", rec.Status, "kind", rec.Kind)
+		}
+		if !logged {
+			return
+		}
+		b, err := json.Marshal(rec)
+		if err == nil {
+			err = l.LogAttempt(p.g.Ref.ID, b)
+		}
+		if err != nil {
+			p.log.Warn("attempt log: record lost", "err", err)
+		}
+	}
+}
+
+// earlierAttempts is how many upstream attempts the key's earlier
+// generations made, by its attempt log; 0 if the log does not answer within
+// a second (the WARN line may then come late or not at all).
+func (p *pump) earlierAttempts(ctx context.Context, l AttemptLog) int {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	records, err := l.Attempts(ctx, p.g.Ref.ID)
+	if err != nil {
+		p.log.Debug("attempt log: earlier attempts unknown", "err", err)
+		return 0
+	}
+	n := 0
+	for _, b := range records {
+		var a struct {
+			Generation uint64 `json:"generation"`
+		}
+		if json.Unmarshal(b, &a) == nil && a.Generation < p.g.Ref.Gen {
+			n++
+		}
+	}
+	return n
+}
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
