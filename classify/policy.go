@@ -71,6 +71,10 @@ type Config struct {
 	// waits up to QueueTimeout for a place. Defaults 512 and 5 s.
 	MaxConcurrent int
 	QueueTimeout  time.Duration
+	// Narrowed, while it reports true, narrows retries to connect failures
+	// (nothing was sent): no 429, 5xx or ambiguous failure is retried (the
+	// cost guard, cost.Guard). Default nil: never narrowed.
+	Narrowed func() bool
 	// Now is the clock for Retry-After dates. Default time.Now.
 	Now func() time.Time
 	// Observer takes each attempt, retry and retried call's outcome.
@@ -310,6 +314,10 @@ func (b *cancelOnClose) Close() error {
 }
 
 func (c *call) retryable(err error) bool {
+	if c.p.cfg.Narrowed != nil && c.p.cfg.Narrowed() {
+		var ce *Error
+		return errors.As(err, &ce) && errors.Is(ce, ErrRetryable) && ce.Code == CodeUnreachable
+	}
 	return errors.Is(err, ErrRetryable) || (c.p.cfg.RetryAmbiguous && errors.Is(err, ErrAmbiguous))
 }
 

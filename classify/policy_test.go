@@ -948,3 +948,28 @@ func TestPolicyDeadlineSparesSentAttempt(t *testing.T) {
 		}
 	})
 }
+
+// TestPolicyNarrowed: while Narrowed reports true (the cost guard), a 503
+// is not retried but a refused connection still is; once it reports false
+// the 503 is retried again.
+func TestPolicyNarrowed(t *testing.T) {
+	var narrowed atomic.Bool
+	narrowed.Store(true)
+	p := newPolicy(t, fastRetries(classify.Config{MaxAttempts: 3, Narrowed: narrowed.Load}), nil)
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		http.Error(w, `{"error":{"message":"busy"}}`, http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	if _, attempts, err := call(t, p, srv.URL); !errors.Is(err, classify.ErrRetryable) || attempts != 1 {
+		t.Errorf("narrowed 503: %d attempts, %v; want 1, retryable", attempts, err)
+	}
+	if _, attempts, err := call(t, p, refusedURL(t)); !errors.Is(err, classify.ErrRetryable) || attempts != 3 {
+		t.Errorf("narrowed refused connection: %d attempts, %v; want 3", attempts, err)
+	}
+	narrowed.Store(false)
+	if _, attempts, _ := call(t, p, srv.URL); attempts != 3 {
+		t.Errorf("widened 503: %d attempts, want 3", attempts)
+	}
+}

@@ -25,6 +25,8 @@ type Lease struct {
 	rev  uint64
 	done bool
 
+	settled uint64 // duplicates Finish moved into Saved
+
 	lost     chan struct{}
 	lostOnce sync.Once
 	stop     chan struct{}
@@ -124,6 +126,10 @@ type Result struct {
 	Error       string // error code for Failed
 	Usage       *Usage // what the upstream reported, if it did
 	Upstream    string // the name of the upstream that answered
+	// Model is the model the request named; Cost what the generation
+	// cost by the price table (nil: no price known).
+	Model string
+	Cost  *float64
 }
 
 // Finish stores the generation's result and stops the heartbeat. ErrFenced
@@ -139,9 +145,17 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	if again {
 		return ErrFenced
 	}
+	var settled uint64
 	change := func(r *Record) {
 		r.State, r.Events, r.Status, r.ContentType, r.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
-		r.Usage, r.Upstream = res.Usage, res.Upstream
+		r.Usage, r.Upstream, r.Model, r.Cost = nil, res.Upstream, res.Model, res.Cost
+		if res.State == Completed {
+			r.Usage = res.Usage
+		}
+		r.bill(res.Usage, res.Cost) // applied to a fresh copy on every try: once
+		settled = r.Attached
+		r.save(r.Attached, res.Cost)
+		r.Attached = 0
 		r.Owner, r.LeaseUntil = "", time.Time{}
 	}
 	// A store that does not answer (a NATS failover) is asked again until
@@ -150,7 +164,9 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	// record on the next try: it is ours if it carries our attempt.
 	rp := retrypolicy.NewBuilder[any]().
 		HandleIf(func(_ any, err error) bool {
-			return err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrContended)
+			// ErrContended too: duplicates counting themselves (Duplicate)
+			// write the record while it runs.
+			return err != nil && !errors.Is(err, ErrFenced)
 		}).
 		WithBackoff(100*time.Millisecond, 2*time.Second).
 		WithMaxAttempts(-1).
@@ -167,8 +183,19 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	}
 	l.mu.Lock()
 	l.done = true
+	if err == nil {
+		l.settled = settled
+	}
 	l.mu.Unlock()
 	return err
+}
+
+// Settled is the number of duplicates that attached to the generation
+// while it ran, counted into the record's Saved by Finish.
+func (l *Lease) Settled() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.settled
 }
 
 // finishedAs reports whether the stored record is this lease's generation

@@ -191,6 +191,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.Owner = m.cfg.Owner
 		rec.LeaseUntil = now.Add(m.cfg.Lease)
 		rec.Events, rec.Status, rec.ContentType, rec.Error, rec.Usage, rec.Upstream = 0, 0, "", "", nil, ""
+		rec.Model, rec.Cost, rec.Attached = "", nil, 0
 		rec.Stream = req.Stream
 		rec.UpdatedAt = now
 		rec.Attempt = newAttempt()
@@ -316,6 +317,11 @@ func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Ti
 		if ok {
 			rec.State, rec.Events, rec.Status, rec.ContentType, rec.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
 			rec.Usage = res.Usage
+			// Billed by its usage; unpriced (the price table is the
+			// engine's), and its attaches saved nothing known.
+			rec.bill(res.Usage, nil)
+			rec.save(rec.Attached, nil)
+			rec.Attached = 0
 			rec.Owner, rec.LeaseUntil = "", time.Time{}
 			return rec, nil
 		}

@@ -35,8 +35,22 @@ type Record struct {
 	Status      int       `json:"status,omitempty"`
 	ContentType string    `json:"content_type,omitempty"`
 	Error       string    `json:"error,omitempty"`
-	// Usage is what the upstream reported the generation cost, when it did.
+	// Usage is what the upstream reported the completed generation cost,
+	// when it did.
 	Usage *Usage `json:"usage,omitempty"`
+	// Model is the model the generation's request named.
+	Model string `json:"model,omitempty"`
+	// Cost is what the generation cost by the price table, when known
+	// (a failed generation's too).
+	Cost *float64 `json:"cost,omitempty"`
+	// Billed sums the usage and cost of every generation of the key.
+	Billed *Billed `json:"billed,omitempty"`
+	// Saved is what duplicates of the key (attaches, replays, SDK
+	// retries) did not cost.
+	Saved *Saved `json:"saved,omitempty"`
+	// Attached counts the duplicates that attached to the running
+	// generation: Finish moves them into Saved, once its cost is known.
+	Attached uint64 `json:"attached,omitempty"`
 	// Upstream names the upstream that answered the generation.
 	Upstream  string    `json:"upstream,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -92,4 +106,69 @@ func (u Usage) Merge(next Usage) Usage {
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	}
 	return u
+}
+
+// Billed is what a key's generations billed, all of them: completed and
+// failed.
+type Billed struct {
+	Usage
+	// Cost is the sum of the generations' costs; nil while none was known.
+	Cost *float64 `json:"cost,omitempty"`
+	// Generations counts the generations whose usage or cost was known.
+	Generations uint64 `json:"generations"`
+}
+
+// Saved is what a key's duplicates were spared.
+type Saved struct {
+	// Duplicates counts the requests that attached or replayed instead of
+	// generating.
+	Duplicates uint64 `json:"duplicates"`
+	// Cost is what they would have cost; nil while no cost was known.
+	Cost *float64 `json:"cost,omitempty"`
+}
+
+// bill adds one generation's usage and cost to the key's bill.
+func (r *Record) bill(u *Usage, cost *float64) {
+	if u == nil && cost == nil {
+		return
+	}
+	b := Billed{}
+	if r.Billed != nil {
+		b = *r.Billed
+	}
+	b.Generations++
+	if u != nil {
+		f := u.Filled()
+		b.PromptTokens += f.PromptTokens
+		b.CompletionTokens += f.CompletionTokens
+		b.TotalTokens += f.TotalTokens
+	}
+	b.Cost = addCost(b.Cost, cost, 1)
+	r.Billed = &b
+}
+
+// save counts n duplicates of a generation of cost (nil: unknown).
+func (r *Record) save(n uint64, cost *float64) {
+	if n == 0 {
+		return
+	}
+	s := Saved{}
+	if r.Saved != nil {
+		s = *r.Saved
+	}
+	s.Duplicates += n
+	s.Cost = addCost(s.Cost, cost, n)
+	r.Saved = &s
+}
+
+// addCost is sum plus n times cost, each nil when unknown.
+func addCost(sum, cost *float64, n uint64) *float64 {
+	if cost == nil {
+		return sum
+	}
+	v := *cost * float64(n)
+	if sum != nil {
+		v += *sum
+	}
+	return &v
 }

@@ -187,9 +187,14 @@ type status struct {
 	Status     int           `json:"status,omitempty"`
 	Error      string        `json:"error,omitempty"`
 	Usage      *resume.Usage `json:"usage,omitempty"`
-	Upstream   string        `json:"upstream,omitempty"`
-	CreatedAt  time.Time     `json:"created_at"`
-	UpdatedAt  time.Time     `json:"updated_at"`
+	// Cost is the last generation's; Billed all generations'; Saved what
+	// duplicates did not cost (resume.Record).
+	Cost      *float64       `json:"cost,omitempty"`
+	Billed    *resume.Billed `json:"billed,omitempty"`
+	Saved     *resume.Saved  `json:"saved,omitempty"`
+	Upstream  string         `json:"upstream,omitempty"`
+	CreatedAt time.Time      `json:"created_at"`
+	UpdatedAt time.Time      `json:"updated_at"`
 }
 
 func writeStatus(w http.ResponseWriter, code int, rec resume.Record) {
@@ -198,7 +203,7 @@ func writeStatus(w http.ResponseWriter, code int, rec resume.Record) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(status{
 		Key: rec.Key, State: rec.State, Generation: rec.Generation, Events: rec.Events, Stream: rec.Stream,
-		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, Upstream: rec.Upstream, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, Cost: rec.Cost, Billed: rec.Billed, Saved: rec.Saved, Upstream: rec.Upstream, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	})
 }
 

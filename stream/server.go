@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reprise-dev/reprise/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
@@ -102,6 +103,9 @@ type Config struct {
 	Auth *auth.Auth
 	// Metrics takes the counts. Default: series on a private registry.
 	Metrics *metrics.Metrics
+	// Prices names the price table entry of a replayed generation's model
+	// in reprise_cost_saved_total. Default nil: no cost is known.
+	Prices *cost.Table
 	// Settings are the limits and timings; zero fields take their defaults.
 	Settings Settings
 	// Logger. Default slog.Default().
@@ -116,6 +120,7 @@ type Server struct {
 	engine   *engine.Engine
 	auth     *auth.Auth
 	metrics  *metrics.Metrics
+	prices   *cost.Table
 	log      *slog.Logger
 	mux      *http.ServeMux
 	detached *detach.Group // SSE readers on connections taken over from net/http
@@ -144,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg.Settings, journal: cfg.Journal, resume: cfg.Resume, engine: cfg.Engine, auth: cfg.Auth,
-		metrics: cfg.Metrics, log: cfg.Logger, mux: http.NewServeMux(), detached: detach.NewGroup(),
+		metrics: cfg.Metrics, prices: cfg.Prices, log: cfg.Logger, mux: http.NewServeMux(), detached: detach.NewGroup(),
 		readers:       map[string]int{},
 		tenantReaders: map[string]int{},
 	}

@@ -68,7 +68,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.click(t, "generate")
 		p.waitText(t, "conn", "done", 10*time.Second)
 		p.expectText(t, "output", want)
-		p.expectText(t, "count", "43") // role, 40 tokens, stop, usage
+		p.expectText(t, "count", "42") // role, 40 tokens, stop
 		p.expectText(t, "dupes", "0")
 		p.expectText(t, "replayed", "false")
 		if key := p.text(t, "key"); len(key) != 36 {
@@ -115,7 +115,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.click(t, "resume")
 		p.waitText(t, "conn", "done", 10*time.Second)
 		p.expectText(t, "output", want)
-		p.expectText(t, "count", "63") // role, 60 tokens, stop, usage
+		p.expectText(t, "count", "62") // role, 60 tokens, stop
 		p.expectText(t, "dupes", "0")
 		if msg := p.text(t, "error"); msg != "" {
 			p.fail(t, "#error = %q", msg)
@@ -151,7 +151,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "replayed", "true")
 		p.expectText(t, "key", key)
 		p.expectText(t, "output", resumedWant)
-		p.expectText(t, "count", "63")
+		p.expectText(t, "count", "62") // role, 60 tokens, stop
 		p.expectText(t, "dupes", "0")
 		ledgerIs1(t, resumedPrompt)
 		t.Logf("replay: %v", time.Since(start).Round(time.Millisecond))
@@ -185,7 +185,7 @@ func TestBrowserDemo(t *testing.T) {
 		}
 		p.waitText(t, "conn", "done", 10*time.Second)
 		p.expectText(t, "output", want)
-		p.expectText(t, "count", "153") // role, 150 tokens, stop, usage
+		p.expectText(t, "count", "152") // role, 150 tokens, stop
 		p.expectText(t, "dupes", "0")
 		if !evaluate[bool](t, p, `Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).some((s) => s.includes('auto-resume'))`) {
 			p.fail(t, "the log does not show an auto-resume")

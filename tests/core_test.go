@@ -30,7 +30,7 @@ func TestCompleteStream(t *testing.T) {
 	}
 	evs := readEvents(t, resp, -1)
 	checkUnique(t, evs)
-	if n := len(evs); n != 12+4 { // role, 12 tokens, stop, usage, [DONE]
+	if n := len(evs); n != 12+3 { // role, 12 tokens, stop, [DONE] (no usage chunk: not asked for)
 		t.Fatalf("got %d events, want 16", n)
 	}
 	if last := evs[len(evs)-1]; last.Data != "[DONE]" {
@@ -118,8 +118,8 @@ func TestDuplicateReplays(t *testing.T) {
 		t.Errorf("replay of a completed key lacks Idempotent-Replayed: true")
 	}
 	c := readEvents(t, after, -1)
-	if len(b) != 34 || len(c) != 34 {
-		t.Fatalf("attach got %d events, replay %d, want 34 each", len(b), len(c))
+	if len(b) != 33 || len(c) != 33 {
+		t.Fatalf("attach got %d events, replay %d, want 33 each", len(b), len(c))
 	}
 	for i := range b {
 		if b[i] != c[i] {
@@ -149,8 +149,8 @@ func TestClientGone(t *testing.T) {
 		t.Fatalf("upstream generation did not complete after the client left: %+v", gens[0])
 	}
 	st := waitState(t, e, "k-gone", "completed")
-	if st.Events != 25+4 {
-		t.Errorf("journaled %d events, want 29", st.Events)
+	if st.Events != 25+3 {
+		t.Errorf("journaled %d events, want 28", st.Events)
 	}
 	evs := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-gone", ""), -1)
 	if got := content(t, evs); got != gens[0].Content {
@@ -195,8 +195,8 @@ func TestConcurrentDuplicates(t *testing.T) {
 			t.Fatalf("stream %d differs from stream 0", i)
 		}
 	}
-	if len(streams[0]) != 24 {
-		t.Fatalf("got %d events, want 24", len(streams[0]))
+	if len(streams[0]) != 23 {
+		t.Fatalf("got %d events, want 23", len(streams[0]))
 	}
 	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 request, 1 generation", g)

@@ -111,8 +111,8 @@ func TestWebSocketResume(t *testing.T) {
 	}
 	all := append(first, frames...)
 	checkUnique(t, all)
-	if len(all) != 24 || all[len(all)-1].Data != "[DONE]" {
-		t.Fatalf("got %d events ending %q, want 24 ending [DONE]", len(all), lastID(all))
+	if len(all) != 23 || all[len(all)-1].Data != "[DONE]" {
+		t.Fatalf("got %d events ending %q, want 23 ending [DONE]", len(all), lastID(all))
 	}
 }
 

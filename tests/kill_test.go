@@ -138,8 +138,8 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal("reprise did not exit within 20s of SIGTERM")
 	}
 	st := waitState(t, e, "k-term", "completed")
-	if st.Events != 64 {
-		t.Errorf("journaled %d events, want 64", st.Events)
+	if st.Events != 63 {
+		t.Errorf("journaled %d events, want 63", st.Events)
 	}
 	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Completed != 1 {
 		t.Errorf("ledger %+v", g)

@@ -92,11 +92,11 @@ func hasDone(evs []event) bool {
 }
 
 // checkComplete: a full chat stream of n tokens for prompt: role, tokens,
-// stop, usage, [DONE].
+// stop, [DONE] (the usage chunk reprise asks for is not the client's).
 func checkComplete(tb testing.TB, evs []event, prompt string, n int) {
 	tb.Helper()
-	if len(evs) != n+4 || lastEvent(tb, evs).Data != "[DONE]" {
-		tb.Fatalf("got %d events ending %+v, want %d ending [DONE]", len(evs), lastEvent(tb, evs), n+4)
+	if len(evs) != n+3 || lastEvent(tb, evs).Data != "[DONE]" {
+		tb.Fatalf("got %d events ending %+v, want %d ending [DONE]", len(evs), lastEvent(tb, evs), n+3)
 	}
 	if got, want := content(tb, evs), strings.Join(mockllm.Content(prompt, n, false), ""); got != want {
 		tb.Fatalf("content %q, want %q", got, want)

@@ -24,9 +24,13 @@ func TestOpenAISDK(t *testing.T) {
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
 	}
 	want := strings.Join(mockllm.Content(prompt, 15, false), "")
+	// Asking for the usage (as OpenAI wants it asked) gets the usage chunk,
+	// replays too.
+	streamed := params
+	streamed.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 	for i := range 2 {
 		ctx := waitCtx(t, 20*time.Second)
-		s := client.Chat.Completions.NewStreaming(ctx, params, option.WithHeader("Idempotency-Key", "k-sdk"))
+		s := client.Chat.Completions.NewStreaming(ctx, streamed, option.WithHeader("Idempotency-Key", "k-sdk"))
 		var acc openai.ChatCompletionAccumulator
 		for s.Next() {
 			acc.AddChunk(s.Current())

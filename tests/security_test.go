@@ -616,7 +616,7 @@ func TestSecurityStreamLimits(t *testing.T) {
 	if st := waitState(t, e, "sec-events", "failed"); st.Error != "stream_too_large" || st.Events != 6 {
 		t.Errorf("status %+v, want failed stream_too_large with 6 events", st)
 	}
-	// Exactly 5 events: 1 token is role, token, stop, usage, [DONE].
+	// Exactly 5 upstream events: 1 token is role, token, stop, usage, [DONE] (the client gets 4).
 	ok := uniquePrompt(t, "[tokens=1]")
 	checkComplete(t, readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(ok, true), "Idempotency-Key", "sec-five"), -1), ok, 1)
 

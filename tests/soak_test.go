@@ -174,16 +174,16 @@ func soakOnce(ctx context.Context, a, b *instance, c, n int, resumes, replays *a
 	} else if err != nil {
 		return err
 	}
-	if len(evs) != 64 || evs[len(evs)-1].Data != "[DONE]" {
-		return fmt.Errorf("%s: %d events ending %+v, want 64 ending [DONE]", key, len(evs), evs[len(evs)-1])
+	if len(evs) != 63 || evs[len(evs)-1].Data != "[DONE]" {
+		return fmt.Errorf("%s: %d events ending %+v, want 63 ending [DONE]", key, len(evs), evs[len(evs)-1])
 	}
 	if n%2 == 0 {
 		again, err := fetchEvents(ctx, "POST", b.URL+chatPath, body, 0, nil, "Idempotency-Key", key)
 		if err != nil {
 			return err
 		}
-		if len(again) != 64 {
-			return fmt.Errorf("%s: replay of %d events, want 64", key, len(again))
+		if len(again) != 63 {
+			return fmt.Errorf("%s: replay of %d events, want 63", key, len(again))
 		}
 		replays.Add(1)
 	}

@@ -21,7 +21,7 @@ import (
 // throughput streams tpTokens-token generations through the pass-through
 // and reprise, S at a time, alternating which goes first.
 func (b *bench) throughput() error {
-	want := b.o.tpTokens + 4 // role chunk, tokens, stop, usage, [DONE]
+	want := b.o.tpTokens + 3 // role chunk, tokens, stop, [DONE] (no usage chunk: not asked for)
 	for _, t := range []target{b.pass, b.rep} {
 		if c := b.tpCell(t, 10, 20, "warm", want); c.errs > 0 {
 			return fmt.Errorf("warm-up %s: %d failed streams", t.name, c.errs)

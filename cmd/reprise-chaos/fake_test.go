@@ -17,7 +17,7 @@ import (
 
 // fakeReprise is a minimal reprise for streamed chats, correct unless given
 // a defect: each key's generation writes the fake model's events (role, a
-// chunk "a" per [tokens=N], stop, usage, [DONE]) under ids gen-offset-offset,
+// chunk "a" per [tokens=N], stop, [DONE]) under ids gen-offset-offset,
 // resumes after Last-Event-ID (a cursor in an older generation gets a reset),
 // replays a completed key, regenerates a failed one on POST, answers the
 // JSON status, speaks WebSocket, and serves a ledger that agrees.
@@ -93,7 +93,6 @@ func (f *fakeReprise) generate(k *fakeKey) {
 		evs = append(evs, fakeEvent{data: `{"choices":[{"delta":{"content":"a"}}]}`})
 	}
 	evs = append(evs, fakeEvent{data: `{"choices":[{"delta":{},"finish_reason":"stop"}]}`},
-		fakeEvent{data: `{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`},
 		fakeEvent{data: "[DONE]"})
 	k.failed = false
 	switch {

@@ -36,6 +36,7 @@ type config struct {
 	logText  bool // --log-format text
 
 	upstreams      string // routes file
+	prices         string // price table file
 	connectTimeout time.Duration
 	headerTimeout  time.Duration
 	proxyKeys      string // file
@@ -55,6 +56,10 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
 	fs.StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
 	fs.StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")
+	fs.StringVar(&c.prices, "prices", "", "a JSON `FILE` of model prices: {\"model or prefix*\": {\"input_per_1m\": N, \"output_per_1m\": N, \"per_call\": N}}; the status JSON's cost and reprise_cost_total (none without it)")
+	fs.Float64Var(&p.CostGuard.Ratio, "cost-guard-ratio", 0, "cost guard: when the last hour spent more than this share over the previous hour (0.3: +30%), retry connect failures only until it calms down; needs --prices; 0 off")
+	fs.Float64Var(&p.CostGuard.MinHourly, "cost-guard-min-hourly", 0, "cost guard: a previous hour that spent less than this is no baseline for --cost-guard-ratio")
+	fs.Float64Var(&p.CostGuard.DailyBudget, "daily-budget", 0, "cost guard: while the last 24 hours spent more than this, retry connect failures only; needs --prices; 0 off")
 	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret; one instance per directory (a second one refuses to start)")
 	fs.StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
 	fs.DurationVar(&p.Journal.TTL, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept; at least 1m and --max-generation plus --lease (30m10s with their defaults)")

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reprise-dev/reprise/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/proxy"
@@ -48,6 +49,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
 		pc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if cfg.prices != "" {
+		if pc.Prices, err = cost.Load(cfg.prices); err != nil {
+			return fmt.Errorf("--prices: %w", err)
+		}
 	}
 	var upstreams []*url.URL
 	if cfg.upstreams != "" { // named routes replace --upstream

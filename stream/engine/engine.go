@@ -107,6 +107,27 @@ type Metrics interface {
 	UpstreamRequests(n int)
 }
 
+// CostMetrics is what the engine reports of what generations billed, when
+// its Metrics has it. metrics.Metrics implements it.
+type CostMetrics interface {
+	// Billed counts one generation's usage (nil: unknown) and cost
+	// (priced by the table entry entry; nil: no price known).
+	Billed(u *resume.Usage, entry string, cost *float64)
+	// Saved counts what duplicates of a generation priced by entry did
+	// not cost.
+	Saved(entry string, cost float64)
+}
+
+// Pricer prices a generation of model with usage u (nil: unknown): its
+// cost and the price table entry that gave it, or ok false when no price
+// is known. cost.Table implements it.
+type Pricer interface {
+	Cost(model string, u *resume.Usage) (cost float64, entry string, ok bool)
+}
+
+// Spender is told what generations cost. cost.Guard implements it.
+type Spender interface{ Spent(cost float64) }
+
 // Upstream is a model API and how it is called.
 type Upstream struct {
 	// Name names it in Reprise-Upstream and the key's status. Default: the
@@ -219,8 +240,14 @@ type Config struct {
 	Limits Limits
 	// Names remembers the upstream's ids of generations. Default: none are.
 	Names Namer
-	// Metrics takes the engine's counts. Default: none kept.
+	// Metrics takes the engine's counts (and usage and cost, when it is a
+	// CostMetrics too). Default: none kept.
 	Metrics Metrics
+	// Prices prices each generation when it ends. Default: none is priced.
+	Prices Pricer
+	// Spend, when set, is told each priced generation's cost (the cost
+	// guard, cost.Guard). Default: nobody.
+	Spend Spender
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -314,6 +341,9 @@ type Generation struct {
 func (e *Engine) Start(g Generation) (*Tail, error) {
 	t := newTail()
 	p := &pump{e: e, g: g, tail: t, log: e.cfg.Logger.With("key_id", g.Ref.ID)}
+	if a, ok := g.Protocol.(UsageAsker); ok && g.Stream {
+		p.g.Body, p.hideUsage = a.AskUsage(g.Body)
+	}
 	if err := e.startPump(p); err != nil {
 		code := apierr.TooManyGenerations
 		if errors.Is(err, ErrShuttingDown) {

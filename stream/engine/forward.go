@@ -35,7 +35,7 @@ func (Generic) Inspect(_ string, data []byte) Inspection {
 
 // Result implements Protocol: usage is read as chat's, where there is one
 // (embeddings report prompt_tokens).
-func (Generic) Result(_ string, body []byte) (resume.Usage, bool) { return chatUsage(body) }
+func (Generic) Result(ct string, body []byte) (resume.Usage, bool) { return Chat{}.Result(ct, body) }
 
 // Whole implements Protocol: a request of a format reprise does not know
 // never asks for a stream (Streams), so any answer is whole.

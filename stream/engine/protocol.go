@@ -48,9 +48,23 @@ type Inspection struct {
 	// Usage, when set, is the token usage the event reports (it may come
 	// in parts: a field it leaves zero keeps what was seen before).
 	Usage *resume.Usage
+	// UsageOnly: the event carries nothing but the usage (chat's last
+	// chunk): a stream whose client did not ask for usage (UsageAsker)
+	// does not journal it.
+	UsageOnly bool
 	// Name, when set, is the upstream's own id of the generation (a
 	// Responses response id): clients may name the key by it.
 	Name string
+}
+
+// A UsageAsker is a Protocol whose streams report their usage only when the
+// request asks (chat's stream_options.include_usage). The engine asks for
+// every stream, so each generation's cost is known, and keeps the answer
+// (Inspection.UsageOnly events) from clients that did not ask.
+type UsageAsker interface {
+	// AskUsage returns a streaming request's body changed to ask for the
+	// usage, and true when it changed it (the client did not ask).
+	AskUsage(body []byte) ([]byte, bool)
 }
 
 // Protocols lists the formats the engine serves, one per path.

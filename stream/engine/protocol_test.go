@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -214,5 +215,48 @@ func TestUpstreamServes(t *testing.T) {
 		if got := tc.u.serves(tc.path, tc.model); got != tc.want {
 			t.Errorf("%+v serves(%s, %q) = %v, want %v", tc.u, tc.path, tc.model, got, tc.want)
 		}
+	}
+}
+
+// TestChatAskUsage: a streamed chat request is made to ask for its usage,
+// keeping the rest of its body; one that asked already is left alone.
+func TestChatAskUsage(t *testing.T) {
+	tests := []struct {
+		name, body string
+		changed    bool
+		want       string // stream_options after the change
+	}{
+		{name: "absent", body: `{"model":"m","stream":true}`, changed: true, want: `{"include_usage":true}`},
+		{name: "false", body: `{"stream":true,"stream_options":{"include_usage":false}}`, changed: true, want: `{"include_usage":true}`},
+		{name: "other options kept", body: `{"stream":true,"stream_options":{"x":1}}`, changed: true, want: `{"include_usage":true,"x":1}`},
+		{name: "asked", body: `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{name: "not an object", body: `{"stream":true,"stream_options":3}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, changed := Chat{}.AskUsage([]byte(tt.body))
+			if changed != tt.changed {
+				t.Fatalf("changed %v, want %v (%s)", changed, tt.changed, out)
+			}
+			if !changed {
+				if string(out) != tt.body {
+					t.Errorf("body %s, want it unchanged", out)
+				}
+				return
+			}
+			var v map[string]json.RawMessage
+			if err := json.Unmarshal(out, &v); err != nil {
+				t.Fatal(err)
+			}
+			if string(v["stream_options"]) != tt.want || string(v["stream"]) != "true" {
+				t.Errorf("body %s, want stream_options %s and stream kept", out, tt.want)
+			}
+		})
+	}
+	if in := (Chat{}).Inspect("", []byte(`{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3}}`)); !in.UsageOnly || in.Usage == nil || in.Usage.TotalTokens != 5 {
+		t.Errorf("usage chunk: %+v, want UsageOnly with 5 tokens", in)
+	}
+	if in := (Chat{}).Inspect("", []byte(`{"choices":[{"delta":{}}],"usage":{"prompt_tokens":2}}`)); in.UsageOnly {
+		t.Errorf("a chunk with choices is not usage only: %+v", in)
 	}
 }

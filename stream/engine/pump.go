@@ -44,6 +44,9 @@ type pump struct {
 	tail     *Tail
 	log      *slog.Logger
 	up       Upstream // the upstream being called, then the one that answered
+	// hideUsage: the client did not ask for the usage the upstream was
+	// asked for (UsageAsker); its UsageOnly events are not journaled.
+	hideUsage bool
 	// streamed: the upstream answered with an event stream (a failure
 	// then interrupts a generation that had begun).
 	streamed bool
@@ -123,9 +126,12 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 	if res.Error == apierr.JournalFailure {
 		res.Events = min(res.Events, w.Stored()) // only what a reader can get
 	}
-	if err := p.g.Lease.Finish(endCtx, res); err != nil && res.Error != apierr.OwnerLost {
+	entry := p.price(&res)
+	err := p.g.Lease.Finish(endCtx, res)
+	if err != nil && res.Error != apierr.OwnerLost {
 		p.log.Error("finishing generation", "gen", p.g.Ref.Gen, "err", err)
 	}
+	p.bill(res, entry, err == nil)
 	p.log.Debug("generation ended", "gen", p.g.Ref.Gen, "state", res.State, "events", res.Events, "code", res.Error)
 	return res
 }
@@ -335,6 +341,9 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 			named = true
 			p.name(ctx, in.Name)
 		}
+		if in.UsageOnly && p.hideUsage {
+			return nil // the record keeps it; no client asked
+		}
 		return w.Append(ctx, typ, data)
 	})
 	if err == nil {
@@ -343,7 +352,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	e := p.streamError(ctx, streamCtx, w, err)
 	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
-	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
+	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
 }
 
 // streamError is the error a stream that ended without a result ends with.

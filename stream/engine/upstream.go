@@ -58,7 +58,8 @@ type upstreamLimits struct {
 
 // readUpstream parses an upstream SSE body of format proto and hands every
 // event to emit, up to and including the terminal one. It returns nil only
-// when the terminal event arrived, with the usage the stream reported;
+// when the terminal event arrived; usage is what the stream reported, also
+// when it failed (the upstream bills what it generated);
 // anything else — a read error, a clean end without the terminal event, an
 // error event (a *failure, not emitted), an event under a reserved name
 // that is no error (a *reservedEvent, not emitted), an oversized or invalid
@@ -68,15 +69,15 @@ func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(
 	var bytes int64
 	for ev, rerr := range sse.Read(body, &sse.ReadConfig{MaxEventSize: lim.maxEvent}) {
 		if rerr != nil {
-			return n, nil, rerr
+			return n, usage, rerr
 		}
 		data := []byte(ev.Data)
 		if !utf8.Valid(data) || !utf8.ValidString(ev.Type) {
-			return n, nil, errNotUTF8
+			return n, usage, errNotUTF8
 		}
 		bytes += int64(journal.EventSize(ev.Type, data)) // its type too: an upstream may put anything there
 		if n >= lim.maxEvents || bytes > lim.maxBytes {
-			return n, nil, errOverLimit
+			return n, usage, errOverLimit
 		}
 		in := proto.Inspect(ev.Type, data)
 		if in.Failure == nil && reserved(ev.Type) {
@@ -87,11 +88,11 @@ func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(
 				in.Failure = upstreamFailure(data)
 			}
 			if in.Failure == nil {
-				return n, nil, &reservedEvent{typ: ev.Type[:min(len(ev.Type), 64)]}
+				return n, usage, &reservedEvent{typ: ev.Type[:min(len(ev.Type), 64)]}
 			}
 		}
 		if in.Failure != nil {
-			return n, nil, &failure{*in.Failure}
+			return n, usage, &failure{*in.Failure}
 		}
 		if in.Usage != nil {
 			u := in.Usage.Filled()
@@ -101,14 +102,14 @@ func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(
 			usage = &u
 		}
 		if err := emit(ev.Type, data, in); err != nil {
-			return n, nil, err
+			return n, usage, err
 		}
 		n++
 		if in.Terminal {
 			return n, usage, nil // nothing after the terminal event counts
 		}
 	}
-	return n, nil, errNoTerminal
+	return n, usage, errNoTerminal
 }
 
 // upstreamError is the client-visible error for a classified failure: the

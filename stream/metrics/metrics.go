@@ -64,6 +64,8 @@ type Metrics struct {
 	resumeFirst prometheus.Histogram // resume to first event
 	appendTime  prometheus.Histogram // journal append latency
 
+	costs *costMetrics // tokens, cost and cost saved, the cost guard: cost.go
+
 	mu        sync.Mutex
 	upstreams map[string]*Upstream
 	watched   map[string]bool // upstreams whose policy is exported
@@ -135,6 +137,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 	initLabels(m.retried, "success", "failure")
 	m.readers.WithLabelValues("tail")
 	m.readers.WithLabelValues("journal")
+	m.costs = newCost(reg)
 	for op, n := range map[string]func(journal.Stats) uint64{
 		"append": func(s journal.Stats) uint64 { return s.AppendRetries },
 		"read":   func(s journal.Stats) uint64 { return s.ReadRetries },

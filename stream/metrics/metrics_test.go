@@ -26,6 +26,9 @@ var families = []string{
 	"reprise_client_first_token_seconds", "reprise_resume_first_event_seconds", "reprise_journal_append_seconds",
 	"reprise_journal_retries_total", "reprise_journal_errors_total", "reprise_upstream_breaker_open",
 	"reprise_upstream_retry_budget_used_ratio",
+	// cost.go: reprise_cost_total and reprise_cost_saved_total have a
+	// series per price table entry once one is priced.
+	"reprise_tokens_total", "reprise_cost_guard_narrowed", "reprise_cost_guard_switches_total",
 }
 
 type policy struct{}

@@ -67,7 +67,7 @@ func Example() {
 	defer cancel()
 	fmt.Println("shutdown:", p.Shutdown(ctx))
 	// Output:
-	// 200 replayed="" events=7 done=true
-	// 200 replayed="true" events=7 done=true
+	// 200 replayed="" events=6 done=true
+	// 200 replayed="true" events=6 done=true
 	// shutdown: <nil>
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
@@ -106,6 +107,13 @@ type Config struct {
 	MaxHeaderBytes int
 	// TLS, when set, makes Serve serve HTTPS with it. Default nil (HTTP).
 	TLS *tls.Config
+	// Prices prices each generation (the status JSON's cost, billed and
+	// saved; reprise_cost_total). Default nil: no cost is known.
+	Prices *cost.Table
+	// CostGuard narrows every upstream's retries to connect failures while
+	// this instance's spend (by Prices) rises too fast or passes a daily
+	// budget. Default: off.
+	CostGuard cost.GuardConfig
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer takes the Prometheus metrics; when it is also a
@@ -183,6 +191,13 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		cfg.Client = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout)
 	}
 	cfg.Policy.RetryAmbiguous = cfg.Policy.RetryAmbiguous || cfg.UpstreamIdempotency
+	guard, err := costGuard(cfg, m.GuardSwitched)
+	if err != nil {
+		return nil, err
+	}
+	if guard != nil {
+		cfg.Policy.Narrowed = guard.Narrowed
+	}
 	routes := cfg.Routes
 	if len(routes) == 0 {
 		for _, u := range append([]*url.URL{cfg.Upstream}, cfg.Fallbacks...) {
@@ -213,18 +228,25 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if cfg.Limits.MaxTenantGenerations == 0 {
 		cfg.Limits.MaxTenantGenerations = cfg.Policy.MaxConcurrent // 0: the engine's default, classify's
 	}
-	eng, err := engine.New(engine.Config{
+	ecfg := engine.Config{
 		Journal:  j,
 		Upstream: ups[0], Fallbacks: ups[1:],
 		Limits: cfg.Limits, Names: rm, Metrics: m, Logger: cfg.Logger,
-	})
+	}
+	if cfg.Prices != nil { // a nil *cost.Table in the interface would not be nil
+		ecfg.Prices = cfg.Prices
+	}
+	if guard != nil {
+		ecfg.Spend = guard
+	}
+	eng, err := engine.New(ecfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Limits.CancelUnread > 0 {
 		cfg.HTTP.ReadingSignal = cfg.Limits.CancelUnread / 4
 	}
-	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Engine: eng, Auth: a, Metrics: m, Settings: cfg.HTTP, Logger: cfg.Logger})
+	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Engine: eng, Auth: a, Metrics: m, Prices: cfg.Prices, Settings: cfg.HTTP, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -344,4 +366,33 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	return err
+}
+
+// costGuard returns the cost guard cfg asks for (nil: none), which logs
+// each switch and tells switched.
+func costGuard(cfg Config, switched func(narrowed bool)) (*cost.Guard, error) {
+	gc := cfg.CostGuard
+	if gc.Ratio == 0 && gc.DailyBudget == 0 {
+		return nil, nil
+	}
+	if cfg.Prices == nil {
+		return nil, fmt.Errorf("%w: the cost guard needs a price table", ErrInvalidOption)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	next := gc.OnSwitch
+	gc.OnSwitch = func(narrowed bool, why string) {
+		if narrowed {
+			log.Warn("cost guard: upstream retries narrowed to connect failures", "why", why)
+		} else {
+			log.Info("cost guard: spend calmed down; upstream retries widened again")
+		}
+		switched(narrowed)
+		if next != nil {
+			next(narrowed, why)
+		}
+	}
+	return cost.NewGuard(gc)
 }

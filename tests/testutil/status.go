@@ -23,6 +23,25 @@ type Status struct {
 	// its generation's journal last changed.
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Cost is the last generation's cost, Billed what all the key's
+	// generations billed, Saved what its duplicates did not cost.
+	Cost   *float64 `json:"cost"`
+	Billed *Billed  `json:"billed"`
+	Saved  *Saved   `json:"saved"`
+}
+
+// Billed is the usage and cost of all a key's generations, in the status
+// JSON.
+type Billed struct {
+	Usage
+	Cost        *float64 `json:"cost"`
+	Generations int      `json:"generations"`
+}
+
+// Saved is what a key's duplicates did not cost, in the status JSON.
+type Saved struct {
+	Duplicates int      `json:"duplicates"`
+	Cost       *float64 `json:"cost"`
 }
 
 // Usage is the usage of a key's completed generation, in the status JSON.

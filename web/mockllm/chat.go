@@ -13,6 +13,10 @@ type chatRequest struct {
 	Model    string        `json:"model"`
 	Messages []chatMessage `json:"messages"`
 	Stream   bool          `json:"stream"`
+	// StreamOptions.IncludeUsage asks a stream for its usage chunk.
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
 type chatMessage struct {
@@ -104,6 +108,9 @@ type chatJob struct {
 	prompt  string
 	tokens  []string
 	delay   time.Duration
+	// usage: a stream ends with the usage chunk (chat: only when the
+	// request set stream_options.include_usage, as OpenAI does).
+	reportUsage bool
 }
 
 func (j chatJob) usage() chatUsage {
@@ -130,6 +137,10 @@ var chatFormat = textFormat{
 		prompt, err := promptOf(req)
 		return prompt, req.Model, req.Stream, err
 	},
+	streamUsage: func(body []byte) bool {
+		var req chatRequest
+		return json.Unmarshal(body, &req) == nil && req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	},
 	fault:    "data: " + `{"error":{"message":"mock error mid-stream","type":"server_error","param":null,"code":"server_error"}}` + "\n\n",
 	stream:   (*Server).streamChat,
 	complete: (*Server).completeChat,
@@ -138,7 +149,7 @@ var chatFormat = textFormat{
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) { s.serveText(w, r, chatFormat) }
 
 // streamChat writes the SSE chunk sequence: role, content tokens, stop,
-// usage, [DONE].
+// usage (when the request asked for it), [DONE].
 func (s *Server) streamChat(e *emitter, job chatJob) error {
 	if err := e.start("text/event-stream"); err != nil {
 		return err
@@ -161,9 +172,11 @@ func (s *Server) streamChat(e *emitter, job chatJob) error {
 	if err := e.sse(job.chunk([]chunkChoice{{FinishReason: &stop}}, nil), 0, nil); err != nil {
 		return err
 	}
-	usage := job.usage()
-	if err := e.sse(job.chunk([]chunkChoice{}, &usage), 0, nil); err != nil {
-		return err
+	if job.reportUsage {
+		usage := job.usage()
+		if err := e.sse(job.chunk([]chunkChoice{}, &usage), 0, nil); err != nil {
+			return err
+		}
 	}
 	return e.sse([]byte("[DONE]"), 0, nil)
 }

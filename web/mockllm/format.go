@@ -15,6 +15,9 @@ type textFormat struct {
 	// request reads a body: the prompt, the model, whether it asks for a
 	// stream; an error is a 400.
 	request func(body []byte) (prompt, model string, stream bool, err error)
+	// streamUsage, when set, reads whether a stream is to report its
+	// usage; unset, every stream does.
+	streamUsage func(body []byte) bool
 	// fault is the format's error event, written by error_after.
 	fault            string
 	stream, complete func(s *Server, e *emitter, job chatJob) error
@@ -47,7 +50,9 @@ func (s *Server) serveText(w http.ResponseWriter, r *http.Request, f textFormat)
 	job := chatJob{
 		id: s.newID(f.idPrefix), created: time.Now().Unix(), model: model,
 		prompt: prompt, tokens: Content(prompt, n, s.cfg.Readable), delay: s.delay(d),
+		reportUsage: f.streamUsage == nil || f.streamUsage(body),
 	}
+	rec.prompt(countWords(prompt))
 	if job.model == "" {
 		job.model = DefaultModel
 	}

@@ -24,6 +24,9 @@ type Generation struct {
 	Aborted bool `json:"aborted"`
 	// Tokens counts content tokens (chat) or audio chunks (speech) generated.
 	Tokens int `json:"tokens"`
+	// PromptTokens is the prompt's tokens (its words) the generation's
+	// usage reports: what it bills as input (text formats).
+	PromptTokens int `json:"prompt_tokens"`
 }
 
 // Entry aggregates the ledger for one prompt (or for all prompts in Total).

@@ -158,6 +158,31 @@ func checkChatStream(tb testing.TB, events []string, model string, want []string
 	}
 }
 
+// TestChatStreamUsageAsked: like OpenAI, a stream ends with its usage chunk
+// only when stream_options.include_usage asks for it; the ledger books the
+// prompt tokens the usage reports either way.
+func TestChatStreamUsageAsked(t *testing.T) {
+	ctx := testContext(t)
+	fake, srv := newFake(t, mockllm.Config{})
+	const prompt = "three word prompt [tokens=2]"
+	body := chatBody(prompt, true)
+	delete(body, "stream_options")
+	resp := mustPost(t, ctx, srv.URL+mockllm.ChatPath, body)
+	events, err := readEvents(resp.Body)
+	if err != nil {
+		t.Fatalf("read stream: %v", err)
+	}
+	if len(events) != 2+3 || strings.Contains(strings.Join(events, "\n"), `"usage"`) {
+		t.Errorf("a stream that did not ask for usage: %q, want role, 2 tokens, stop, [DONE] and no usage", events)
+	}
+	if err := fake.Ledger().Wait(ctx, prompt, 1); err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	if gens := fake.Ledger().Generations(prompt); len(gens) != 1 || gens[0].PromptTokens != 4 || gens[0].Tokens != 2 || gens[0].Events != 5 {
+		t.Errorf("generations %+v, want one of 4 prompt tokens, 2 tokens, 5 events", gens)
+	}
+}
+
 func TestChatStream(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -175,7 +200,7 @@ func TestChatStream(t *testing.T) {
 		{
 			name: "content parts and default model", prompt: "part one, part two", tokens: mockllm.DefaultTokens, model: mockllm.DefaultModel,
 			body: func(string) map[string]any {
-				return map[string]any{"stream": true, "messages": []map[string]any{{"role": "user", "content": []map[string]any{
+				return map[string]any{"stream": true, "stream_options": map[string]any{"include_usage": true}, "messages": []map[string]any{{"role": "user", "content": []map[string]any{
 					{"type": "text", "text": "part one,"}, {"type": "image_url", "image_url": map[string]any{"url": "x"}}, {"type": "text", "text": " part two"},
 				}}}}
 			},

@@ -40,6 +40,17 @@ func (r *recorder) progress(events, tokens int, content []byte) {
 	r.l.notifyLocked()
 }
 
+// prompt books the generation's prompt tokens.
+func (r *recorder) prompt(tokens int) {
+	r.l.mu.Lock()
+	defer r.l.mu.Unlock()
+	if !r.live() {
+		return
+	}
+	r.gen.PromptTokens += tokens
+	r.l.notifyLocked()
+}
+
 // complete marks the generation as ended normally.
 func (r *recorder) complete() { r.finish(true) }
 

@@ -33,7 +33,7 @@ func (r *Run) check(ctx context.Context) {
 		}
 	}
 	if want := uint64(r.Plan.Events()); r.done != want {
-		r.problem("[DONE] at offset %d, want %d (role, %d tokens, stop, usage, [DONE])", r.done, want, r.Plan.Tokens)
+		r.problem("[DONE] at offset %d, want %d (role, %d tokens, stop, [DONE])", r.done, want, r.Plan.Tokens)
 	}
 	// The harness's faults are over before the ledger is read.
 	if f := r.rn.faults; f != nil {

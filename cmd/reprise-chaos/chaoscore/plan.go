@@ -75,9 +75,10 @@ func (p Plan) Body() string {
 }
 
 // Events is how many events a completed generation of the run has: the
-// role chunk, one chunk per token, the stop chunk, the usage chunk and
-// [DONE], which is at this offset.
-func (p Plan) Events() int { return p.Tokens + 4 }
+// role chunk, one chunk per token, the stop chunk and [DONE], which is at
+// this offset (the usage chunk reprise asks for is kept from clients that
+// did not ask for it).
+func (p Plan) Events() int { return p.Tokens + 3 }
 
 // AnswerBytes is about how many bytes reprise's SSE answer for the run has
 // (an id line and a chunk per event), for drops that cut after some bytes.

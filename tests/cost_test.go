@@ -1,0 +1,188 @@
+package tests
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/cost"
+	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
+)
+
+// Prices of whole binary fractions, so that costs compare exactly: 0.5 a
+// prompt token, 2 a completion token.
+const (
+	costPrompt     = 0.5
+	costCompletion = 2
+)
+
+func withPrices(tb testing.TB, guard ...cost.GuardConfig) envOption {
+	tb.Helper()
+	tab, err := cost.New(map[string]cost.Price{"mock-*": {InputPer1M: costPrompt * 1e6, OutputPer1M: costCompletion * 1e6}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return withConfig(func(c *proxy.Config) {
+		c.Prices = tab
+		c.Policy.BaseDelay, c.Policy.MaxDelay = time.Millisecond, time.Millisecond
+		if len(guard) > 0 {
+			c.CostGuard = guard[0]
+		}
+	})
+}
+
+// TestCostOnce: a stream dropped, attached to, resumed (GET and a POST with
+// Last-Event-ID) and replayed three times is billed once: its status shows the fake model's ledger tokens
+// (usage and billed) and their price, and the four duplicates saved four
+// times that; the tokens and cost metrics count the one generation, the
+// saved metric the duplicates. The clients, which did not ask for the
+// usage, never see the usage chunk reprise asked for.
+func TestCostOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPrices(t))
+	prompt := uniquePrompt(t, "[tokens=20] [delay=20ms]")
+	body := chatBody(prompt, true)
+	const key = "k-cost-once"
+	first := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key), 3) // dropped
+	attached := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key)
+	if attached.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("the generation completed before the attach: slow the fake down")
+	}
+	clients := [][]event{append(first, readEvents(t, do(t, "GET", e.URL+"/v1/streams/"+key, "", "Last-Event-ID", lastID(first)), -1)...)}
+	clients = append(clients, readEvents(t, attached, -1))
+	waitState(t, e, key, "completed")
+	for range 3 {
+		resp := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key)
+		if resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("a duplicate of a completed key was not replayed")
+		}
+		clients = append(clients, readEvents(t, resp, -1))
+	}
+	// The same client resuming with a cursor (a POST with Last-Event-ID)
+	// is no duplicate: it saves nothing.
+	clients = append(clients, append(clients[0][:5:5], readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key, "Last-Event-ID", clients[0][4].ID), -1)...))
+	for i, evs := range clients {
+		if len(evs) != 20+3 || lastEvent(t, evs).Data != "[DONE]" {
+			t.Errorf("client %d: %d events, want role, 20 tokens, stop, [DONE]", i, len(evs))
+		}
+		for _, ev := range evs {
+			if strings.Contains(ev.Data, `"usage":{`) {
+				t.Errorf("client %d got the usage chunk it did not ask for: %s", i, ev.Data)
+			}
+		}
+	}
+
+	led := testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+	gens := e.LLM.Ledger().Generations(prompt)
+	if led.Generations != 1 || len(gens) != 1 || gens[0].Tokens != 20 {
+		t.Fatalf("ledger %+v %+v, want one generation of 20 tokens", led, gens)
+	}
+	in, out := int64(gens[0].PromptTokens), int64(gens[0].Tokens)
+	want := testutil.Usage{PromptTokens: in, CompletionTokens: out, TotalTokens: in + out}
+	price := float64(in)*costPrompt + float64(out)*costCompletion
+	st, _ := getStatus(t, e, key)
+	if st.Usage == nil || *st.Usage != want {
+		t.Errorf("usage %+v, want the ledger's %+v", st.Usage, want)
+	}
+	if st.Cost == nil || *st.Cost != price {
+		t.Errorf("cost %v, want %v", st.Cost, price)
+	}
+	if b := st.Billed; b == nil || b.Usage != want || b.Cost == nil || *b.Cost != price || b.Generations != 1 {
+		t.Errorf("billed %+v, want %+v costing %v over 1 generation", b, want, price)
+	}
+	if s := st.Saved; s == nil || s.Duplicates != 4 || s.Cost == nil || *s.Cost != 4*price {
+		t.Errorf("saved %+v, want 4 duplicates saving %v", s, 4*price)
+	}
+	for _, c := range []struct {
+		name, label string
+		want        float64
+	}{
+		{"reprise_tokens_total", "prompt", float64(in)},
+		{"reprise_tokens_total", "completion", float64(out)},
+		{"reprise_cost_total", "mock-*", price},
+		{"reprise_cost_saved_total", "mock-*", 4 * price},
+	} {
+		if got := metric(t, e, c.name, c.label); got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.label, got, c.want)
+		}
+	}
+}
+
+// TestCostUsageAsked: a client that asks for the usage gets the usage
+// chunk, on replay too, and the key is billed the same way.
+func TestCostUsageAsked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPrices(t))
+	prompt := uniquePrompt(t, "[tokens=4]")
+	body := strings.Replace(chatBody(prompt, true), `"stream":true`, `"stream":true,"stream_options":{"include_usage":true}`, 1)
+	for i := range 2 {
+		evs := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-cost-asked"), -1)
+		if len(evs) != 4+4 || !strings.Contains(evs[len(evs)-2].Data, `"usage":{`) {
+			t.Errorf("call %d: %d events, want role, 4 tokens, stop, usage, [DONE]", i, len(evs))
+		}
+		waitState(t, e, "k-cost-asked", "completed")
+	}
+	gens := e.LLM.Ledger().Generations(prompt)
+	st, _ := getStatus(t, e, "k-cost-asked")
+	if len(gens) != 1 || st.Usage == nil || st.Usage.CompletionTokens != 4 || st.Usage.PromptTokens != int64(gens[0].PromptTokens) ||
+		st.Saved == nil || st.Saved.Duplicates != 1 {
+		t.Errorf("ledger %+v, status usage %+v saved %+v, want 4 tokens and 1 duplicate", gens, st.Usage, st.Saved)
+	}
+}
+
+// TestCostGuard: once spend passes the daily budget the guard narrows
+// retries to connect failures (logged, exported): a 503 that would have
+// been retried goes to the client after one upstream request.
+func TestCostGuard(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPrices(t, cost.GuardConfig{DailyBudget: 1}))
+	if got := metric(t, e, "reprise_cost_guard_narrowed", ""); got != 0 {
+		t.Fatalf("narrowed before any spend: %v", got)
+	}
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=4]"), true), "Idempotency-Key", "k-guard-spend"), -1)
+	waitState(t, e, "k-guard-spend", "completed") // 4 completion tokens: 8, over the budget of 1
+	prompt := uniquePrompt(t, "[status=503] [tokens=2]")
+	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, false), "Idempotency-Key", "k-guard-503")
+	readBody(t, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("narrowed: status %d, want the upstream's 503 unretried", resp.StatusCode)
+	}
+	if led := testutil.Settled(t, e.LLM.Ledger(), prompt, 0); led.Requests != 1 {
+		t.Errorf("narrowed: %d upstream requests, want 1", led.Requests)
+	}
+	if got := metric(t, e, "reprise_cost_guard_narrowed", ""); got != 1 {
+		t.Errorf("reprise_cost_guard_narrowed = %v, want 1", got)
+	}
+	if got := metric(t, e, "reprise_cost_guard_switches_total", "narrowed"); got != 1 {
+		t.Errorf("reprise_cost_guard_switches_total{narrowed} = %v, want 1", got)
+	}
+}
+
+// TestCostSDKRetry: a keyless request's SDK retry, replayed from the
+// journal, saves the generation's cost.
+func TestCostSDKRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withPrices(t))
+	prompt := uniquePrompt(t, "[tokens=3]")
+	body := chatBody(prompt, true)
+	first := do(t, "POST", e.URL+chatPath, body)
+	readEvents(t, first, -1)
+	key := first.Header.Get("Idempotency-Key")
+	waitState(t, e, key, "completed")
+	retry := do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "1")
+	readEvents(t, retry, -1)
+	if retry.Header.Get("Idempotency-Key") != key {
+		t.Fatalf("the SDK retry got key %q, want %q", retry.Header.Get("Idempotency-Key"), key)
+	}
+	gens := e.LLM.Ledger().Generations(prompt)
+	price := float64(gens[0].PromptTokens)*costPrompt + float64(gens[0].Tokens)*costCompletion
+	st, _ := getStatus(t, e, key)
+	if len(gens) != 1 || st.Saved == nil || st.Saved.Duplicates != 1 || st.Saved.Cost == nil || *st.Saved.Cost != price {
+		t.Errorf("%d generations, saved %+v, want 1 generation and 1 duplicate saving %v", len(gens), st.Saved, price)
+	}
+	if got := metric(t, e, "reprise_cost_saved_total", "mock-*"); got != price {
+		t.Errorf("reprise_cost_saved_total = %v, want %v", got, price)
+	}
+}
