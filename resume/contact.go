@@ -51,6 +51,11 @@ func (c *contact) sighted(id string, rev uint64, now time.Time) time.Time {
 	switch {
 	case ok && s.rev == rev:
 		return s.at
+	case ok && rev < s.rev:
+		// A read older than one seen already (requests race): the record
+		// has moved on, and whatever is decided on this read is written
+		// against its revision and refused. It must not undo the sighting.
+		return time.Time{}
 	case ok: // it changed: its owner wrote, seen from here
 		s = sighting{rev: rev, at: now}
 	default:
