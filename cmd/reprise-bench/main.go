@@ -75,7 +75,7 @@ func parseOptions(args []string) (options, error) {
 	runs := fs.Int("runs", 0, "measurement runs; medians are reported (default 5, short 3)")
 	conc := fs.String("concurrency", "1,10,100", "throughput: concurrent streams per cell")
 	tpStreams := fs.Int("tp-streams", 0, "throughput: streams per cell, at least the concurrency (default 100, short 20)")
-	fs.IntVar(&o.tpTokens, "tp-tokens", 1000, "throughput: content tokens per stream (events = tokens + 4)")
+	fs.IntVar(&o.tpTokens, "tp-tokens", 1000, "throughput: content tokens per stream (events = tokens + 3)")
 	ttft := fs.Int("ttft-samples", 0, "time to first content event: samples per target per run (default 1000, short 200)")
 	resumeN := fs.Int("resume-samples", 0, "resume: samples per case per run (default 300, short 50)")
 	fs.IntVar(&o.resumeEvents, "resume-events", 2000, "resume: events stored before the drop point is drawn")

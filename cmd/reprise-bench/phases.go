@@ -21,7 +21,7 @@ import (
 // throughput streams tpTokens-token generations through the pass-through
 // and reprise, S at a time, alternating which goes first.
 func (b *bench) throughput() error {
-	want := b.o.tpTokens + 3 // role chunk, tokens, stop, [DONE] (no usage chunk: not asked for)
+	want := b.o.tpTokens + chatExtra
 	for _, t := range []target{b.pass, b.rep} {
 		if c := b.tpCell(t, 10, 20, "warm", want); c.errs > 0 {
 			return fmt.Errorf("warm-up %s: %d failed streams", t.name, c.errs)
@@ -201,11 +201,16 @@ func (b *bench) ttftOnce(t target, prompt, key string) (time.Duration, error) {
 	return first, nil
 }
 
+// chatExtra is how many events a chat stream has besides its tokens: the
+// role chunk, the stop chunk and [DONE] (no usage chunk: the bench does
+// not ask for it).
+const chatExtra = 3
+
 // ---- resume ----
 
 func (b *bench) resume() error {
 	h := b.o.resumeEvents
-	done, err := b.completedKey(fmt.Sprintf("resume-done-%s", b.nonce), fmt.Sprintf("resume done %s [tokens=%d]", b.nonce, h-4), h)
+	done, err := b.completedKey(fmt.Sprintf("resume-done-%s", b.nonce), fmt.Sprintf("resume done %s [tokens=%d]", b.nonce, h-chatExtra), h)
 	if err != nil {
 		return fmt.Errorf("completed key: %w", err)
 	}
@@ -391,7 +396,7 @@ func (b *bench) status(ctx context.Context, loc string) (string, error) {
 func (b *bench) replay() error {
 	n := b.o.replayEvents
 	t0 := time.Now()
-	loc, err := b.completedKey(fmt.Sprintf("replay-%s", b.nonce), fmt.Sprintf("replay %s [tokens=%d]", b.nonce, n-4), n)
+	loc, err := b.completedKey(fmt.Sprintf("replay-%s", b.nonce), fmt.Sprintf("replay %s [tokens=%d]", b.nonce, n-chatExtra), n)
 	if err != nil {
 		return fmt.Errorf("completed key: %w", err)
 	}
@@ -437,7 +442,7 @@ func (b *bench) replayOnce(loc string, want int) (float64, error) {
 // ---- the mix ----
 
 func (b *bench) mix() error {
-	tokens := max(1, int(b.o.mixDuration.Seconds()*float64(b.o.mixRate))-4)
+	tokens := max(1, int(b.o.mixDuration.Seconds()*float64(b.o.mixRate))-chatExtra)
 	delay := time.Second / time.Duration(b.o.mixRate)
 	b.res.mix = map[string]*mixResult{}
 	for r := range b.o.mixRuns {
@@ -477,7 +482,7 @@ const mixSteadyAfter = 10
 // upstream wrote it.
 func (b *bench) mixRun(t target, r, tokens int, delay time.Duration) (*mixResult, error) {
 	m := b.o.mixStreams
-	want := tokens + 4
+	want := tokens + chatExtra
 	b.st.emits.reset()
 	ramp := min(2*time.Second, b.o.mixDuration/5)
 	arrivals := make([][]time.Duration, m)

@@ -186,7 +186,7 @@ func (b *bench) report(w io.Writer) {
 			errs = fmt.Sprintf(" (%d failed streams)", t.errs)
 		}
 		fmt.Fprintf(w, "| throughput, S=%d concurrent × %d events (events/s)%s | | %s | %s | %s× | %s | %s |\n",
-			t.S, o.tpTokens+4, errs, kev(median(t.pass)), kev(median(t.rep)), f(median(t.ratio), 2), target, met)
+			t.S, o.tpTokens+chatExtra, errs, kev(median(t.pass)), kev(median(t.rep)), f(median(t.ratio), 2), target, met)
 	}
 	for _, t := range r.tp {
 		fmt.Fprintf(w, "| throughput, S=%d: CPU of the whole process per event (µs) | | %s | %s | ×%s | | |\n",
