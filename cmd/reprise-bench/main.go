@@ -280,6 +280,7 @@ func run(o options) error {
 		{"memory", b.memory}, {"throughput", b.throughput}, {"ttft", b.ttft},
 		{"resume", b.resume}, {"replay", b.replay}, {"mix", b.mix},
 	}
+	var failed []string
 	for _, s := range steps {
 		if !o.want(s.name) {
 			continue
@@ -297,11 +298,15 @@ func run(o options) error {
 		if err != nil {
 			b.res.notes = append(b.res.notes, fmt.Sprintf("%s: %v", s.name, err))
 			b.progress("%s: %v", s.name, err)
+			failed = append(failed, s.name)
 		}
 	}
 	b.res.loadEnd = loadAvg()
 	b.res.elapsed = time.Since(b.res.started)
 	b.report(os.Stdout)
+	if len(failed) > 0 { // a phase that measured nothing is no benchmark
+		return fmt.Errorf("phases failed: %s (see the notes)", strings.Join(failed, ", "))
+	}
 	return nil
 }
 
