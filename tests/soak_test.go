@@ -21,7 +21,10 @@ import (
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
-var soakFlag = flag.Duration("soak", 20*time.Second, "soak: how long TestSoak keeps its load up (by hand: -soak=1h)")
+var (
+	soakFlag     = flag.Duration("soak", 20*time.Second, "soak: how long TestSoak keeps its load up (by hand: -soak=1h)")
+	soakHeapFlag = flag.String("soak.heap", "", "soak: write a heap profile here once the load stopped, before the instances are")
+)
 
 // TestSoak keeps a moderate load on two instances of one NATS for -soak
 // (20 s in CI, an hour by hand): clients stream new keys, drop a third of
@@ -111,6 +114,17 @@ func TestSoak(t *testing.T) {
 	}
 	tick.Stop()
 	wait()
+	if *soakHeapFlag != "" {
+		runtime.GC()
+		f, err := os.Create(*soakHeapFlag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+	}
 	after := settle()
 	half := len(samples) / 2
 	heapMedian := func(s []sample) uint64 {
