@@ -49,6 +49,8 @@ type Ledger struct {
 	epoch   uint64 // bumped by Reset; recorders from older epochs are ignored
 	total   Entry
 	prompts map[string]*promptLog
+	order   []string      // prompts in the order they were first booked, for forgetting the oldest
+	max     int           // prompts kept at most (0: all)
 	changed chan struct{} // closed and replaced on every mutation
 }
 
@@ -117,7 +119,7 @@ func (l *Ledger) Reset() {
 	defer l.mu.Unlock()
 	l.epoch++
 	l.total = Entry{}
-	l.prompts = map[string]*promptLog{}
+	l.prompts, l.order = map[string]*promptLog{}, nil
 	l.notifyLocked()
 }
 
@@ -222,10 +224,30 @@ func (l *Ledger) notifyLocked() {
 func (l *Ledger) logLocked(prompt string) *promptLog {
 	p := l.prompts[prompt]
 	if p == nil {
+		if l.max > 0 && len(l.prompts) >= l.max {
+			l.forgetOldestLocked()
+		}
 		p = &promptLog{}
 		l.prompts[prompt] = p
+		l.order = append(l.order, prompt)
 	}
 	return p
+}
+
+// forgetOldestLocked drops the oldest prompt's log (its totals stay in
+// the ledger's total). l.mu must be held.
+func (l *Ledger) forgetOldestLocked() {
+	for len(l.order) > 0 {
+		oldest := l.order[0]
+		l.order = l.order[1:]
+		if _, ok := l.prompts[oldest]; ok {
+			delete(l.prompts, oldest)
+			break
+		}
+	}
+	if cap(l.order) > 2*l.max { // the dropped head's room is given back now and then
+		l.order = append([]string(nil), l.order...)
+	}
 }
 
 // request books one HTTP request and returns its 1-based index for prompt.

@@ -218,3 +218,34 @@ func TestLedgerWaitErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerForgetsOldestPrompts: past Config.MaxPrompts the ledger
+// forgets its oldest prompt (a fake that runs for hours stays bounded);
+// the totals keep counting everything.
+func TestLedgerForgetsOldestPrompts(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	fake, srv := newFake(t, mockllm.Config{MaxPrompts: 3})
+	for i := range 5 {
+		resp, err := post(t, ctx, srv.URL+mockllm.ChatPath, chatBody(fmt.Sprintf("prompt %d [tokens=2]", i), false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	l := fake.Ledger()
+	entries := l.Entries()
+	if len(entries) != 3 {
+		t.Fatalf("%d prompts kept, want 3: %v", len(entries), entries)
+	}
+	for i := range 5 {
+		_, kept := entries[fmt.Sprintf("prompt %d [tokens=2]", i)]
+		if kept != (i >= 2) {
+			t.Errorf("prompt %d kept %v, want the 3 newest kept", i, kept)
+		}
+	}
+	if got := l.Total(); got.Requests != 5 || got.Tokens != 10 {
+		t.Errorf("total %+v, want 5 requests and 10 tokens", got)
+	}
+}

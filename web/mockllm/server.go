@@ -35,9 +35,17 @@ type Config struct {
 	// Readable makes content readable English text (for the demo page);
 	// otherwise deterministic pseudo-words. Both derive from the prompt.
 	Readable bool
+	// MaxPrompts bounds the prompts the ledger keeps (what each generated,
+	// for tests to compare): past it the oldest is forgotten, so a fake
+	// that runs for hours (the demo upstream, a soak) does not grow without
+	// end. Totals are kept. Default DefaultMaxPrompts.
+	MaxPrompts int
 	// Logger is optional; nil discards logs.
 	Logger *slog.Logger
 }
+
+// DefaultMaxPrompts is Config.MaxPrompts' default.
+const DefaultMaxPrompts = 20_000
 
 // Server is the fake upstream; it is an http.Handler. Abrupt connection kills
 // are done with panic(http.ErrAbortHandler), so do not wrap it in middleware
@@ -61,7 +69,12 @@ func New(cfg Config) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: log, ledger: newLedger()}
+	if cfg.MaxPrompts <= 0 {
+		cfg.MaxPrompts = DefaultMaxPrompts
+	}
+	l := newLedger()
+	l.max = cfg.MaxPrompts
+	return &Server{cfg: cfg, log: log, ledger: l}
 }
 
 // Ledger returns the server's ledger.
