@@ -11,20 +11,10 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reprise-dev/reprise/stream/metrics"
 	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
-// issue13Families are the families /metrics must list from start-up: the
-// names alert rules and dashboards are written against.
-var issue13Families = []string{
-	"reprise_requests_total", "reprise_duplicates_suppressed_total", "reprise_resumes_total",
-	"reprise_generations_total", "reprise_events_journaled_total", "reprise_generations_running",
-	"reprise_stream_readers", "reprise_upstream_requests_total", "reprise_upstream_attempts_total",
-	"reprise_upstream_retries_total", "reprise_retry_outcomes_total", "reprise_upstream_first_byte_seconds",
-	"reprise_client_first_token_seconds", "reprise_resume_first_event_seconds", "reprise_journal_append_seconds",
-	"reprise_journal_retries_total", "reprise_journal_errors_total", "reprise_upstream_breaker_open",
-	"reprise_upstream_retry_budget_used_ratio",
-}
 
 // series sums the series of family name whose labels include labels
 // (name, value pairs); a histogram's value is its count.
@@ -62,7 +52,7 @@ func TestMetricsAtStartup(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	text := readBody(t, do(t, "GET", e.URL+"/metrics", ""))
-	for _, name := range issue13Families {
+	for _, name := range metrics.Families() {
 		if !strings.Contains(text, "\n# TYPE "+name+" ") && !strings.HasPrefix(text, "# HELP "+name+" ") {
 			t.Errorf("/metrics at start-up lacks %s", name)
 		}
