@@ -15,7 +15,6 @@ import (
 	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
-
 // series sums the series of family name whose labels include labels
 // (name, value pairs); a histogram's value is its count.
 func series(tb testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {

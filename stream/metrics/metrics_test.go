@@ -16,7 +16,6 @@ import (
 	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
-
 type policy struct{}
 
 func (policy) BreakerOpen() bool  { return true }
