@@ -66,6 +66,7 @@ type Writer struct {
 	qbytes int
 	ended  bool
 	stored uint64 // offset of the last stored event
+	seq    uint64 // sequence of the message that stored it: the next events' seek hint
 	err    error
 }
 
@@ -106,13 +107,22 @@ func (w *Writer) Stored() uint64 {
 // writer already started this generation. It waits while DefaultWindow
 // events are unacknowledged.
 func (w *Writer) Append(ctx context.Context, typ string, data []byte) error {
-	return w.add(ctx, Event{Type: typ, Data: data})
+	return w.add(ctx, Event{Type: typ, Data: data}, nil)
+}
+
+// AppendShown appends like Append, and calls show with the event (its
+// Offset and Seq set, as sink will get it) once it is queued, before it is
+// stored — except the generation's first event, the fence, which only
+// sink gets. show is called on the appending goroutine, with the writer's
+// lock held: it must not block nor call the writer.
+func (w *Writer) AppendShown(ctx context.Context, typ string, data []byte, show func(Event)) error {
+	return w.add(ctx, Event{Type: typ, Data: data}, show)
 }
 
 // End appends the end marker and waits until every event is stored. It
 // returns the writer's first error.
 func (w *Writer) End(ctx context.Context, state string) error {
-	if err := w.add(ctx, Event{End: state}); err != nil {
+	if err := w.add(ctx, Event{End: state}, nil); err != nil {
 		w.Abort()
 		return err
 	}
@@ -156,14 +166,14 @@ func signal(ch chan struct{}) {
 	}
 }
 
-func (w *Writer) add(ctx context.Context, ev Event) error {
+func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
 	w.next++
 	ev.Offset = w.next
 	if ev.Offset == 1 {
-		return w.first(ctx, ev)
+		return w.first(ctx, ev) // the fence: shown once stored (sink)
 	}
 	for {
 		w.mu.Lock()
@@ -172,6 +182,10 @@ func (w *Writer) add(ctx context.Context, ev Event) error {
 			return w.err
 		}
 		if len(w.queue) == 0 || len(w.queue) < DefaultWindow && w.qbytes < windowBytes {
+			ev.Seq = w.seq // the seek hint: the last message stored
+			if show != nil {
+				show(ev)
+			}
 			w.queue = append(w.queue, ev)
 			w.qbytes += ev.Size()
 			w.ended = ev.IsEnd()
@@ -201,7 +215,7 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 	w.lastSeq = seq // read by the flusher after the next wake
 	ev.Seq = seq
 	w.mu.Lock()
-	w.stored, w.ended = 1, ev.IsEnd()
+	w.stored, w.seq, w.ended = 1, seq, ev.IsEnd()
 	w.mu.Unlock()
 	w.sink(ev)
 	signal(w.wake)
@@ -235,7 +249,6 @@ func (w *Writer) flush() {
 		}
 		w.lastSeq = seq
 		for i := range batch {
-			batch[i].Seq = seq
 			w.sink(batch[i])
 		}
 		w.mu.Lock()
@@ -243,18 +256,19 @@ func (w *Writer) flush() {
 		for _, ev := range batch {
 			w.qbytes -= ev.Size()
 		}
-		w.stored = batch[len(batch)-1].Offset
+		w.stored, w.seq = batch[len(batch)-1].Offset, seq
 		w.mu.Unlock()
 		signal(w.room)
 	}
 }
 
-// take copies the queue's head that fits one message.
+// take copies the queue's head that fits one message: events of one seek
+// hint (Event.Seq; it changes when a message is stored while events wait).
 func (w *Writer) take() []Event {
 	n, size := 0, 0
 	for n < len(w.queue) {
 		s := w.queue[n].Size()
-		if n > 0 && size+s > w.j.maxFrame {
+		if n > 0 && (size+s > w.j.maxFrame || w.queue[n].Seq != w.queue[0].Seq) {
 			break
 		}
 		size += s
@@ -289,7 +303,7 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, 
 		cancel()
 		switch {
 		case lerr == nil && f.writer == w.id && f.last() == last:
-			seq = f.events[0].Seq
+			seq = f.seq
 			return nil
 		case lerr == nil && f.writer != w.id:
 			return ErrFenced
@@ -346,6 +360,7 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 		default:
 			last = f.events[len(f.events)-1]
 		}
+		lastSeq := f.seq // 0 when nothing is stored
 		if last.IsEnd() {
 			return last, nil
 		}
@@ -354,10 +369,10 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 			return Event{}, fmt.Errorf("%w: a seal must end with an end marker", ErrInvalidOption)
 		}
 		for i := range evs {
-			evs[i].Offset = last.Offset + 1 + uint64(i)
+			evs[i].Offset, evs[i].Seq = last.Offset+1+uint64(i), 0
 		}
 		ack, err := j.js.PublishMsg(ctx, encode(ref.subject(), sealWriter, evs),
-			jetstream.WithExpectLastSequencePerSubject(last.Seq), jetstream.WithRetryAttempts(0))
+			jetstream.WithExpectLastSequencePerSubject(lastSeq), jetstream.WithRetryAttempts(0))
 		if err == nil {
 			end := evs[len(evs)-1]
 			end.Seq = ack.Sequence

@@ -71,7 +71,7 @@ func (p *pump) run(ctx context.Context) {
 	}()
 
 	w := p.e.cfg.Journal.NewWriter(p.g.Ref, func(ev journal.Event) {
-		p.tail.append(ev)
+		p.tail.store(ev)
 		if !ev.IsEnd() {
 			lease.SetEvents(ev.Offset)
 			p.e.cfg.Metrics.EventJournaled()
@@ -344,6 +344,11 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 		if in.UsageOnly && p.hideUsage {
 			return nil // the record keeps it; no client asked
 		}
+		if !in.Terminal {
+			// Shown to this instance's readers before it is stored; the
+			// terminal event (and the fence) only once stored (Tail).
+			return w.AppendShown(ctx, typ, data, p.preview)
+		}
 		return w.Append(ctx, typ, data)
 	})
 	if err == nil {
@@ -354,6 +359,9 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
 }
+
+// preview shows an event handed to the journal to this instance's readers.
+func (p *pump) preview(ev journal.Event) { p.tail.preview(ev) }
 
 // streamError is the error a stream that ended without a result ends with.
 func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, err error) apierr.Error {
