@@ -20,6 +20,8 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
+require github.com/agnivade/levenshtein v1.2.2 // indirect
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
