@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -188,4 +189,34 @@ func permuted(v any) []byte {
 	}
 	write(v)
 	return []byte(b.String())
+}
+
+// BenchmarkFingerprint: what the canonical form costs a request, against
+// the bytes' fingerprint, for a short chat request and a long one (a
+// conversation of 200 messages, ~60 KB).
+//
+//	go test ./resume -run '^$' -bench Fingerprint -benchmem
+func BenchmarkFingerprint(b *testing.B) {
+	msg := func(i int) map[string]any {
+		return map[string]any{"role": []string{"user", "assistant"}[i%2], "content": strings.Repeat("lorem ipsum dolor sit amet ", 10)}
+	}
+	for _, n := range []int{1, 200} {
+		msgs := make([]map[string]any, n)
+		for i := range msgs {
+			msgs[i] = msg(i)
+		}
+		body, _ := json.Marshal(map[string]any{"model": "gpt-4o-mini", "stream": true, "temperature": 0.7, "messages": msgs})
+		b.Run("canonical/"+strconv.Itoa(len(body))+"B", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				resume.Fingerprint("/v1/chat/completions", body)
+			}
+		})
+		b.Run("bytes/"+strconv.Itoa(len(body))+"B", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				resume.BytesFingerprint("/v1/chat/completions", body)
+			}
+		})
+	}
 }

@@ -197,3 +197,15 @@ func FuzzParseArgs(f *testing.F) {
 		})
 	})
 }
+
+// TestConfigFileUnknownSetting: a mistyped setting in --config names the
+// one meant.
+func TestConfigFileUnknownSetting(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "reprise.conf")
+	if err := os.WriteFile(file, []byte("lisen = :1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseConfig([]string{"--config", file}, noEnv); err == nil || !strings.Contains(err.Error(), `unknown setting "lisen"; did you mean "listen"?`) {
+		t.Errorf("%v, want the nearest setting named", err)
+	}
+}
