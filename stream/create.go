@@ -56,10 +56,12 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		fail(w, r, apierr.New(apierr.ShuttingDown))
 		return
 	}
-	fp := resume.Fingerprint(requestPath(r), body)
+	fp, bfp := resume.Fingerprint(requestPath(r), body), resume.BytesFingerprint(requestPath(r), body)
 	sdkRetry := false
 	if key == "" {
-		key, sdkRetry = s.keyless(r, tenant, fp)
+		// An SDK retry sends the same bytes: by theirs, it finds its key
+		// on instances of versions before canonical fingerprints too.
+		key, sdkRetry = s.keyless(r, tenant, bfp)
 	}
 	noteKey(r, key)
 	id := resume.StreamID(tenant, key)
@@ -68,7 +70,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	// runs (owner_lost once its lease ran out).
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
 	out, err := s.resume.Begin(bctx, resume.Request{
-		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, Stream: stream,
+		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp, Stream: stream,
 	})
 	cancel()
 	switch {
@@ -191,6 +193,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 		return
 	case out.Decision != resume.Start && streamed(rec) && s.answeredCursor(w, r, id, rec, cur):
 		return
+	}
+	if out.Decision == resume.Attach {
+		// Idempotent-Replayed's sibling: this answer follows a generation
+		// an earlier request started, still running when it came.
+		h.Set("Reprise-Attached", "true")
 	}
 	if out.Decision != resume.Replay && !rec.Stream && respondAsync(r) {
 		// Query instead of retry: nothing is held open and nothing need
