@@ -297,22 +297,28 @@ func TestBrowserDemo(t *testing.T) {
 	}
 
 	t.Run("screenshot", func(t *testing.T) {
-		// Both panes through an unreliable network at once, as a person
-		// would try it; then the picture.
-		prompt := "Explain why a dropped stream should not be billed twice. [tokens=90] [delay=25ms]"
-		input := "A stream that drops mid-sentence picks up the very next sample. [tokens=40] [delay=30ms]"
+		// Both panes through an unreliable network at once, with the
+		// page's own prompts and the demo model as `go run ./cmd/reprise`
+		// serves it; then the picture.
+		demo := newEnv(t, withTokenDelay(20*time.Millisecond), withDemoModel())
+		web.Mount(demo.p)
+		p.base = demo.URL
+		defer func() {
+			_ = p.run(5*time.Second, chromedp.Navigate("about:blank"))
+			p.base = e.URL
+		}()
 		p.open(t)
-		p.typePrompt(t, prompt)
-		p.setValue(t, "sp-input", input)
-		p.setNumber(t, "every", 20)
+		p.setNumber(t, "every", 25)
 		p.setNumber(t, "delay", 500)
 		p.click(t, "unreliable")
 		p.click(t, "generate")
 		p.click(t, "sp-speak")
-		p.waitText(t, "conn", "done", 20*time.Second)
-		p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok === 'true'`, 20*time.Second)
+		p.waitText(t, "conn", "done", 30*time.Second)
+		p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok === 'true'`, 30*time.Second)
 		p.waitText(t, "server-state", "completed", 5*time.Second)
 		p.waitJS(t, `document.getElementById('tokens-billed').textContent !== ''`, 5*time.Second)
+		p.expectText(t, "server-generation", "1")
+		p.expectText(t, "sp-generation", "1")
 		sctx, cancel := context.WithTimeout(p.Ctx, 10*time.Second)
 		defer cancel()
 		shot, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))

@@ -152,7 +152,10 @@ function init() {
   $('resume').addEventListener('click', () => chatSession.resume());
   $('replay').addEventListener('click', () => chatSession.replay());
   $('autoresume').addEventListener('change', () => {
-    if ($('autoresume').checked && !chatSession.conn && chatSession.state === 'dropped') chatSession.scheduleResume(1000);
+    if ($('autoresume').checked && !chatSession.conn && chatSession.state === 'dropped') {
+      log('chat: auto-resume in 1000 ms');
+      chatSession.scheduleResume(1000);
+    }
     if (!$('autoresume').checked) {
       clearTimeout(chatSession.resumeTimer);
       chatSession.resumeTimer = 0;

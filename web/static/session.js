@@ -254,9 +254,12 @@ export class Session {
     this.drops++;
     this.droppedAt = performance.now();
     this.setState('dropped');
-    this.log(`${reason} — client has ${this.count} events (last id ${this.lastId || 'none'})`);
     const s = this.settings();
-    if (auto || s.autoresume) this.scheduleResume(auto ? s.delay : 1000);
+    const again = (auto || s.autoresume) && !!this.location;
+    const ms = auto ? s.delay : 1000;
+    this.log(`${reason} — client has ${this.count} events (last id ${this.lastId || 'none'})${again ? `; auto-resume in ${ms} ms` : ''}`);
+    this.poll(); // the server's count, climbing while the client is away
+    if (again) this.scheduleResume(ms);
   }
 
   // lost is a connection that broke or ended without the terminal event.
@@ -269,7 +272,6 @@ export class Session {
     clearTimeout(this.resumeTimer);
     this.resumeTimer = 0;
     if (!this.location) return;
-    this.log(`auto-resume in ${ms} ms`);
     this.resumeTimer = setTimeout(() => {
       this.resumeTimer = 0;
       if (!this.conn) this.resume();
@@ -332,7 +334,7 @@ export class Session {
     const journaled = this.status ? this.status.events : null;
     let msg = `reconnected over ${transportName[c.kind]} after ${away} ms, resuming after id ${this.lastId || 'none'}`;
     if (journaled != null && journaled > this.count) {
-      msg += `; the journal had ${journaled - this.count} more — replayed from the journal`;
+      msg += `; the server journaled ${journaled - this.count} more meanwhile — replayed from the journal, then live`;
     }
     this.log(msg);
   }
@@ -426,8 +428,16 @@ export class Session {
     if (!this.location) return;
     this.error = '';
     if (this.droppedAt) this.reconnects++;
+    this.poll();
     if (this.settings().mode === 'ws') this.resumeWS();
     else this.resumeSSE();
+  }
+
+  // logOpen logs a connection the client opens; a reconnection after a
+  // drop is logged when its first event comes (caughtUp).
+  logOpen(transport) {
+    if (this.droppedAt) return;
+    this.log(this.lastId ? `resume over ${transport} after event ${this.lastId}` : `read over ${transport} from the start`);
   }
 
   resumeURL() {
@@ -439,7 +449,7 @@ export class Session {
     const es = new EventSource(this.resumeURL());
     c.stop = () => es.close();
     this.setState('resuming');
-    this.log(this.lastId ? `resume over SSE after event ${this.lastId}` : 'read over SSE from the start');
+    this.logOpen('SSE');
 
     const wrap = (type) => (e) => this.handle(c, { type, data: e.data, id: e.lastEventId || '' });
     es.onopen = () => {
@@ -474,7 +484,7 @@ export class Session {
     const ws = new WebSocket(u.href);
     c.stop = () => ws.close(1000, 'dropped by the client');
     this.setState('resuming');
-    this.log(this.lastId ? `resume over WebSocket after event ${this.lastId}` : 'read over WebSocket from the start');
+    this.logOpen('WebSocket');
     ws.onopen = () => {
       if (this.conn === c) this.setState('streaming');
     };
