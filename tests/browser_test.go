@@ -296,6 +296,46 @@ func TestBrowserDemo(t *testing.T) {
 		})
 	}
 
+	// Raw WAV: dropped connections resume with Range: bytes=N- on the
+	// Location while the upstream still speaks (206 from byte N, then
+	// live); the PCM played is the PCM generated.
+	t.Run("speech raw WAV and Range", func(t *testing.T) {
+		start := time.Now()
+		input := uniquePrompt(t, "[tokens=30] [delay=40ms]")
+		p.open(t)
+		p.clickLabel(t, "sp-format-raw")
+		p.setNumber(t, "every", 6)
+		p.setNumber(t, "delay", 300)
+		p.click(t, "unreliable")
+		p.setValue(t, "sp-input", input)
+		p.click(t, "sp-speak")
+		p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok !== ''`, 20*time.Second)
+		p.expectText(t, "sp-conn", "done")
+		gen := ledgerIs1(t, input)
+		want := len(gen.Content)
+		p.expectText(t, "sp-played", formatThousands(want))
+		p.expectText(t, "sp-generated", formatThousands(want))
+		drops := evaluate[int](t, p, `window.reprise.speech.session.drops`)
+		if drops < 2 {
+			p.fail(t, "%d drops, want at least 2", drops)
+		}
+		h := fnv.New32a()
+		h.Write([]byte(gen.Content))
+		if got, want := evaluate[string](t, p, `window.reprise.speech.hash.hex()`), fmt.Sprintf("%08x", h.Sum32()); got != want {
+			p.fail(t, "hash of the played audio %s, want %s (the upstream's)", got, want)
+		}
+		if !evaluate[bool](t, p, `window.reprise.speech.chunks.every(([off, n], i, a) => off === (i === 0 ? 0 : a[i-1][0] + a[i-1][1]))`) {
+			p.fail(t, "the played chunks are not contiguous")
+		}
+		if !p.logHas(t, "→ 206 bytes ") {
+			p.fail(t, "the log shows no Range resume answered 206")
+		}
+		for _, l := range evaluate[[]string](t, p, `Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).filter((l) => l.includes('206')).reverse()`) {
+			t.Logf("page log: %s", l)
+		}
+		t.Logf("speech raw WAV: %d bytes played = generated after %d Range resumes; %v", want, drops, time.Since(start).Round(time.Millisecond))
+	})
+
 	t.Run("screenshot", func(t *testing.T) {
 		// Both panes through an unreliable network at once, with the
 		// page's own prompts and the demo model as `go run ./cmd/reprise`

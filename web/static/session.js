@@ -239,7 +239,7 @@ export class Session {
       this.error = msg || 'error';
       this.log(`error: ${this.error}`);
     } else if (state === 'done') {
-      this.log(`done after ${this.count} events, ${this.drops} drop${this.drops === 1 ? '' : 's'}`);
+      this.log(`done — ${this.position()}, after ${this.drops} drop${this.drops === 1 ? '' : 's'}`);
     }
     this.setState(state);
     this.poll();
@@ -257,9 +257,14 @@ export class Session {
     const s = this.settings();
     const again = (auto || s.autoresume) && !!this.location;
     const ms = auto ? s.delay : 1000;
-    this.log(`${reason} — client has ${this.count} events (last id ${this.lastId || 'none'})${again ? `; auto-resume in ${ms} ms` : ''}`);
+    this.log(`${reason} — ${this.position()}${again ? `; auto-resume in ${ms} ms` : ''}`);
     this.poll(); // the server's count, climbing while the client is away
     if (again) this.scheduleResume(ms);
+  }
+
+  // position is what the client has, for the log.
+  position() {
+    return `client has ${this.count} events (last id ${this.lastId || 'none'})`;
   }
 
   // lost is a connection that broke or ended without the terminal event.
@@ -565,6 +570,128 @@ export class Session {
       // the next poll tries again
     } finally {
       this.polling = false;
+    }
+  }
+}
+
+// RangeSession is a generation whose answer is raw media (no event stream):
+// the POST's body is read as it arrives, and a drop resumes with a GET of
+// the Location and Range: bytes=<bytes received>- — 206 from there, then
+// live while the upstream still generates. The pane supplies bytes(chunk),
+// which gets every byte once, in order, in place of apply.
+export class RangeSession extends Session {
+  clear() {
+    super.clear();
+    this.offset = 0; // bytes received: the next Range's first byte
+    this.total = -1; // the answer's size, from Content-Length / Content-Range
+  }
+
+  position() {
+    return `client has ${this.offset} of ${this.total >= 0 ? this.total : '?'} bytes`;
+  }
+
+  // post starts the generation and reads its answer.
+  post(what) {
+    this.error = '';
+    this.replayed = '';
+    this.log(`${what}: POST ${this.path} (raw audio), Idempotency-Key ${this.key.slice(0, 8)}…`);
+    this.read(true);
+  }
+
+  // resume asks the Location for the bytes after those received.
+  resume() {
+    if (!this.location) return;
+    this.error = '';
+    if (this.droppedAt) this.reconnects++;
+    this.poll();
+    this.read(false);
+  }
+
+  async read(first) {
+    const c = this.open('range');
+    const ac = new AbortController();
+    c.stop = () => ac.abort();
+    this.setState(first ? 'streaming' : 'resuming');
+    const range = `bytes=${this.offset}-`;
+    let res;
+    try {
+      res = first
+        ? await fetch(this.path, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json', 'Idempotency-Key': this.key },
+          body: this.body,
+          signal: ac.signal,
+          cache: 'no-store',
+        })
+        : await fetch(this.location, { headers: { Range: range }, signal: ac.signal, cache: 'no-store' });
+    } catch (e) {
+      if (this.conn !== c) return;
+      if (this.location) this.lost(c, `connection lost: ${e.message}`);
+      else this.finish(c, 'error', `request failed: ${e.message}`);
+      return;
+    }
+    if (this.conn !== c) return;
+    if (first) {
+      const loc = res.headers.get('Location');
+      if (loc) this.location = loc;
+      this.replayed = res.headers.get('Idempotent-Replayed') || 'false';
+      this.startPolling();
+    }
+    const want = first ? 200 : 206;
+    if (res.status !== want) {
+      let text = '';
+      try {
+        text = await res.text();
+      } catch (_) {
+        // body lost
+      }
+      this.finish(c, 'error', `${first ? 'POST' : 'GET ' + range}: HTTP ${res.status}: ${errorMessage(text, res.statusText)}`);
+      return;
+    }
+    if (first) {
+      this.total = parseInt(res.headers.get('Content-Length') || '-1', 10);
+      this.log(`HTTP 200 ${res.headers.get('Content-Type') || ''}, ${this.total >= 0 ? this.total + ' bytes' : 'size unknown'}, played as it arrives`);
+    } else {
+      const cr = res.headers.get('Content-Range') || '';
+      const m = /\/(\d+)$/.exec(cr);
+      if (m) this.total = parseInt(m[1], 10);
+    }
+    this.setState('streaming');
+    const reader = res.body.getReader();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (this.conn !== c) {
+          reader.cancel().catch(() => {});
+          return;
+        }
+        if (done) break;
+        if (value.length === 0) continue;
+        if (c.n === 0 && !first && this.droppedAt) {
+          const away = Math.round(performance.now() - this.droppedAt);
+          this.droppedAt = 0;
+          this.log(`reconnected after ${away} ms: Range: ${range} → 206 ${res.headers.get('Content-Range') || ''}, then live`);
+        }
+        c.n++;
+        this.count++;
+        this.bytes(value, this.offset);
+        this.offset += value.length;
+        this.changed();
+        const s = this.settings();
+        if (s.unreliable && c.n >= s.every && this.offset !== this.total) {
+          this.drop(`unreliable network: dropped after ${c.n} reads`, true);
+          return;
+        }
+      }
+    } catch (e) {
+      this.lost(c, `connection lost at byte ${this.offset}: ${e.message}`);
+      return;
+    }
+    if (this.total < 0 || this.offset === this.total) {
+      this.done();
+      this.finish(c, 'done');
+    } else {
+      this.lost(c, `the answer ended at byte ${this.offset} of ${this.total}`);
     }
   }
 }

@@ -3,9 +3,10 @@
 // PCM at 24 kHz, base64) is played through Web Audio as it arrives, right
 // after the previous one, so a drop and resume continues mid-sentence with
 // no repeated and no missing sample.
-import { Session, SSEParser } from './session.js';
+import { RangeSession, Session, SSEParser } from './session.js';
 
 const SAMPLE_RATE = 24000;
+const WAV_HEADER = 44; // the canonical RIFF header before the PCM
 
 const $ = (id) => document.getElementById(id);
 
@@ -60,14 +61,10 @@ export class SpeechPane {
     this.log = log;
     this.ctx = null; // AudioContext, made on the first click (autoplay rules)
     this.clearAudio();
-    this.session = new Session({
-      path: '/v1/audio/speech',
-      settings,
-      log,
-      apply: (ev) => this.apply(ev),
-      reset: () => this.clearAudio(),
-      changed: () => this.render(),
-    });
+    const common = { path: '/v1/audio/speech', settings, log, reset: () => this.clearAudio(), changed: () => this.render() };
+    this.sse = new Session({ ...common, apply: (ev) => this.apply(ev) });
+    this.raw = new RangeSession({ ...common, bytes: (b, off) => this.rawBytes(b, off), done: () => this.verify() });
+    this.session = this.sse;
     $('sp-speak').addEventListener('click', () => this.speak());
     $('sp-drop').addEventListener('click', () => this.session.drop('dropped by you — the server keeps generating', false));
     this.render();
@@ -80,6 +77,7 @@ export class SpeechPane {
     this.nextTime = 0;
     this.generated = null; // bytes the journal holds, once read back
     this.generatedHash = '';
+    this.carry = null; // the odd byte of a raw read, until the next
   }
 
   speak() {
@@ -89,13 +87,32 @@ export class SpeechPane {
     }
     if (this.ctx && this.ctx.state === 'suspended') this.ctx.resume().catch(() => {});
     this.clearAudio();
-    this.session.start(JSON.stringify({
-      model: 'demo',
-      input: $('sp-input').value,
-      voice: 'alloy',
-      response_format: 'pcm',
-      stream_format: 'sse',
-    }));
+    this.sse.stop();
+    this.raw.stop();
+    const raw = $('sp-format-raw').checked;
+    this.session = raw ? this.raw : this.sse;
+    const body = { model: 'demo', input: $('sp-input').value, voice: 'alloy' };
+    if (raw) body.response_format = 'wav';
+    else Object.assign(body, { response_format: 'pcm', stream_format: 'sse' });
+    this.session.start(JSON.stringify(body));
+  }
+
+  // rawBytes takes the bytes of a raw WAV answer from offset off: the
+  // header is skipped, the PCM played in whole samples (a read may end
+  // inside one).
+  rawBytes(b, off) {
+    let data = b;
+    if (off < WAV_HEADER) data = b.subarray(Math.min(WAV_HEADER - off, b.length));
+    if (this.carry) {
+      const joined = new Uint8Array(this.carry.length + data.length);
+      joined.set(this.carry);
+      joined.set(data, this.carry.length);
+      data = joined;
+      this.carry = null;
+    }
+    const even = data.length & ~1;
+    if (even < data.length) this.carry = data.slice(even);
+    if (even > 0) this.play(data.subarray(0, even));
   }
 
   apply(ev) {
@@ -139,6 +156,15 @@ export class SpeechPane {
     let bytes = 0;
     const hash = new FNV();
     try {
+      if (this.session === this.raw) {
+        // The stored WAV, whole: its PCM after the header.
+        const res = await fetch(loc, { cache: 'no-store' });
+        if (!res.ok) throw new Error(`HTTP ${res.status}`);
+        const pcm = new Uint8Array(await res.arrayBuffer()).subarray(WAV_HEADER);
+        bytes = pcm.length;
+        hash.push(pcm);
+        return this.verified(key, bytes, hash);
+      }
       const res = await fetch(loc, { headers: { Accept: 'text/event-stream' }, cache: 'no-store' });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const parser = new SSEParser((ev) => {
@@ -162,6 +188,10 @@ export class SpeechPane {
       this.log(`could not read the journal back: ${e.message}`);
       return;
     }
+    this.verified(key, bytes, hash);
+  }
+
+  verified(key, bytes, hash) {
     if (key !== this.session.key) return;
     this.generated = bytes;
     this.generatedHash = hash.hex();
@@ -182,6 +212,7 @@ export class SpeechPane {
     text('sp-error', err.hidden ? '' : s.error);
     text('sp-played', this.played.toLocaleString('en-US'));
     text('sp-generated', this.generated == null ? '' : this.generated.toLocaleString('en-US'));
+    text('sp-events-label', s === this.raw ? 'Body reads · journal chunks' : 'Events');
     text('sp-count', s.count);
     text('sp-server-events', st.events);
     text('sp-generation', st.generation);
