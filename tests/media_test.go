@@ -102,3 +102,25 @@ func ledgerOnce(tb testing.TB, e *env, input string) mockllm.Generation {
 	}
 	return gens[0]
 }
+
+// TestRawAudioCutUpstream: raw audio the upstream cuts mid-way is no
+// result. Its first client, which already got part of it live, sees a
+// broken response (never a short, clean one), and the key is failed.
+func TestRawAudioCutUpstream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	input := uniquePrompt(t, "[tokens=20] [delay=20ms] [abort_after=5]")
+	resp := do(t, "POST", e.URL+"/v1/audio/speech", speechBody(input, false), "Idempotency-Key", "raw-cut")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST: %d", resp.StatusCode)
+	}
+	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err == nil {
+		t.Fatalf("the cut audio ended cleanly after %d bytes; want a broken response", len(b))
+	}
+	if len(b) == 0 || len(b) >= mockllm.WAVHeaderSize+20*mockllm.ChunkBytes {
+		t.Errorf("got %d bytes before the cut, want part of the audio", len(b))
+	}
+	testutil.WaitState(t, e.URL, "raw-cut", "failed")
+}
