@@ -391,6 +391,16 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, tenant, id s
 	if head.Upstream != "" {
 		w.Header().Set("Reprise-Upstream", head.Upstream)
 	}
+	if head.Progressive {
+		release, ok := s.takeReader(tenant, id)
+		if !ok {
+			failFor(w, rec, apierr.New(apierr.TooManyReaders))
+			return
+		}
+		defer release()
+		s.serveMedia(w, r, rec, t, head, false)
+		return
+	}
 	if !head.Streaming {
 		if ra := seconds(head.RetryAfter); ra > 0 && head.Status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))
@@ -563,6 +573,12 @@ func (s *Server) awaitResultOf(tenant string) func(http.ResponseWriter, *http.Re
 
 // awaitResult waits (bounded) for a non-streamed generation in progress.
 func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record) {
+	if t, head := s.progressiveHead(id, rec); head != nil {
+		// Media journaled as it arrives: follow it, from the Range's
+		// first byte for a GET.
+		s.serveMedia(w, r, rec, t, head, r.Method == http.MethodGet)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.AttachWait)
 	defer cancel()
 	poll := time.NewTicker(50 * time.Millisecond)
@@ -575,6 +591,10 @@ func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, tenant, id 
 			}
 			return
 		case <-poll.C:
+		}
+		if t, head := s.progressiveHead(id, rec); head != nil { // it answered meanwhile
+			s.serveMedia(w, r, rec, t, head, r.Method == http.MethodGet)
+			return
 		}
 		var err error
 		if rec, err = s.resume.Get(r.Context(), id); err != nil {

@@ -213,7 +213,12 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 			res.Upstream = up.Name
 			return res
 		}
-		res := p.result(ctx, w, resp, ct, attempts)
+		var res resume.Result
+		if progressive(p.g.Stream, resp.StatusCode, ct) {
+			res = p.media(ctx, w, resp, ct, attempts)
+		} else {
+			res = p.result(ctx, w, resp, ct, attempts)
+		}
 		res.Upstream = up.Name
 		return res
 	}

@@ -41,8 +41,13 @@ type Tail struct {
 type Head struct {
 	Status      int
 	ContentType string
-	Body        []byte // the whole answer, unless Streaming
+	Body        []byte // the whole answer, unless Streaming or Progressive
 	Streaming   bool
+	// Progressive: a whole answer (raw audio) journaled as it arrives, in
+	// TypeBody chunks readers follow in the tail; Body is nil. Length is
+	// the upstream's Content-Length, -1 when it gave none.
+	Progressive bool
+	Length      int64
 	Attempts    int           // upstream requests made
 	Upstream    string        // the name of the upstream that answered
 	RetryAfter  time.Duration // known wait, for the client's Retry-After
