@@ -33,7 +33,9 @@ const (
 
 // headers passed to the upstream; everything else stays at the proxy (the
 // credential is set by the decorator).
-var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta", "User-Agent"}
+// The client's W3C trace context goes on as it came (a Tracer, when set,
+// makes its own span the upstream request's parent).
+var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta", "User-Agent", "Traceparent", "Tracestate"}
 
 // pump runs one generation, detached from any client: it calls the upstream,
 // journals every event, and records how the generation ended.
@@ -54,11 +56,19 @@ type pump struct {
 	// tried (observe); before, those of the key's earlier generations,
 	// read from the attempt log at the first of them.
 	attempts, before int
+	// trace follows the generation (Config.Tracer); last is the attempt
+	// log's record of the latest upstream request (observe).
+	trace Trace
+	last  *Attempt
 }
 
 func (p *pump) run(ctx context.Context) {
 	res := resume.Result{State: resume.Failed}
-	defer func() { p.e.done(p, p.outcome(res)) }()
+	defer func() {
+		outcome := p.outcome(res)
+		p.trace.End(outcome, res)
+		p.e.done(p, outcome)
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lease := p.g.Lease
@@ -132,6 +142,7 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 		p.log.Error("finishing generation", "gen", p.g.Ref.Gen, "err", err)
 	}
 	p.bill(res, entry, err == nil)
+	p.attemptUsage(res)
 	p.log.Debug("generation ended", "gen", p.g.Ref.Gen, "state", res.State, "events", res.Events, "code", res.Error)
 	return res
 }
@@ -316,6 +327,7 @@ func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 		// cannot bill twice. One key per generation.
 		req.Header.Set("Idempotency-Key", p.g.Ref.ID+"-"+strconv.FormatUint(p.g.Ref.Gen, 10))
 	}
+	p.trace.Request(req, up.Name)
 	return req, nil
 }
 
