@@ -323,6 +323,10 @@ func testOTelGenAI(t *testing.T, latest bool) {
 				t.Errorf("%s = %v over %d operations, want %v over 2", c.name, got, n, c.want)
 			}
 		}
+		// Streamed and answered: the completed generation only.
+		if _, n := total(recv.metric(telemetry.MetricTimeToFirstChunk, with())); n != 1 {
+			t.Errorf("%s: %d observations, want 1 (the completed stream; the refused one had no chunk)", telemetry.MetricTimeToFirstChunk, n)
+		}
 		if p := recv.metric(telemetry.MetricTokenUsage, nil); len(p) != 0 {
 			t.Errorf("v1.36.0's %s exported under the opt-in: %v", telemetry.MetricTokenUsage, p)
 		}
@@ -332,7 +336,7 @@ func testOTelGenAI(t *testing.T, latest bool) {
 				t.Errorf("%s{%s} = %v over %d, want %v (the ledger) over 1", telemetry.MetricTokenUsage, typ, got, n, want)
 			}
 		}
-		if p := recv.metric(telemetry.MetricInferenceDuration, nil); len(p) != 0 {
+		if p := append(recv.metric(telemetry.MetricInferenceDuration, nil), recv.metric(telemetry.MetricTimeToFirstChunk, nil)...); len(p) != 0 {
 			t.Errorf("the latest names exported without the opt-in: %v", p)
 		}
 	}

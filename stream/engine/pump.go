@@ -343,12 +343,16 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	idle := time.AfterFunc(idleTimeout, func() { stall(errStalled) })
 	defer idle.Stop()
 	lim := upstreamLimits{maxEvent: p.e.cfg.Limits.MaxEventSize, maxEvents: p.e.cfg.Limits.MaxStreamEvents, maxBytes: p.e.cfg.Limits.MaxStreamBytes}
-	named := false
+	named, first := false, true
 	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection) error {
 		// The upstream is idle only while it is read: time spent journaling
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()
 		defer idle.Reset(idleTimeout)
+		if first {
+			first = false
+			p.trace.FirstChunk()
+		}
 		if in.Name != "" && !named {
 			named = true
 			p.name(ctx, in.Name)

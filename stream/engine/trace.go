@@ -25,6 +25,9 @@ type Trace interface {
 	// Attempt is called with what each upstream request came to (also for
 	// one that failed before it was built, without a Request).
 	Attempt(a classify.Attempt)
+	// FirstChunk is called as the first event of an upstream stream
+	// arrives (never for an answer that is not streamed).
+	FirstChunk()
 	// End is called once, as the generation ends: its outcome (one of
 	// Outcomes) and the result it recorded (usage, cost, error code).
 	End(outcome string, res resume.Result)
@@ -39,3 +42,4 @@ type noTrace struct{}
 func (noTrace) Request(*http.Request, string) {}
 func (noTrace) Attempt(classify.Attempt)      {}
 func (noTrace) End(string, resume.Result)     {}
+func (noTrace) FirstChunk()                   {}

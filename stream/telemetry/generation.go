@@ -126,6 +126,20 @@ func (r *run) Attempt(a classify.Attempt) {
 	span.End()
 }
 
+// FirstChunk records the time to the stream's first event, from the
+// generation's start (its retries included), under the latest names only:
+// v1.36.0 had no such metric.
+func (r *run) FirstChunk() {
+	if !r.t.latest {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := time.Since(r.start).Seconds()
+	r.t.inst.firstChunk.Record(r.ctx, d, metric.WithAttributes(append(r.genAI(), r.server()...)...))
+	r.span.SetAttributes(keyFirstChunk.Float64(d))
+}
+
 // End records the generation's GenAI metrics and ends its span.
 func (r *run) End(outcome string, res resume.Result) {
 	r.mu.Lock()

@@ -20,6 +20,7 @@ const (
 	keyInputTokens   = attribute.Key("gen_ai.usage.input_tokens")
 	keyOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")
 	keyStream        = attribute.Key("gen_ai.request.stream")
+	keyFirstChunk    = attribute.Key("gen_ai.response.time_to_first_chunk") // latest
 	keyErrorType     = attribute.Key("error.type")
 	keyServerAddress = attribute.Key("server.address")
 	keyServerPort    = attribute.Key("server.port")
@@ -53,6 +54,7 @@ const (
 	MetricTokenUsage        = "gen_ai.client.token.usage"
 
 	MetricInferenceDuration     = "gen_ai.client.inference.duration"
+	MetricTimeToFirstChunk      = "gen_ai.client.inference.time_to_first_chunk"
 	MetricUsageInputTokens      = "gen_ai.client.inference.usage.input_tokens"
 	MetricUsageOutputTokens     = "gen_ai.client.inference.usage.output_tokens"
 	MetricOperationInputTokens  = "gen_ai.client.inference.operation.input_tokens"

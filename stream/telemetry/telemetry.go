@@ -48,9 +48,10 @@ type Telemetry struct {
 // histograms).
 type instruments struct {
 	duration             metric.Float64Histogram
-	tokens               metric.Int64Histogram // v1.36.0
-	usageIn, usageOut    metric.Int64Counter   // latest
-	operationIn, operOut metric.Int64Histogram // latest
+	tokens               metric.Int64Histogram   // v1.36.0
+	usageIn, usageOut    metric.Int64Counter     // latest
+	operationIn, operOut metric.Int64Histogram   // latest
+	firstChunk           metric.Float64Histogram // latest
 }
 
 // Signals reports which signals getenv (os.Getenv) asks to export: metrics
@@ -149,6 +150,9 @@ func newInstruments(m metric.Meter, latest bool) (instruments, error) {
 		in.usageOut = counter(MetricUsageOutputTokens, "The number of output (completion) tokens used, including reasoning tokens.")
 		in.operationIn = hist(MetricOperationInputTokens, "The number of input (prompt) tokens used per inference operation.")
 		in.operOut = hist(MetricOperationOutputTokens, "The number of output (completion) tokens used per inference operation.")
+		in.firstChunk, err = m.Float64Histogram(MetricTimeToFirstChunk, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...),
+			metric.WithDescription("Time to receive the first chunk, measured from when the client issues the generation request to when the first chunk is received in the response stream."))
+		errs = append(errs, err)
 	} else {
 		in.tokens = hist(MetricTokenUsage, "Number of input and output tokens used.")
 	}
