@@ -424,3 +424,23 @@ func testOTelGenAI(t *testing.T, latest bool) {
 		}
 	}
 }
+
+// TestTraceparentWithoutTelemetry: with no OTLP endpoint (no Tracer), the
+// client's W3C trace context still reaches the upstream as it came.
+func TestTraceparentWithoutTelemetry(t *testing.T) {
+	t.Parallel()
+	const tp, ts = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x"
+	var llm atomic.Pointer[mockllm.Server]
+	var got atomic.Value
+	e := newEnv(t, withUpstream(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store([2]string{r.Header.Get("Traceparent"), r.Header.Get("Tracestate")})
+		llm.Load().ServeHTTP(w, r)
+	})))
+	llm.Store(e.LLM)
+	prompt := uniquePrompt(t, "[tokens=2]")
+	checkComplete(t, readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-tp",
+		"Traceparent", tp, "Tracestate", ts), -1), prompt, 2)
+	if h, _ := got.Load().([2]string); h != [2]string{tp, ts} {
+		t.Errorf("the upstream got traceparent/tracestate %q, want the client's %q", h, [2]string{tp, ts})
+	}
+}
