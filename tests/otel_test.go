@@ -202,8 +202,8 @@ func TestOTelGenAI(t *testing.T) {
 	}
 }
 
+//nolint:thelper // a subtest's body: its failures name their own lines
 func testOTelGenAI(t *testing.T, latest bool) {
-	t.Helper()
 	recv := newOTLPReceiver(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.srv.URL)
 	t.Setenv("OTEL_METRIC_EXPORT_INTERVAL", "200")
