@@ -378,7 +378,6 @@ func (e *Engine) startPump(p *pump) error {
 	}
 	e.pumps.Add(1)
 	e.cfg.Metrics.GenerationStarted()
-	p.trace = e.cfg.Tracer.Begin(p.g)
 	go func() {
 		defer cancel(nil)
 		p.run(ctx)

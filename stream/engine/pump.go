@@ -63,6 +63,7 @@ type pump struct {
 }
 
 func (p *pump) run(ctx context.Context) {
+	p.trace = p.e.cfg.Tracer.Begin(p.g)
 	res := resume.Result{State: resume.Failed}
 	defer func() {
 		outcome := p.outcome(res)
