@@ -22,6 +22,7 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/stream/telemetry"
 	"github.com/reprise-dev/reprise/web"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -76,6 +77,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		}
 		defer stopDemo()
 		pc.Upstream, pc.Fallbacks = upstreams[0], upstreams[1:]
+	}
+	tel, err := telemetry.New(ctx) // nil unless an OTLP endpoint is set
+	if err != nil {
+		return err
+	}
+	if tel != nil {
+		pc.Tracer = tel
+		defer func() {
+			flush, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := tel.Shutdown(flush); err != nil {
+				log.Warn("OpenTelemetry: flushing on exit failed", "err", err)
+			}
+		}()
+		log.Info("OpenTelemetry: exporting GenAI metrics and traces over OTLP/HTTP")
 	}
 	pc.NATS, pc.Logger, pc.Registerer = nc, log, prometheus.DefaultRegisterer
 	pc.Client = engine.DefaultClient(cfg.connectTimeout, cfg.headerTimeout)
