@@ -79,10 +79,6 @@ export function createFetch(options = {}) {
   };
 }
 
-/** A fetch that resumes reprise streams, with the default options. */
-export const fetch = createFetch();
-export default fetch;
-
 /** @param {Response} res */
 function isEventStream(res) {
   return (res.headers.get("content-type") ?? "").toLowerCase().startsWith("text/event-stream");
@@ -380,3 +376,7 @@ function isTerminal(type, data) {
   }
   return false;
 }
+
+/** A fetch that resumes reprise streams, with the default options. */
+export const fetch = createFetch();
+export default fetch;
