@@ -1,6 +1,9 @@
 package tests
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -169,4 +172,53 @@ func TestRoundTripperSDKRetryAttaches(t *testing.T) {
 	if link.cuts() != 1 {
 		t.Errorf("the link cut %d connections, want 1", link.cuts())
 	}
+}
+
+// TestRoundTripperSpeech: a speech event stream (events of 3 KiB: every
+// cut comes before the first event is whole, so the stream is read from its
+// start again each time, before any retry: reached the client, hence the
+// transport's own short RetryDelay) through the transport under a plain
+// http.Client: the PCM is byte-exact, each event once.
+func TestRoundTripperSpeech(t *testing.T) {
+	t.Parallel()
+	e := newClientEnv(t)
+	link := newDropLink(t, e.addr, clientCutBytes, clientDrops)
+	input := uniquePrompt(t, "[tokens=12]")
+	req, err := http.NewRequestWithContext(waitCtx(t, 30*time.Second), http.MethodPost, link.URL+"/v1/audio/speech", strings.NewReader(speechBody(input, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-test")
+	resp, err := (&http.Client{Transport: &roundtrip.Transport{RetryDelay: 50 * time.Millisecond}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := readEvents(t, resp, -1)
+	checkUnique(t, evs)
+	var pcm []byte
+	done := false
+	for _, ev := range evs {
+		var v struct {
+			Type  string `json:"type"`
+			Audio string `json:"audio"`
+		}
+		if err := json.Unmarshal([]byte(ev.Data), &v); err != nil {
+			t.Fatalf("event %q: %v", ev.Data, err)
+		}
+		switch v.Type {
+		case "speech.audio.delta":
+			b, err := base64.StdEncoding.DecodeString(v.Audio)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pcm = append(pcm, b...)
+		case "speech.audio.done":
+			done = true
+		}
+	}
+	if !done || !bytes.Equal(pcm, mockllm.Audio(input, 12)) {
+		t.Errorf("done %v, %d bytes of PCM, want %d exact", done, len(pcm), len(mockllm.Audio(input, 12)))
+	}
+	checkOnce(t, e, input, link)
 }
