@@ -18,7 +18,9 @@ import (
 // web/client/reprise.js as its fetch, against this proxy through links
 // that cut each stream three times (and one that cuts the POST's answer
 // before its head, which the SDK retries itself); then checks the upstream
-// ledger: one request and one generation per stream. CI installs tests/js
+// ledger: one request and one generation per stream. It runs
+// helper.test.mjs too: how the helper ends a stream its Location cannot
+// continue, against a node:http server. CI installs tests/js
 // with npm ci; the test skips only where there is no node.
 func TestJSClientNode(t *testing.T) {
 	t.Parallel()
@@ -70,7 +72,7 @@ func TestJSClientNode(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "reprise.test.mjs")
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "reprise.test.mjs", "helper.test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "REPRISE_CASES="+string(b), "NO_COLOR=1")
 	out, err := cmd.CombinedOutput()
