@@ -16,7 +16,7 @@ import (
 // what a client needs to resume (Location, Idempotency-Key), to tell a
 // replay (Idempotent-Replayed) and reprise's own, with the retry hints.
 var corsExposed = []string{
-	"Location", "Idempotency-Key", "Idempotent-Replayed", "Reprise-Attempts", "Reprise-Upstream",
+	"Location", "Idempotency-Key", "Idempotent-Replayed", "Reprise-Attached", "Reprise-Attempts", "Reprise-Upstream",
 	"Retry-After", "X-Should-Retry", "X-Request-Id", "Request-Id", "Content-Range", "Accept-Ranges",
 }
 

@@ -99,7 +99,7 @@ func TestCORSActualRequest(t *testing.T) {
 		if rec.Header().Get("Access-Control-Allow-Origin") != origin {
 			t.Errorf("%s: Access-Control-Allow-Origin %q", origin, rec.Header().Get("Access-Control-Allow-Origin"))
 		}
-		for _, want := range []string{"Location", "Idempotency-Key", "Idempotent-Replayed", "Reprise-Attempts", "Reprise-Upstream"} {
+		for _, want := range []string{"Location", "Idempotency-Key", "Idempotent-Replayed", "Reprise-Attached", "Reprise-Attempts", "Reprise-Upstream"} {
 			if !strings.Contains(exposed, want) {
 				t.Errorf("Access-Control-Expose-Headers %q lacks %s", exposed, want)
 			}
