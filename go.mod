@@ -26,6 +26,8 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
+require github.com/rs/cors v1.11.1 // indirect
+
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect

@@ -48,7 +48,7 @@ func newBenchSSE(b *testing.B) (*sseWriter, *discardWriter) {
 	b.Helper()
 	dw := &discardWriter{}
 	r, _ := http.NewRequest(http.MethodGet, "/v1/streams/k", nil)
-	sw, err := newSSEWriter(dw, r, time.Minute)
+	sw, err := newSSEWriter(dw, r, time.Minute, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -228,7 +228,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 	if r.Method == http.MethodGet {
 		if c := s.detached.Take(w, r); c != nil {
 			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
-				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout)
+				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout, s.cfg.SSERetry)
 				if out == nil {
 					return // a detached connection always streams
 				}
@@ -249,7 +249,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 		}
 	}
 	defer release()
-	out, err := newSSEWriter(w, r, s.cfg.WriteTimeout)
+	out, err := newSSEWriter(w, r, s.cfg.WriteTimeout, s.cfg.SSERetry)
 	if err != nil {
 		failFor(w, rec, apierr.New(apierr.NoStreaming))
 		return

@@ -35,6 +35,9 @@ const (
 	DefaultMaxWSMessage        = 4 << 10
 	// DefaultSDKRetryWindow is how long a keyless request's SDK retries attach to it.
 	DefaultSDKRetryWindow = 10 * time.Minute
+	// DefaultSSERetry: browsers wait 3 s by default before an EventSource
+	// reconnects; a dropped stream resumes sooner.
+	DefaultSSERetry = time.Second
 )
 
 // ErrInvalidOption wraps every configuration error.
@@ -70,6 +73,14 @@ type Settings struct {
 	// body sent within this window attaches to it. 0 takes the default,
 	// negative disables. Default DefaultSDKRetryWindow (10 min).
 	SDKRetryWindow time.Duration
+	// CORSOrigins are the origins whose pages may call the proxy from a
+	// browser ("*" for any; scheme://host[:port], one "*" allowed in the
+	// host). Default none: no CORS headers, preflights are not answered.
+	CORSOrigins []string
+	// SSERetry is the reconnection time sent (as "retry:") with the first
+	// event of every event stream: EventSource and the client helpers wait
+	// this long before they resume. Default DefaultSSERetry (1 s).
+	SSERetry time.Duration
 }
 
 func (s *Settings) fill() {
@@ -80,6 +91,7 @@ func (s *Settings) fill() {
 	setDefault(&s.MaxReadersPerKey, DefaultMaxReadersPerKey)
 	setDefault(&s.MaxReadersPerTenant, DefaultMaxReadersPerTenant)
 	setDefault(&s.MaxWSMessage, DefaultMaxWSMessage)
+	setDefault(&s.SSERetry, DefaultSSERetry)
 	if s.SDKRetryWindow == 0 {
 		s.SDKRetryWindow = DefaultSDKRetryWindow
 	}
@@ -123,6 +135,7 @@ type Server struct {
 	prices   *cost.Table
 	log      *slog.Logger
 	mux      *http.ServeMux
+	handler  http.Handler  // mux, behind CORS when configured
 	detached *detach.Group // SSE readers on connections taken over from net/http
 	// closing ends when Close begins: readers of generations running
 	// elsewhere stop then.
@@ -155,6 +168,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.closing, s.closeReaders = context.WithCancel(context.Background())
 	s.routes()
+	var err error
+	if s.handler, err = withCORS(s.cfg.CORSOrigins, s.mux); err != nil {
+		return nil, err
+	}
 	if s.cfg.ReadingSignal > 0 {
 		go s.signalReading()
 	}
@@ -212,7 +229,7 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.logAccess(w, withArrival(r), s.mux)
+	s.logAccess(w, withArrival(r), s.handler)
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {

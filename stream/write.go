@@ -25,9 +25,13 @@ type sseWriter struct {
 	// reach the client, an error event included.
 	failed bool
 	until  time.Time // the connection's write deadline
+	// retry goes with the first message, then is zero: a message of its
+	// own would be an event without data, which some SDKs' decoders
+	// dispatch and fail to parse.
+	retry time.Duration
 }
 
-func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration) (*sseWriter, error) {
+func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout, retry time.Duration) (*sseWriter, error) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
@@ -35,7 +39,7 @@ func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	sw := &sseWriter{sess: sess, rc: http.NewResponseController(w), timeout: timeout}
+	sw := &sseWriter{sess: sess, rc: http.NewResponseController(w), timeout: timeout, retry: retry}
 	return sw, sw.flush() // send the headers now: the client knows it is attached
 }
 
@@ -49,6 +53,12 @@ func (w *sseWriter) deadline() {
 	}
 	w.until = now.Add(w.timeout)
 	_ = w.rc.SetWriteDeadline(w.until)
+}
+
+// withRetry gives m the pending reconnection time.
+func (w *sseWriter) withRetry(m *sse.Message) *sse.Message {
+	m.Retry, w.retry = w.retry, 0
+	return m
 }
 
 // check records a failed write.
@@ -83,14 +93,14 @@ func (w *sseWriter) send(id string, ev journal.Event) error {
 		m.AppendData(string(ev.Data))
 	}
 	w.deadline() // the send may write: a full buffer goes out
-	return w.check(w.sess.Send(m))
+	return w.check(w.sess.Send(w.withRetry(m)))
 }
 
 func (w *sseWriter) reset(id string, gen uint64) error {
 	m := &sse.Message{ID: sse.ID(id), Type: sse.Type(engine.TypeReset)}
 	m.AppendData(`{"generation":` + strconv.FormatUint(gen, 10) + `}`)
 	w.deadline()
-	if err := w.check(w.sess.Send(m)); err != nil {
+	if err := w.check(w.sess.Send(w.withRetry(m))); err != nil {
 		return err
 	}
 	return w.flush()

@@ -16,7 +16,7 @@ import (
 // stays on the last real event; others carry theirs.
 func TestSSEWriterEventWithoutID(t *testing.T) {
 	rec := httptest.NewRecorder()
-	w, err := newSSEWriter(rec, httptest.NewRequest("GET", "/v1/streams/k", nil), time.Second)
+	w, err := newSSEWriter(rec, httptest.NewRequest("GET", "/v1/streams/k", nil), time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestSSEWriterData(t *testing.T) {
 		{"", "\n", "id: 1-1-1\ndata: \ndata: \n\n"},
 	} {
 		rec := httptest.NewRecorder()
-		w, err := newSSEWriter(rec, httptest.NewRequest("GET", "/v1/streams/k", nil), time.Second)
+		w, err := newSSEWriter(rec, httptest.NewRequest("GET", "/v1/streams/k", nil), time.Second, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -87,6 +87,7 @@ func parseSSE(s string) []event {
 			cur.ID = line[len("id: "):]
 		case strings.HasPrefix(line, "data: "):
 			cur.Data = line[len("data: "):]
+		case strings.HasPrefix(line, "retry: "): // the first event's reconnection time
 		case line == "" && cur != (event{}):
 			evs = append(evs, cur)
 			cur = event{}

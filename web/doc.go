@@ -10,5 +10,9 @@
 // and watch the text and the speech resume from the journal instead of
 // starting a second generation.
 //
+// It also serves /reprise.js (client/reprise.js): an ES module for other
+// pages and for Node, a fetch that adds an Idempotency-Key and resumes a
+// broken stream from its Location by itself.
+//
 // The package holds no proxy logic. [Handler] only serves the static files.
 package web

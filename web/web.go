@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-//go:embed static
+//go:embed static client/reprise.js
 var static embed.FS
 
 // asset is one embedded file, ready to serve.
@@ -29,6 +29,8 @@ var routes = map[string]struct{ file, contentType string }{
 	"/session.js": {"static/session.js", "text/javascript; charset=utf-8"},
 	"/speech.js":  {"static/speech.js", "text/javascript; charset=utf-8"},
 	"/style.css":  {"static/style.css", "text/css; charset=utf-8"},
+	// The client helper: a fetch that resumes streams (see README).
+	"/reprise.js": {"client/reprise.js", "text/javascript; charset=utf-8"},
 }
 
 // contentSecurityPolicy keeps the page on its own origin: no CDN, no inline
@@ -50,7 +52,8 @@ func Mount(mux interface{ Handle(string, http.Handler) }) {
 
 // Handler returns the handler of the demo page. It answers GET and HEAD for
 // "/" (the page), its modules "/app.js", "/session.js" and
-// "/speech.js", and "/style.css", 404 for any other path and 405
+// "/speech.js", "/style.css", and "/reprise.js" (the client helper, an
+// ES module), 404 for any other path and 405
 // for any other method. Every answer has Cache-Control: no-cache and an ETag,
 // so a browser revalidates and always runs the page of the running binary.
 //

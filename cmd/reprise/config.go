@@ -59,6 +59,10 @@ func newFlagSet(c *config, level *string, file *string) *flags {
 	fs.in(groupServer).DurationVar(&c.grace, "grace", 30*time.Second, "on SIGTERM, how long running generations may finish journaling")
 	fs.in(groupServer).StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS with this certificate `FILE` (with --tls-key)")
 	fs.in(groupServer).StringVar(&c.tlsKey, "tls-key", "", "the TLS private key `FILE`")
+	fs.in(groupServer).Func("cors-origins", "`ORIGINS` (comma-separated: https://app.example, https://*.example.com, or * for any) whose pages may call the proxy from a browser: preflights answered, Location, Idempotency-Key and Reprise-* exposed; never with cookies (default none)", func(v string) (err error) {
+		p.HTTP.CORSOrigins, err = stream.ParseOrigins(v)
+		return err
+	})
 	fs.in(groupServer).DurationVar(&p.HTTP.SDKRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
 	fs.in(groupUpstream).StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
 	fs.in(groupUpstream).StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")

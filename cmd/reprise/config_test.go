@@ -28,6 +28,13 @@ func TestParseConfig(t *testing.T) {
 			return c.listen == ":1" && c.p.Journal.TTL == 3*time.Hour && c.p.Journal.Replicas == 3 && c.data == "/d"
 		}, false},
 		{"flag beats env", []string{"--listen", ":2"}, map[string]string{"REPRISE_LISTEN": ":1"}, func(c config) bool { return c.listen == ":2" }, false},
+		{"cors origins", []string{"--cors-origins", "https://a.example, *"}, nil, func(c config) bool {
+			return len(c.p.HTTP.CORSOrigins) == 2 && c.p.HTTP.CORSOrigins[0] == "https://a.example" && c.p.HTTP.CORSOrigins[1] == "*"
+		}, false},
+		{"cors origins from env", nil, map[string]string{"REPRISE_CORS_ORIGINS": "http://localhost:3000"}, func(c config) bool {
+			return len(c.p.HTTP.CORSOrigins) == 1 && c.p.HTTP.CORSOrigins[0] == "http://localhost:3000"
+		}, false},
+		{"cors origin with a path", []string{"--cors-origins", "https://a.example/app"}, nil, nil, true},
 		{"ttl too short", []string{"--ttl", "1s"}, nil, nil, true},
 		{"ttl under the generation cap and lease", []string{"--ttl", "30m"}, nil, nil, true},
 		{"ttl past a shorter generation cap and lease", []string{"--ttl", "10m", "--max-generation", "9m", "--lease", "30s"}, nil, func(c config) bool { return c.p.Journal.TTL == 10*time.Minute }, false},

@@ -29,6 +29,9 @@ const (
 	Unavailable        = "journal_unavailable"
 	ShuttingDown       = "shutting_down"
 	NoStreaming        = "streaming_unsupported"
+	// OriginNotAllowed answers a CORS preflight from an origin that is
+	// not in --cors-origins.
+	OriginNotAllowed = "cors_origin_not_allowed"
 )
 
 // Codes a generation ends with (in its error event and its record).
@@ -72,6 +75,7 @@ var catalogue = map[string]Error{
 	Unavailable:        {Status: http.StatusServiceUnavailable, Message: "the journal is not available", RetryAfter: 1},
 	ShuttingDown:       {Status: http.StatusServiceUnavailable, Message: "this instance is shutting down", RetryAfter: 1},
 	NoStreaming:        {Status: http.StatusInternalServerError, Message: "the connection cannot stream"},
+	OriginNotAllowed:   {Status: http.StatusForbidden, Message: "this origin may not call the proxy from a browser; add it to --cors-origins"},
 
 	OwnerLost:      {Status: http.StatusBadGateway, Message: "the instance running this generation stopped before it completed"},
 	Cancelled:      {Status: http.StatusConflict, Message: "the generation was cancelled; no result was stored"},

@@ -1,0 +1,20 @@
+// Package roundtrip is the client side of reprise for Go: an
+// [http.RoundTripper] that makes a streamed answer survive a broken
+// connection, for any SDK that takes an *http.Client (openai-go's and
+// anthropic-sdk-go's option.WithHTTPClient).
+//
+// For a POST to a streaming endpoint (/v1/chat/completions, /v1/responses,
+// /v1/messages, /v1/audio/speech) the [Transport] adds an Idempotency-Key
+// when the request has none (the same key again for the SDK's own retry of
+// the same request, X-Stainless-Retry-Count ≥ 1, so that retry attaches to
+// the generation instead of starting another). When the event stream that
+// answers breaks before the format's terminal event, the response body
+// reconnects to the answer's Location with the Last-Event-ID it read and
+// goes on: the SDK reads one stream, cut only at event boundaries, every
+// event once, and the POST is never sent again. Every other request goes
+// to the base transport unchanged.
+//
+// It owns nothing on the server: the proxy's contract (DESIGN.md, README)
+// is all it relies on. web/client/reprise.js is the same helper for
+// JavaScript.
+package roundtrip

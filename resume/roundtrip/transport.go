@@ -1,0 +1,308 @@
+package roundtrip
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Defaults for Transport.
+const (
+	// DefaultMaxAttempts is how many reconnections in a row may get no
+	// event before the body's Read fails.
+	DefaultMaxAttempts = 8
+	// DefaultRetryDelay is the wait before the first reconnection until
+	// the stream's retry: field says otherwise (reprise sends one).
+	DefaultRetryDelay = time.Second
+	// DefaultMaxDelay caps the wait between reconnections (it doubles
+	// from the retry delay with each one that gets no event).
+	DefaultMaxDelay = 10 * time.Second
+)
+
+// ErrResume is wrapped by the error a resumed body's Read returns when the
+// stream cannot go on: the reconnections ran out, the Location answered a
+// status a retry cannot change, or the generation being read failed and
+// the key started another (event: reset).
+var ErrResume = errors.New("roundtrip: the stream could not be resumed")
+
+// Transport adds an Idempotency-Key to the streaming POSTs it sends and
+// resumes their broken event streams from the Location (see the package
+// comment). The zero value is ready to use; it is safe for concurrent use.
+type Transport struct {
+	// Base sends the requests. Default http.DefaultTransport.
+	Base http.RoundTripper
+	// MaxAttempts: reconnections in a row without an event before Read
+	// fails. Default DefaultMaxAttempts (8).
+	MaxAttempts int
+	// RetryDelay is the first reconnection's wait until the stream's
+	// retry: field sets it. Default DefaultRetryDelay (1 s).
+	RetryDelay time.Duration
+	// MaxDelay caps the wait between reconnections. Default
+	// DefaultMaxDelay (10 s).
+	MaxDelay time.Duration
+
+	mu     sync.Mutex
+	recent map[[32]byte]recentKey // the keys of the last requests, for their SDK retries
+}
+
+type recentKey struct {
+	key string
+	at  time.Time
+}
+
+const (
+	recentMax = 256
+	recentTTL = 10 * time.Minute
+)
+
+var streamingPath = regexp.MustCompile(`/v1/(chat/completions|responses|messages|audio/speech)/?$`)
+
+// kept are the request headers a reconnection sends again: the
+// credential and the API version.
+var kept = []string{"Authorization", "X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "Openai-Organization", "Openai-Project"}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPost || !streamingPath.MatchString(req.URL.Path) {
+		return t.base().RoundTrip(req)
+	}
+	if req.Header.Get("Idempotency-Key") == "" {
+		key, err := t.key(req)
+		if err != nil {
+			return nil, err
+		}
+		req = req.Clone(req.Context()) // a RoundTripper must not change its request
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := t.base().RoundTrip(req)
+	if err != nil || resp.StatusCode/100 != 2 || !isEventStream(resp.Header) {
+		return resp, err
+	}
+	loc, err := resp.Location()
+	if err != nil {
+		return resp, nil //nolint:nilerr // no Location: not reprise's stream, nothing to resume
+	}
+	resp.Body = &body{t: t, ctx: req.Context(), cur: resp.Body, url: loc.String(), header: keptHeaders(req.Header), delay: t.retryDelay()}
+	return resp, nil
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+func (t *Transport) retryDelay() time.Duration {
+	if t.RetryDelay > 0 {
+		return t.RetryDelay
+	}
+	return DefaultRetryDelay
+}
+
+// key is a new key for req, or the one its first try got when req is an
+// SDK's retry of a request sent lately (same URL and body).
+func (t *Transport) key(req *http.Request) (string, error) {
+	var id [32]byte
+	remember := req.GetBody != nil || req.Body == nil || req.Body == http.NoBody
+	if remember {
+		h := sha256.New()
+		_, _ = io.WriteString(h, req.URL.String()+"\n")
+		if req.GetBody != nil {
+			b, err := req.GetBody()
+			if err != nil {
+				return "", fmt.Errorf("roundtrip: reading the request body: %w", err)
+			}
+			_, err = io.Copy(h, b)
+			_ = b.Close()
+			if err != nil {
+				return "", fmt.Errorf("roundtrip: reading the request body: %w", err)
+			}
+		}
+		h.Sum(id[:0])
+	}
+	retry, _ := strconv.Atoi(req.Header.Get("X-Stainless-Retry-Count"))
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r, ok := t.recent[id]; remember && retry > 0 && ok && now.Sub(r.at) < recentTTL {
+		return r.key, nil
+	}
+	key := rand.Text()
+	if remember {
+		if t.recent == nil || len(t.recent) >= recentMax {
+			t.recent = make(map[[32]byte]recentKey, recentMax) // start afresh: retries come within seconds
+		}
+		t.recent[id] = recentKey{key: key, at: now}
+	}
+	return key, nil
+}
+
+func isEventStream(h http.Header) bool {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	return err == nil && mt == "text/event-stream"
+}
+
+func keptHeaders(h http.Header) http.Header {
+	out := http.Header{"Accept": {"text/event-stream"}}
+	for _, k := range kept {
+		if v := h.Values(k); len(v) > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// body is a resumed event stream: the POST's answer, then each
+// reconnection's, whole events only.
+type body struct {
+	t      *Transport
+	ctx    context.Context
+	cur    io.ReadCloser // nil once the stream is over
+	url    string        // the Location
+	header http.Header   // what a reconnection sends
+	p      parser
+	out    []byte // events parsed, not yet read
+	delay  time.Duration
+	tries  int  // reconnections since the last event
+	done   bool // a terminal or final error event was read
+	err    error
+	buf    [4 << 10]byte
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	for len(b.out) == 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		b.fill()
+	}
+	n := copy(p, b.out)
+	b.out = b.out[n:]
+	return n, nil
+}
+
+// fill reads the current stream once, or reconnects when it ended.
+func (b *body) fill() {
+	n, err := b.cur.Read(b.buf[:])
+	if n > 0 && b.take(b.buf[:n]) {
+		err = io.EOF // reprise cut this reader: resume
+	}
+	if err == nil {
+		return
+	}
+	_ = b.cur.Close()
+	if b.done || b.err != nil {
+		b.cur = io.NopCloser(bytes.NewReader(nil))
+		if b.err == nil {
+			b.err = io.EOF
+		}
+		return
+	}
+	if cerr := b.ctx.Err(); cerr != nil {
+		b.err = cerr
+		return
+	}
+	b.p.dropPartial() // a cut event is read again whole
+	b.cur, b.err = b.reconnect()
+	if b.cur == nil {
+		b.cur = io.NopCloser(bytes.NewReader(nil))
+	}
+}
+
+// take passes whole events on; it reports whether the stream must be
+// resumed now (an error event without an id: reprise cut the reader, its
+// cursor stays).
+func (b *body) take(chunk []byte) (resume bool) {
+	for _, ev := range b.p.push(chunk) {
+		if ev.retry > 0 {
+			b.delay = ev.retry
+		}
+		switch {
+		case ev.typ == "error" && !ev.hasID:
+			return true
+		case ev.typ == "reset":
+			b.err = fmt.Errorf("%w: the generation this stream read failed and the key started another", ErrResume)
+			return false
+		}
+		if ev.isData {
+			b.tries = 0
+		}
+		b.out = append(b.out, ev.raw...)
+		if ev.final {
+			b.done = true
+		}
+	}
+	return false
+}
+
+// reconnect asks the Location for what follows the cursor; a nil body and
+// io.EOF when nothing does (204: the stream is complete).
+func (b *body) reconnect() (io.ReadCloser, error) {
+	maxTries, maxDelay := b.t.MaxAttempts, b.t.MaxDelay
+	if maxTries <= 0 {
+		maxTries = DefaultMaxAttempts
+	}
+	if maxDelay <= 0 {
+		maxDelay = DefaultMaxDelay
+	}
+	for {
+		b.tries++
+		if b.tries > maxTries {
+			return nil, fmt.Errorf("%w: %d reconnections got no event", ErrResume, maxTries)
+		}
+		wait := min(maxDelay, b.delay<<(b.tries-1))
+		timer := time.NewTimer(wait)
+		select {
+		case <-b.ctx.Done():
+			timer.Stop()
+			return nil, b.ctx.Err()
+		case <-timer.C:
+		}
+		req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, b.url, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrResume, err)
+		}
+		req.Header = b.header.Clone()
+		if b.p.lastID != "" {
+			req.Header.Set("Last-Event-ID", b.p.lastID)
+		}
+		resp, err := b.t.base().RoundTrip(req)
+		if err != nil {
+			if b.ctx.Err() != nil {
+				return nil, b.ctx.Err()
+			}
+			continue // the network again: next attempt
+		}
+		switch {
+		case resp.StatusCode == http.StatusNoContent:
+			_ = resp.Body.Close()
+			return nil, io.EOF
+		case resp.StatusCode == http.StatusOK && isEventStream(resp.Header):
+			return resp.Body, nil
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+			continue
+		}
+		return nil, fmt.Errorf("%w: the Location answered %s", ErrResume, resp.Status)
+	}
+}
+
+func (b *body) Close() error {
+	if b.err == nil {
+		b.err = errors.New("roundtrip: read on a closed body")
+	}
+	return b.cur.Close()
+}

@@ -1,0 +1,224 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/reprise-dev/reprise/resume/roundtrip"
+	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/web/mockllm"
+)
+
+// The Go client helper (resume/roundtrip) under the official SDKs, through
+// a link that cuts each stream three times: the SDK reads the exact text,
+// the upstream is asked once, and no POST is sent twice.
+
+const (
+	clientTokens   = 60
+	clientCutBytes = 1500 // each cut connection carries this much of the answer
+	clientDrops    = 3
+)
+
+// newClientEnv is a proxy whose streams tell clients to come back after
+// 50 ms (retry:), so three drops cost little.
+func newClientEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnv(t, withTokenDelay(5*time.Millisecond), withConfig(func(c *proxy.Config) { c.HTTP.SSERetry = 50 * time.Millisecond }))
+}
+
+// checkOnce checks the upstream ledger of prompt: one request, one
+// generation, so no POST reached the upstream twice.
+func checkOnce(t *testing.T, e *env, prompt string, link *dropLink) {
+	t.Helper()
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 || g.Requests != 1 {
+		t.Errorf("upstream ledger %+v, want 1 request and 1 generation", g)
+	}
+	if n := link.cuts(); n != clientDrops {
+		t.Errorf("the link cut %d connections, want %d", n, clientDrops)
+	}
+}
+
+func TestRoundTripperOpenAIChat(t *testing.T) {
+	t.Parallel()
+	e := newClientEnv(t)
+	link := newDropLink(t, e.addr, clientCutBytes, clientDrops)
+	client := openai.NewClient(option.WithBaseURL(link.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{Transport: &roundtrip.Transport{}}))
+	prompt := uniquePrompt(t, "[tokens=60]")
+	s := client.Chat.Completions.NewStreaming(waitCtx(t, 30*time.Second), openai.ChatCompletionNewParams{
+		Model: "mock-1", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+	})
+	var acc openai.ChatCompletionAccumulator
+	chunks := 0
+	for s.Next() {
+		if !acc.AddChunk(s.Current()) {
+			t.Fatalf("chunk %d does not follow the ones before (duplicate or gap?)", chunks)
+		}
+		chunks++
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := acc.Choices[0].Message.Content, strings.Join(mockllm.Content(prompt, clientTokens, false), ""); got != want {
+		t.Errorf("content %q, want %q", got, want)
+	}
+	if chunks != clientTokens+2 { // role, tokens, stop
+		t.Errorf("%d chunks, want %d", chunks, clientTokens+2)
+	}
+	checkOnce(t, e, prompt, link)
+}
+
+func TestRoundTripperOpenAIResponses(t *testing.T) {
+	t.Parallel()
+	e := newClientEnv(t)
+	link := newDropLink(t, e.addr, clientCutBytes, clientDrops)
+	client := openai.NewClient(option.WithBaseURL(link.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{Transport: &roundtrip.Transport{}}))
+	prompt := uniquePrompt(t, "[tokens=60]")
+	s := client.Responses.NewStreaming(waitCtx(t, 30*time.Second), responses.ResponseNewParams{
+		Model: "mock-1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(prompt)},
+	})
+	var text strings.Builder
+	var last string
+	seq := int64(-1)
+	for s.Next() {
+		ev := s.Current()
+		if ev.SequenceNumber <= seq {
+			t.Fatalf("sequence_number %d after %d: an event came twice", ev.SequenceNumber, seq)
+		}
+		seq = ev.SequenceNumber
+		if ev.Type == "response.output_text.delta" {
+			text.WriteString(ev.Delta)
+		}
+		last = ev.Type
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(mockllm.Content(prompt, clientTokens, false), ""); text.String() != want {
+		t.Errorf("text %q, want %q", text.String(), want)
+	}
+	if last != "response.completed" {
+		t.Errorf("last event %q", last)
+	}
+	checkOnce(t, e, prompt, link)
+}
+
+func TestRoundTripperAnthropicMessages(t *testing.T) {
+	t.Parallel()
+	e := newClientEnv(t)
+	link := newDropLink(t, e.addr, clientCutBytes, clientDrops)
+	client := anthropic.NewClient(aoption.WithBaseURL(link.URL), aoption.WithAPIKey("sk-ant-test"), aoption.WithMaxRetries(0),
+		aoption.WithHTTPClient(&http.Client{Transport: &roundtrip.Transport{}}))
+	prompt := uniquePrompt(t, "[tokens=60]")
+	s := client.Messages.NewStreaming(waitCtx(t, 30*time.Second), anthropic.MessageNewParams{
+		Model: "mock-1", MaxTokens: 256,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))},
+	})
+	var msg anthropic.Message
+	for s.Next() {
+		if err := msg.Accumulate(s.Current()); err != nil {
+			t.Fatalf("accumulate: %v", err)
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(mockllm.Content(prompt, clientTokens, false), "")
+	if len(msg.Content) != 1 || msg.Content[0].Text != want || msg.StopReason != "end_turn" {
+		t.Errorf("%+v (stop %q), want %q ending end_turn", msg.Content, msg.StopReason, want)
+	}
+	checkOnce(t, e, prompt, link)
+}
+
+// TestRoundTripperSDKRetryAttaches: the POST's answer is cut before its
+// head arrived, so the SDK retries the POST itself; the transport gives
+// the retry the key it gave the first try, and the retry attaches.
+func TestRoundTripperSDKRetryAttaches(t *testing.T) {
+	t.Parallel()
+	e := newClientEnv(t)
+	link := newDropLink(t, e.addr, 1, 1)
+	client := openai.NewClient(option.WithBaseURL(link.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(2),
+		option.WithHTTPClient(&http.Client{Transport: &roundtrip.Transport{}}))
+	prompt := uniquePrompt(t, "[tokens=20]")
+	s := client.Chat.Completions.NewStreaming(waitCtx(t, 30*time.Second), openai.ChatCompletionNewParams{
+		Model: "mock-1", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+	})
+	var acc openai.ChatCompletionAccumulator
+	for s.Next() {
+		acc.AddChunk(s.Current())
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := acc.Choices[0].Message.Content, strings.Join(mockllm.Content(prompt, 20, false), ""); got != want {
+		t.Errorf("content %q, want %q", got, want)
+	}
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 || g.Requests != 1 {
+		t.Errorf("upstream ledger %+v, want 1 request and 1 generation: the retry did not attach", g)
+	}
+	if link.cuts() != 1 {
+		t.Errorf("the link cut %d connections, want 1", link.cuts())
+	}
+}
+
+// TestRoundTripperSpeech: a speech event stream (events of 3 KiB: every
+// cut comes before the first event is whole, so the stream is read from its
+// start again each time, before any retry: reached the client, hence the
+// transport's own short RetryDelay) through the transport under a plain
+// http.Client: the PCM is byte-exact, each event once.
+func TestRoundTripperSpeech(t *testing.T) {
+	t.Parallel()
+	e := newClientEnv(t)
+	link := newDropLink(t, e.addr, clientCutBytes, clientDrops)
+	input := uniquePrompt(t, "[tokens=12]")
+	req, err := http.NewRequestWithContext(waitCtx(t, 30*time.Second), http.MethodPost, link.URL+"/v1/audio/speech", strings.NewReader(speechBody(input, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-test")
+	resp, err := (&http.Client{Transport: &roundtrip.Transport{RetryDelay: 50 * time.Millisecond}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := readEvents(t, resp, -1)
+	checkUnique(t, evs)
+	var pcm []byte
+	done := false
+	for _, ev := range evs {
+		var v struct {
+			Type  string `json:"type"`
+			Audio string `json:"audio"`
+		}
+		if err := json.Unmarshal([]byte(ev.Data), &v); err != nil {
+			t.Fatalf("event %q: %v", ev.Data, err)
+		}
+		switch v.Type {
+		case "speech.audio.delta":
+			b, err := base64.StdEncoding.DecodeString(v.Audio)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pcm = append(pcm, b...)
+		case "speech.audio.done":
+			done = true
+		}
+	}
+	if !done || !bytes.Equal(pcm, mockllm.Audio(input, 12)) {
+		t.Errorf("done %v, %d bytes of PCM, want %d exact", done, len(pcm), len(mockllm.Audio(input, 12)))
+	}
+	checkOnce(t, e, input, link)
+}

@@ -1,0 +1,93 @@
+package tests
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/Shopify/toxiproxy/v2/stream"
+	"github.com/Shopify/toxiproxy/v2/toxics"
+)
+
+// cutFirst is a toxic that cuts each of the first Times connections
+// through a link once it carried Bytes bytes (limit_data, Times times):
+// a stream through the link, which reconnects after each cut, is dropped
+// exactly Times times, wherever its events fall.
+type cutFirst struct {
+	Bytes int64        `json:"bytes"`
+	Times int64        `json:"times"`
+	cuts  atomic.Int64 // connections it decided to cut, the ones past Times included
+}
+
+type cutFirstState struct {
+	sent    int64
+	passing bool // past Times: this connection is not cut
+}
+
+const cutFirstType = "cut_first"
+
+func init() { toxics.Register(cutFirstType, new(cutFirst)) }
+
+func (t *cutFirst) NewState() any { return new(cutFirstState) }
+
+func (t *cutFirst) Pipe(stub *toxics.ToxicStub) {
+	st := stub.State.(*cutFirstState)
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			left := t.Bytes - st.sent
+			if st.passing || int64(len(c.Data)) < left {
+				st.sent += int64(len(c.Data))
+				stub.Output <- c
+				continue
+			}
+			if t.cuts.Add(1) > t.Times {
+				st.passing = true
+				stub.Output <- c
+				continue
+			}
+			if left > 0 {
+				stub.Output <- &stream.StreamChunk{Timestamp: c.Timestamp, Data: c.Data[:left]}
+			}
+			stub.Close()
+			return
+		}
+	}
+}
+
+// dropLink is a link to addr whose first times connections are cut after
+// bytes bytes of the answer each.
+type dropLink struct {
+	URL  string
+	toxi *cutFirst
+}
+
+// newDropLink starts a dropLink in front of addr (host:port), stopped
+// with the test.
+func newDropLink(tb testing.TB, addr string, bytes, times int64) *dropLink {
+	tb.Helper()
+	l, err := newToxi().link(addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(l.close)
+	if err := l.addCloser("cut", cutFirstType, "downstream", map[string]any{"bytes": bytes, "times": times}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := l.seal(); err != nil {
+		tb.Fatal(err)
+	}
+	toxic, ok := l.p.Toxics.GetToxic("cut").Toxic.(*cutFirst)
+	if !ok {
+		tb.Fatal("the cut toxic is not a cutFirst")
+	}
+	return &dropLink{URL: "http://" + l.addr, toxi: toxic}
+}
+
+// cuts is how many connections the link cut.
+func (d *dropLink) cuts() int64 { return min(d.toxi.cuts.Load(), d.toxi.Times) }
