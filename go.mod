@@ -16,6 +16,7 @@ require (
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	github.com/rs/cors v1.11.1
 	github.com/rs/zerolog v1.28.0
 	github.com/tmaxmax/go-sse v0.12.0
 	go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp v1.47.0
@@ -25,8 +26,6 @@ require (
 	go.opentelemetry.io/proto/otlp v1.11.1
 	go.uber.org/goleak v1.3.0
 )
-
-require github.com/rs/cors v1.11.1 // indirect
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
