@@ -71,6 +71,12 @@ type Writer struct {
 
 // NewWriter starts a writer for ref. Call End or Abort to stop it.
 func (j *Journal) NewWriter(ref Ref, sink func(Event)) *Writer {
+	w := j.newWriter(ref, sink)
+	go w.flush()
+	return w
+}
+
+func (j *Journal) newWriter(ref Ref, sink func(Event)) *Writer {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	ctx, cancel := context.WithCancel(context.Background())
@@ -86,7 +92,6 @@ func (j *Journal) NewWriter(ref Ref, sink func(Event)) *Writer {
 		room:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
-	go w.flush()
 	return w
 }
 
@@ -373,3 +378,51 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 }
 
 const maxSealTries = 8
+
+// Continue takes a generation over from a writer that is gone, or presumed
+// gone, to write on after what it stored. It looks at the last stored event
+// (found is false when nothing is stored) and appends right after it the
+// event fence gives for it; an error from fence is returned as it is, with
+// nothing appended (fence refuses an end marker: an ended generation has
+// nothing to continue). The append expects that event to be still the
+// last, so — as with Seal — a writer still alive is fenced from then on
+// (ErrFenced on its next message), and a writer that got further first is
+// seen: fence is asked again about the new last event. Continue returns the
+// fence as stored and a writer whose first Append follows it; sink is
+// called for the events appended through the writer, not for the fence.
+func (j *Journal) Continue(ctx context.Context, ref Ref, fence func(last Event, found bool) (Event, error), sink func(Event)) (*Writer, Event, error) {
+	w := j.newWriter(ref, sink)
+	for range maxSealTries {
+		var last Event
+		f, err := j.lastFrame(ctx, ref)
+		found := err == nil
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			w.cancel()
+			return nil, Event{}, err
+		default:
+			last = f.events[len(f.events)-1]
+		}
+		ev, err := fence(last, found)
+		if err != nil {
+			w.cancel()
+			return nil, Event{}, err
+		}
+		ev.Offset = last.Offset + 1
+		seq, err := w.send(ctx, []Event{ev}, last.Seq)
+		if errors.Is(err, ErrFenced) {
+			continue // another writer got further: look again
+		}
+		if err != nil {
+			w.cancel()
+			return nil, Event{}, err
+		}
+		ev.Seq = seq
+		w.next, w.lastSeq, w.stored = ev.Offset, seq, ev.Offset
+		go w.flush()
+		return w, ev, nil
+	}
+	w.cancel()
+	return nil, Event{}, fmt.Errorf("journal: continue: %w", ErrConflict)
+}

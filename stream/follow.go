@@ -66,6 +66,10 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 			if ev.IsEnd() {
 				return out.flush()
 			}
+			if engine.Hidden(ev) {
+				after = ev.Offset
+				continue
+			}
 			if err := out.send(eventID(ref, ev), ev); err != nil {
 				return err
 			}
@@ -168,6 +172,10 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			return out.flush()
 		}
 		lost = nil
+		if engine.Hidden(r.ev) { // a reattach: the generation goes on
+			after = r.ev.Offset
+			continue
+		}
 		if err := out.send(eventID(ref, r.ev), r.ev); err != nil {
 			return err
 		}

@@ -79,6 +79,7 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 	})
 
 	fs.BoolVar(&p.UpstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
+	fs.BoolVar(&p.UpstreamBackground, "upstream-background", false, "the upstream runs OpenAI's background mode: streamed /v1/responses generations are started with background: true, and one whose instance died is reattached (GET /v1/responses/{id}?stream=true&starting_after=N) by the instance that takes it over instead of failing")
 	fs.IntVar(&p.Policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")
 	fs.DurationVar(&p.Policy.BaseDelay, "retry-base-delay", classify.DefaultBaseDelay, "backoff base: wait before retry n is uniform in [0, min(max, base·2ⁿ⁻¹)]")
 	fs.DurationVar(&p.Policy.MaxDelay, "retry-max-delay", classify.DefaultMaxDelay, "backoff cap")

@@ -1,0 +1,147 @@
+package tests
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/web/mockllm"
+)
+
+// responsesEvent is what these tests read of a Responses event.
+type responsesEvent struct {
+	Seq      *int `json:"sequence_number"`
+	Response *struct {
+		ID string `json:"id"`
+	} `json:"response"`
+}
+
+func decodeResponsesEvent(tb testing.TB, data string) responsesEvent {
+	tb.Helper()
+	var v responsesEvent
+	if err := json.Unmarshal([]byte(data), &v); err != nil {
+		tb.Fatalf("event %q: %v", data, err)
+	}
+	return v
+}
+
+// TestOwnerKilledReattach: with --upstream-background, an instance killed
+// mid-stream costs no generation: the instance that takes its lease over
+// reattaches to the upstream's background response after the last
+// journaled sequence_number and journals on in the same generation. The
+// client resuming there gets the rest — every event byte-exact as the
+// upstream sent it, once, no reset — and the upstream generated once.
+func TestOwnerKilledReattach(t *testing.T) {
+	// Not parallel: it SIGKILLs a reprise process and waits for its 1 s lease.
+	if testing.Short() {
+		t.Skip("builds and kills a reprise binary")
+	}
+	e := newEnv(t, withNATSPort(), withLease(time.Second), withBackground())
+	a := startProcess(t, e, "--upstream-background")
+	prompt := uniquePrompt(t, "[tokens=300] [delay=10ms]")
+	first := readEvents(t, do(t, "POST", a.URL+responsesPath, responsesBody(prompt, true), "Idempotency-Key", "k-reattach"), 5)
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-reattach", "", "Last-Event-ID", lastID(first)), -1)
+	all := append(first, rest...)
+	checkUnique(t, all)
+
+	// What the upstream generated, straight from it: the client got each
+	// event as it was, in order, once.
+	id := decodeResponsesEvent(t, all[0].Data).Response.ID
+	upstream := readEvents(t, do(t, "GET", e.llmSrv.URL+responsesPath+"/"+id+"?stream=true", ""), -1)
+	if len(all) != len(upstream) {
+		t.Fatalf("the client got %d events, the upstream sent %d", len(all), len(upstream))
+	}
+	for i := range all {
+		if all[i].Type != upstream[i].Type || all[i].Data != upstream[i].Data {
+			t.Fatalf("event %d: got %s %q, want %s %q", i, all[i].Type, all[i].Data, upstream[i].Type, upstream[i].Data)
+		}
+		if ev := decodeResponsesEvent(t, all[i].Data); ev.Seq == nil || *ev.Seq != i {
+			t.Fatalf("event %d has sequence_number %v", i, ev.Seq)
+		}
+	}
+	if last := lastEvent(t, all); last.Type != "response.completed" {
+		t.Fatalf("last event %s, want response.completed", last.Type)
+	}
+	var text strings.Builder
+	for _, ev := range all {
+		if ev.Type == "response.output_text.delta" {
+			text.WriteString(deltaOf(t, ev.Data))
+		}
+	}
+	if want := strings.Join(mockllm.Content(prompt, 300, false), ""); text.String() != want {
+		t.Fatalf("text differs from what the upstream generated")
+	}
+	if st := waitState(t, e, "k-reattach", "completed"); st.Generation != 1 {
+		t.Errorf("completed in generation %d, want 1", st.Generation)
+	}
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 || g.Completed != 1 {
+		t.Fatalf("ledger %+v, want one generation, completed", g)
+	}
+	// A reader from the start gets the same, from the journal.
+	again := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-reattach", ""), -1)
+	if len(again) != len(all) {
+		t.Fatalf("a replay has %d events, want %d", len(again), len(all))
+	}
+}
+
+// TestOwnerKilledReattachFails: when the upstream cannot give the stream
+// again — it answers the resume 404, or has no background mode at all —
+// the generation ends as without --upstream-background: owner_lost, and
+// the key generates afresh.
+func TestOwnerKilledReattachFails(t *testing.T) {
+	// Not parallel: it SIGKILLs reprise processes and waits for their 1 s lease.
+	if testing.Short() {
+		t.Skip("builds and kills a reprise binary")
+	}
+	for _, tc := range []struct {
+		name       string
+		background bool // the fake runs background mode, but answers every resume 404
+	}{
+		{"resume 404", true},
+		{"no background mode", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := mockllm.New(mockllm.Config{TokenDelay: 2 * time.Millisecond, Background: tc.background})
+			upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, responsesPath+"/") {
+					http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error"}}`, http.StatusNotFound)
+					return
+				}
+				fake.ServeHTTP(w, r)
+			})
+			e := newEnv(t, withNATSPort(), withLease(time.Second), withUpstream(upstream), withConfig(func(c *proxy.Config) { c.UpstreamBackground = true }))
+			a := startProcess(t, e, "--upstream-background")
+			prompt := uniquePrompt(t, "[tokens=300] [delay=10ms]")
+			body := responsesBody(prompt, true)
+			first := readEvents(t, do(t, "POST", a.URL+responsesPath, body, "Idempotency-Key", "k-reattach-fails"), 5)
+			if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-reattach-fails", "", "Last-Event-ID", lastID(first)), -1)
+			all := append(first, rest...)
+			checkUnique(t, all)
+			last := lastEvent(t, all)
+			if last.Type != "error" || !strings.Contains(last.Data, "owner_lost") {
+				t.Fatalf("last event %+v, want event: error owner_lost", last)
+			}
+			if st := waitState(t, e, "k-reattach-fails", "failed"); st.Error != "owner_lost" {
+				t.Errorf("error %q, want owner_lost", st.Error)
+			}
+			evs := readEvents(t, do(t, "POST", e.URL+responsesPath, body, "Idempotency-Key", "k-reattach-fails"), -1)
+			if lastEvent(t, evs).Type != "response.completed" {
+				t.Fatalf("regeneration ends with %s", lastEvent(t, evs).Type)
+			}
+			if g := testutil.Settled(t, fake.Ledger(), prompt, 2); g.Generations != 2 {
+				t.Fatalf("ledger %+v, want the killed generation and its regeneration", g)
+			}
+		})
+	}
+}
