@@ -60,6 +60,7 @@ type Writer struct {
 
 	next    uint64 // offsets given out (the appending goroutine's)
 	lastSeq uint64 // sequence of the last stored message (the flusher's)
+	base    uint64 // the offset written after: 0, or NewWriterAfter's
 
 	mu     sync.Mutex
 	queue  []Event // appended, not yet stored
@@ -167,7 +168,7 @@ func (w *Writer) add(ctx context.Context, ev Event) error {
 	}
 	w.next++
 	ev.Offset = w.next
-	if ev.Offset == 1 {
+	if ev.Offset == w.base+1 {
 		return w.first(ctx, ev)
 	}
 	for {
@@ -194,11 +195,12 @@ func (w *Writer) add(ctx context.Context, ev Event) error {
 	}
 }
 
-// first stores a generation's first event on its own, expecting the
-// subject to be empty: the fence. Nothing else is sent before it is
-// stored, so a writer that loses the race stores nothing.
+// first stores the writer's first event on its own, expecting the subject
+// to be empty (or to end with the event NewWriterAfter continues): the
+// fence. Nothing else is sent before it is stored, so a writer that loses
+// the race stores nothing.
 func (w *Writer) first(ctx context.Context, ev Event) error {
-	seq, err := w.send(ctx, []Event{ev}, 0)
+	seq, err := w.send(ctx, []Event{ev}, w.lastSeq)
 	if err != nil {
 		w.fail(err)
 		return err
@@ -206,7 +208,7 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 	w.lastSeq = seq // read by the flusher after the next wake
 	ev.Seq = seq
 	w.mu.Lock()
-	w.stored, w.ended = 1, ev.IsEnd()
+	w.stored, w.ended = ev.Offset, ev.IsEnd()
 	w.mu.Unlock()
 	w.sink(ev)
 	signal(w.wake)
@@ -379,50 +381,15 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 
 const maxSealTries = 8
 
-// Continue takes a generation over from a writer that is gone, or presumed
-// gone, to write on after what it stored. It looks at the last stored event
-// (found is false when nothing is stored) and appends right after it the
-// event fence gives for it; an error from fence is returned as it is, with
-// nothing appended (fence refuses an end marker: an ended generation has
-// nothing to continue). The append expects that event to be still the
-// last, so — as with Seal — a writer still alive is fenced from then on
-// (ErrFenced on its next message), and a writer that got further first is
-// seen: fence is asked again about the new last event. Continue returns the
-// fence as stored and a writer whose first Append follows it; sink is
-// called for the events appended through the writer, not for the fence.
-func (j *Journal) Continue(ctx context.Context, ref Ref, fence func(last Event, found bool) (Event, error), sink func(Event)) (*Writer, Event, error) {
+// NewWriterAfter starts a writer that continues ref's generation after
+// last, an event stored by a writer that is gone, or presumed gone. Its
+// first message is the fence, as a new writer's: it expects last to be
+// still the subject's last, so should last's writer be alive and store
+// more first, this one stores nothing (ErrFenced), and once this one has
+// stored, that one is fenced. Offsets go on from last's.
+func (j *Journal) NewWriterAfter(ref Ref, last Event, sink func(Event)) *Writer {
 	w := j.newWriter(ref, sink)
-	for range maxSealTries {
-		var last Event
-		f, err := j.lastFrame(ctx, ref)
-		found := err == nil
-		switch {
-		case errors.Is(err, ErrNotFound):
-		case err != nil:
-			w.cancel()
-			return nil, Event{}, err
-		default:
-			last = f.events[len(f.events)-1]
-		}
-		ev, err := fence(last, found)
-		if err != nil {
-			w.cancel()
-			return nil, Event{}, err
-		}
-		ev.Offset = last.Offset + 1
-		seq, err := w.send(ctx, []Event{ev}, last.Seq)
-		if errors.Is(err, ErrFenced) {
-			continue // another writer got further: look again
-		}
-		if err != nil {
-			w.cancel()
-			return nil, Event{}, err
-		}
-		ev.Seq = seq
-		w.next, w.lastSeq, w.stored = ev.Offset, seq, ev.Offset
-		go w.flush()
-		return w, ev, nil
-	}
-	w.cancel()
-	return nil, Event{}, fmt.Errorf("journal: continue: %w", ErrConflict)
+	w.base, w.next, w.lastSeq, w.stored = last.Offset, last.Offset, last.Seq, last.Offset
+	go w.flush()
+	return w
 }

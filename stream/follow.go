@@ -66,10 +66,6 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 			if ev.IsEnd() {
 				return out.flush()
 			}
-			if engine.Hidden(ev) {
-				after = ev.Offset
-				continue
-			}
 			if err := out.send(eventID(ref, ev), ev); err != nil {
 				return err
 			}
@@ -172,10 +168,6 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			return out.flush()
 		}
 		lost = nil
-		if engine.Hidden(r.ev) { // a reattach: the generation goes on
-			after = r.ev.Offset
-			continue
-		}
 		if err := out.send(eventID(ref, r.ev), r.ev); err != nil {
 			return err
 		}

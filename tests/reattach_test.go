@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
@@ -65,6 +66,10 @@ func TestOwnerKilledReattach(t *testing.T) {
 		}
 		if ev := decodeResponsesEvent(t, all[i].Data); ev.Seq == nil || *ev.Seq != i {
 			t.Fatalf("event %d has sequence_number %v", i, ev.Seq)
+		}
+		// The same generation, its offsets without a gap across the takeover.
+		if pos, err := resume.ParsePosition(all[i].ID); err != nil || pos.Gen != 1 || pos.Offset != uint64(i+1) {
+			t.Fatalf("event %d has id %s (%v), want generation 1 offset %d", i, all[i].ID, err, i+1)
 		}
 	}
 	if last := lastEvent(t, all); last.Type != "response.completed" {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"mime"
 	"net/http"
@@ -16,29 +15,23 @@ import (
 // Reattaching. With an upstream in background mode (Upstream.Background),
 // a streamed generation of a Backgrounder format is asked to run in the
 // background: the upstream generates on when the connection drops, and
-// gives its stream again from any event on. When the generation's owner
-// dies, the instance that finds its lease run out (resume.Adopter) takes
-// the record over — the same generation, itself the owner under a fresh
-// lease — then the journal: it stores a reattach event right after the
-// last one stored (journal.Continue), which fences the old owner should it
-// be alive after all (paused, cut from NATS): its next append fails, so
-// the generation has one writer, the lease's holder. Then it asks the
-// upstream for the stream after the last journaled event's sequence number
-// and journals on, in the same generation: readers see neither a reset nor
-// a duplicate, and nothing is generated twice. Everything it needs is in
-// the journal: the upstream's id in the first event, the sequence number in
-// the last (or in the reattach event a former taker stored). When the
-// upstream cannot give the stream (404: it does not keep it, or does not
-// run background mode), the generation ends as it did before: owner_lost,
-// and the key generates afresh.
-
-// TypeReattach is the type of the event stored by an instance that takes a
-// generation over to continue it: the fence, and where the upstream's
-// stream was taken up. Readers skip it.
-const TypeReattach = "reprise.reattach"
-
-// Hidden reports whether ev is a record of reprise's own that readers skip.
-func Hidden(ev journal.Event) bool { return ev.Type == TypeReattach }
+// gives its stream again after any event. When the generation's owner dies,
+// the instance that finds its lease run out (resume.Adopter) takes the
+// record over — the same generation, itself the owner under a fresh lease
+// — and asks the upstream for the stream after the last journaled event's
+// sequence number. It journals on in the same generation, offsets going on
+// from the last: readers see no reset, no gap and no duplicate, and
+// nothing is generated twice. Its first append is the fence
+// (journal.NewWriterAfter): it expects the event the stream was taken up
+// after to be still the last stored, so should the old owner be alive
+// after all (paused, cut from NATS) and store more first, the taker stores
+// nothing and the generation is settled as before (owner_lost); and once
+// the taker has stored, the old owner is fenced. The generation has one
+// writer. Everything the taker needs is in the journal: the upstream's id
+// in the first event, the sequence number in the last. When the upstream
+// cannot give the stream (404: it does not keep it, or does not run
+// background mode), the generation ends as it did without: owner_lost, and
+// the key generates afresh.
 
 // A Backgrounder is a Protocol whose upstream can run a streamed generation
 // in the background and give its stream again after any event (OpenAI
@@ -62,13 +55,7 @@ type Backgrounder interface {
 type Continuer interface {
 	Sealer
 	Last(ctx context.Context, ref journal.Ref) (journal.Event, error)
-	Continue(ctx context.Context, ref journal.Ref, fence func(last journal.Event, found bool) (journal.Event, error), sink func(journal.Event)) (*journal.Writer, journal.Event, error)
-}
-
-// reattachNote is a reattach event's data.
-type reattachNote struct {
-	Response string `json:"response_id"`
-	After    uint64 `json:"starting_after"`
+	NewWriterAfter(ref journal.Ref, last journal.Event, sink func(journal.Event)) *journal.Writer
 }
 
 // errNotContinuable: the journal holds no point to continue the generation
@@ -76,19 +63,10 @@ type reattachNote struct {
 var errNotContinuable = errors.New("engine: the generation cannot be continued")
 
 // resumeAfter is the sequence number of the upstream's event after which a
-// generation whose last stored event is last goes on: that event's, or the
-// one a reattach event noted.
+// generation whose last stored event is last goes on: that event's.
 func resumeAfter(bg Backgrounder, proto Protocol, last journal.Event, found bool) (uint64, error) {
 	switch {
-	case !found || last.IsEnd():
-		return 0, errNotContinuable
-	case last.Type == TypeReattach:
-		var n reattachNote
-		if json.Unmarshal(last.Data, &n) != nil {
-			return 0, errNotContinuable
-		}
-		return n.After, nil
-	case reserved(last.Type) || proto.Inspect(last.Type, last.Data).Terminal:
+	case !found || last.IsEnd(), reserved(last.Type) || proto.Inspect(last.Type, last.Data).Terminal:
 		return 0, errNotContinuable
 	}
 	seq, ok := bg.Sequence(last.Data)
@@ -182,12 +160,13 @@ func (e *Engine) settle(ctx context.Context, g Generation) resume.Result {
 	return res
 }
 
-// reattach takes the journal of an adopted generation over and continues
-// it from the upstream. A nil writer means the generation could not be
-// continued and was settled (res is how).
+// reattach continues an adopted generation from the upstream, after the
+// last event its journal holds. A nil writer means the generation could
+// not be continued and was settled (res is how).
 func (p *pump) reattach(ctx context.Context, sink func(journal.Event)) (w *journal.Writer, res resume.Result) {
 	j, bg, proto, ok := p.e.reattachable(p.g.Lease.Record())
 	var id string
+	var last journal.Event
 	var after uint64
 	err := errNotContinuable
 	if ok {
@@ -199,22 +178,25 @@ func (p *pump) reattach(ctx context.Context, sink func(journal.Event)) (w *journ
 		}
 	}
 	if err == nil {
-		w, _, err = j.Continue(ctx, p.g.Ref, func(last journal.Event, found bool) (journal.Event, error) {
-			a, err := resumeAfter(bg, proto, last, found)
-			if err != nil {
-				return journal.Event{}, err
-			}
-			after = a
-			data, _ := json.Marshal(reattachNote{Response: id, After: a})
-			return journal.Event{Type: TypeReattach, Data: data}, nil
-		}, sink)
+		if last, err = j.Last(ctx, p.g.Ref); err == nil {
+			after, err = resumeAfter(bg, proto, last, true)
+		}
 	}
 	if err != nil {
 		p.log.Info("generation not reattached: settled as its owner left it", "gen", p.g.Ref.Gen, "err", err)
 		return nil, p.e.settle(ctx, p.g)
 	}
 	p.log.Info("reattaching a generation whose owner was lost", "gen", p.g.Ref.Gen, "response", id, "starting_after", after)
-	return w, p.resume(ctx, w, bg, id, after)
+	w = j.NewWriterAfter(p.g.Ref, last, sink)
+	res = p.resume(ctx, w, bg, id, after)
+	if errors.Is(w.Err(), journal.ErrFenced) && w.Stored() == last.Offset {
+		// The old owner was alive and stored more first: this instance
+		// stored nothing, and ends the generation as before.
+		w.Abort()
+		p.log.Warn("generation not reattached: its old owner stored more first", "gen", p.g.Ref.Gen)
+		return nil, p.e.settle(ctx, p.g)
+	}
+	return w, res
 }
 
 // resume journals the upstream's stream of response id after the event of

@@ -49,7 +49,6 @@ func TestResponsesResumable(t *testing.T) {
 }
 
 func TestResumeAfter(t *testing.T) {
-	note, _ := json.Marshal(reattachNote{Response: "resp_1", After: 17})
 	tests := []struct {
 		name    string
 		last    journal.Event
@@ -58,7 +57,6 @@ func TestResumeAfter(t *testing.T) {
 		wantErr error
 	}{
 		{"an event", journal.Event{Type: "response.output_text.delta", Data: []byte(`{"type":"response.output_text.delta","sequence_number":9}`)}, true, 9, nil},
-		{"a reattach", journal.Event{Type: TypeReattach, Data: note}, true, 17, nil},
 		{"nothing stored", journal.Event{}, false, 0, errNotContinuable},
 		{"the end", journal.Event{End: journal.EndFailed}, true, 0, errNotContinuable},
 		{"the terminal event", journal.Event{Type: "response.completed", Data: []byte(`{"type":"response.completed","sequence_number":30}`)}, true, 0, errNotContinuable},
