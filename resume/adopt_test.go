@@ -27,7 +27,7 @@ func (a *adopter) Adoptable(context.Context, string, resume.Record) bool {
 	return a.can
 }
 
-func (a *adopter) Adopt(_ string, rec resume.Record, l *resume.Lease) {
+func (a *adopter) Adopt(_ context.Context, _ string, rec resume.Record, l *resume.Lease) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.leases, a.recs = append(a.leases, l), append(a.recs, rec)

@@ -72,8 +72,10 @@ type Adopter interface {
 	Adoptable(ctx context.Context, id string, rec Record) bool
 	// Adopt continues the generation, taken over under lease: the same
 	// generation, this instance its owner. It must not block, and it
-	// finishes the lease, whatever becomes of the generation.
-	Adopt(id string, rec Record, lease *Lease)
+	// finishes the lease, whatever becomes of the generation. ctx is the
+	// request's that found the lease run out, for its values (the caller,
+	// of the key's tenant), not its deadline.
+	Adopt(ctx context.Context, id string, rec Record, lease *Lease)
 }
 
 // Manager makes the start/attach/replay decisions.
@@ -111,7 +113,7 @@ func (m *Manager) adopt(ctx context.Context, id string, rec Record, rev uint64, 
 	if !ok {
 		return rec, false, errRaced
 	}
-	m.adopter.Adopt(id, rec, m.hold(id, rec, nrev))
+	m.adopter.Adopt(ctx, id, rec, m.hold(id, rec, nrev))
 	return rec, true, nil
 }
 

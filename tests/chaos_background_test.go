@@ -97,7 +97,10 @@ func killRound(t *testing.T, e *env, flags []string, seed uint64, prefix string,
 	sigkill(t, a)
 	inFlight := 0
 	rn.Each(func(r *chaoscore.Run) bool {
-		if st, code, err := r.Status(rctx, e.URL); err == nil && code == http.StatusOK && st.State == "in_progress" {
+		// In flight at the kill: still in progress (or adopted by B), or
+		// already found lost (or regenerated) by B while this loop ran.
+		st, code, err := r.Status(rctx, e.URL)
+		if err == nil && code == http.StatusOK && (st.State == "in_progress" || st.State == "failed" && st.Error == "owner_lost" || st.Generation > 1) {
 			inFlight++
 			r.Broke() // allowed one more generation; with background mode it should not need it
 		}

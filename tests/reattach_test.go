@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,27 +43,42 @@ func TestOwnerKilledReattach(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills a reprise binary")
 	}
-	e := newEnv(t, withNATSPort(), withLease(time.Second), withBackground())
+	// The fake in background mode, behind a recorder of the credential each
+	// resume comes with: the caller's (passthrough auth), not the dead
+	// owner's caller's, gone with it.
+	fake := mockllm.New(mockllm.Config{TokenDelay: 2 * time.Millisecond, Background: true})
+	var mu sync.Mutex
+	var resumedWith []string
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			resumedWith = append(resumedWith, r.Header.Get("Authorization"))
+			mu.Unlock()
+		}
+		fake.ServeHTTP(w, r)
+	})
+	e := newEnv(t, withNATSPort(), withLease(time.Second), withUpstream(upstream), withConfig(func(c *proxy.Config) { c.UpstreamBackground = true }))
 	a := startProcess(t, e, "--upstream-background")
 	prompt := uniquePrompt(t, "[tokens=300] [delay=10ms]")
-	first := readEvents(t, do(t, "POST", a.URL+responsesPath, responsesBody(prompt, true), "Idempotency-Key", "k-reattach"), 5)
+	const bearer = "Bearer sk-reattach-caller"
+	first := readEvents(t, do(t, "POST", a.URL+responsesPath, responsesBody(prompt, true), "Idempotency-Key", "k-reattach", "Authorization", bearer), 5)
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-reattach", "", "Last-Event-ID", lastID(first)), -1)
+	rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-reattach", "", "Last-Event-ID", lastID(first), "Authorization", bearer), -1)
 	all := append(first, rest...)
 	checkUnique(t, all)
 
 	// What the upstream generated, straight from it: the client got each
 	// event as it was, in order, once.
 	id := decodeResponsesEvent(t, all[0].Data).Response.ID
-	upstream := readEvents(t, do(t, "GET", e.llmSrv.URL+responsesPath+"/"+id+"?stream=true", ""), -1)
-	if len(all) != len(upstream) {
-		t.Fatalf("the client got %d events, the upstream sent %d", len(all), len(upstream))
+	sent := readEvents(t, do(t, "GET", e.llmSrv.URL+responsesPath+"/"+id+"?stream=true", ""), -1)
+	if len(all) != len(sent) {
+		t.Fatalf("the client got %d events, the upstream sent %d", len(all), len(sent))
 	}
 	for i := range all {
-		if all[i].Type != upstream[i].Type || all[i].Data != upstream[i].Data {
-			t.Fatalf("event %d: got %s %q, want %s %q", i, all[i].Type, all[i].Data, upstream[i].Type, upstream[i].Data)
+		if all[i].Type != sent[i].Type || all[i].Data != sent[i].Data {
+			t.Fatalf("event %d: got %s %q, want %s %q", i, all[i].Type, all[i].Data, sent[i].Type, sent[i].Data)
 		}
 		if ev := decodeResponsesEvent(t, all[i].Data); ev.Seq == nil || *ev.Seq != i {
 			t.Fatalf("event %d has sequence_number %v", i, ev.Seq)
@@ -84,14 +100,19 @@ func TestOwnerKilledReattach(t *testing.T) {
 	if want := strings.Join(mockllm.Content(prompt, 300, false), ""); text.String() != want {
 		t.Fatalf("text differs from what the upstream generated")
 	}
-	if st := waitState(t, e, "k-reattach", "completed"); st.Generation != 1 {
+	if st := testutil.WaitState(t, e.URL, "k-reattach", "completed", "Authorization", bearer); st.Generation != 1 {
 		t.Errorf("completed in generation %d, want 1", st.Generation)
 	}
-	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 || g.Completed != 1 {
+	if g := testutil.Settled(t, fake.Ledger(), prompt, 1); g.Generations != 1 || g.Completed != 1 {
 		t.Fatalf("ledger %+v, want one generation, completed", g)
 	}
+	mu.Lock()
+	if len(resumedWith) == 0 || resumedWith[0] != bearer {
+		t.Errorf("the upstream was resumed with %q, want the caller's %q first", resumedWith, bearer)
+	}
+	mu.Unlock()
 	// A reader from the start gets the same, from the journal.
-	again := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-reattach", ""), -1)
+	again := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-reattach", "", "Authorization", bearer), -1)
 	if len(again) != len(all) {
 		t.Fatalf("a replay has %d events, want %d", len(again), len(all))
 	}

@@ -123,17 +123,30 @@ func (e *Engine) Adoptable(ctx context.Context, id string, rec resume.Record) bo
 	return err == nil
 }
 
-// Adopt implements resume.Adopter: a pump continues the generation. Its
-// tail is not shown to readers (it holds only what it appends): readers
-// here follow the journal, as on any other instance.
-func (e *Engine) Adopt(id string, rec resume.Record, lease *resume.Lease) {
+// callerKey is the context key of WithCaller's headers.
+type callerKey struct{}
+
+// WithCaller returns ctx carrying the request headers of its caller: a
+// generation that request finds its owner lost and adopts (Adopt) asks the
+// upstream with that caller's credential (Decorator) — the dead owner's
+// caller's is gone with it, and a caller of the key is one of its tenant.
+func WithCaller(ctx context.Context, h http.Header) context.Context {
+	return context.WithValue(ctx, callerKey{}, h)
+}
+
+// Adopt implements resume.Adopter: a pump continues the generation, on
+// behalf of ctx's caller (WithCaller). Its tail is not shown to readers (it
+// holds only what it appends): readers here follow the journal, as on any
+// other instance.
+func (e *Engine) Adopt(ctx context.Context, id string, rec resume.Record, lease *resume.Lease) {
 	proto, _ := ProtocolOf(rec.Path)
+	caller, _ := ctx.Value(callerKey{}).(http.Header)
 	g := Generation{Key: rec.Key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: lease, Protocol: proto,
-		Stream: true, Path: rec.Path, Header: http.Header{}}
+		Stream: true, Path: rec.Path, Header: caller.Clone()}
 	p := &pump{e: e, g: g, tail: newTail(), log: e.cfg.Logger.With("key_id", id), adopted: true}
 	if err := e.startPump(p); err != nil {
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Journal.AppendTimeout()+10*time.Second)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Journal.AppendTimeout()+10*time.Second)
 			defer cancel()
 			e.settle(ctx, g)
 		}()
