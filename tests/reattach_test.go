@@ -171,3 +171,21 @@ func TestOwnerKilledReattachFails(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelBackground: a cancelled generation running in background mode
+// is cancelled at the upstream too — closing its stream would not stop it.
+func TestCancelBackground(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withBackground())
+	prompt := uniquePrompt(t, "[tokens=2000] [delay=5ms]")
+	resp := do(t, "POST", e.URL+responsesPath, responsesBody(prompt, true), "Idempotency-Key", "k-cancel-bg")
+	readEvents(t, resp, 5)
+	cancelResp := do(t, "POST", e.URL+"/v1/streams/k-cancel-bg/cancel", "")
+	if body := readBody(t, cancelResp); cancelResp.StatusCode != http.StatusAccepted {
+		t.Fatalf("cancel: %d %s, want 202", cancelResp.StatusCode, body)
+	}
+	awaitAborted(t, e, prompt, 5*time.Second)
+	if st := waitState(t, e, "k-cancel-bg", "cancelled"); st.Error != "cancelled" {
+		t.Errorf("status %+v", st)
+	}
+}

@@ -53,6 +53,8 @@ type pump struct {
 	// adopted: the generation was taken over from an owner that died, to
 	// be continued from the upstream where it left off (reattach.go).
 	adopted bool
+	// response is the upstream's id of the generation, once named.
+	response string
 	// attempts counts the upstream requests made, over every upstream
 	// tried (observe); before, those of the key's earlier generations,
 	// read from the attempt log at the first of them.
@@ -94,6 +96,7 @@ func (p *pump) run(ctx context.Context) {
 	}
 	if res.Error == apierr.Cancelled {
 		res.State = resume.Cancelled
+		p.cancelBackground(ctx) // reattach.go
 	}
 	select {
 	case <-lease.Lost():
@@ -354,6 +357,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 		defer idle.Reset(idleTimeout)
 		if in.Name != "" && !named {
 			named = true
+			p.response = in.Name
 			p.name(ctx, in.Name)
 		}
 		if in.UsageOnly && p.hideUsage {

@@ -48,6 +48,9 @@ type Backgrounder interface {
 	// Resume is the path and query that give id's stream after the event
 	// of sequence number after.
 	Resume(id string, after uint64) (path, query string)
+	// Cancel is the path a POST to stops id's generation (closing its
+	// stream does not).
+	Cancel(id string) string
 }
 
 // Continuer is what reattaching needs of the journal besides Journal.
@@ -200,6 +203,7 @@ func (p *pump) reattach(ctx context.Context, sink func(journal.Event)) (w *journ
 		return nil, p.e.settle(ctx, p.g)
 	}
 	p.log.Info("reattaching a generation whose owner was lost", "gen", p.g.Ref.Gen, "response", id, "starting_after", after)
+	p.response = id
 	w = j.NewWriterAfter(p.g.Ref, last, sink)
 	res = p.resume(ctx, w, bg, id, after)
 	if errors.Is(w.Err(), journal.ErrFenced) && w.Stored() == last.Offset {
@@ -224,7 +228,7 @@ func (p *pump) resume(ctx context.Context, w *journal.Writer, bg Backgrounder, i
 	path, query := bg.Resume(id, after)
 	for _, up := range p.e.backgrounds(p.g.Path) {
 		p.up = up
-		resp, release, _, err := p.call(streamCtx, up, p.getRequest(path, query))
+		resp, release, _, err := p.call(streamCtx, up, p.bareRequest(http.MethodGet, path, query))
 		if err != nil {
 			p.log.Warn("the upstream did not resume the generation", "upstream", up.Name, "response", id, "err", err)
 			continue
@@ -247,12 +251,32 @@ func (p *pump) resume(ctx context.Context, w *journal.Writer, bg Backgrounder, i
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
 }
 
-// getRequest builds the request that resumes a stream at path and query.
-func (p *pump) getRequest(path, query string) func(context.Context) (*http.Request, error) {
+// cancelBackground asks the upstream to stop the background generation a
+// client cancelled: closing its stream does not. A failure costs the
+// generation's tokens, not its end (it is cancelled here).
+func (p *pump) cancelBackground(ctx context.Context) {
+	bg, ok := p.g.Protocol.(Backgrounder)
+	if !ok || !p.up.Background || p.response == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	resp, release, _, err := p.call(ctx, p.up, p.bareRequest(http.MethodPost, bg.Cancel(p.response), ""))
+	if err != nil {
+		p.log.Warn("the upstream did not cancel the background generation", "upstream", p.up.Name, "response", p.response, "err", err)
+		return
+	}
+	_ = resp.Body.Close()
+	release()
+}
+
+// bareRequest builds a bodiless request to the generation's upstream
+// response (a resume, a cancel) at path and query.
+func (p *pump) bareRequest(method, path, query string) func(context.Context) (*http.Request, error) {
 	return func(ctx context.Context) (*http.Request, error) {
 		u := p.up.URL.JoinPath(path)
 		u.RawQuery = query
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 		if err != nil {
 			return nil, err
 		}

@@ -210,3 +210,6 @@ func (Responses) Sequence(data []byte) (uint64, bool) {
 func (Responses) Resume(id string, after uint64) (path, query string) {
 	return "/v1/responses/" + id, "stream=true&starting_after=" + strconv.FormatUint(after, 10)
 }
+
+// Cancel implements Backgrounder: POST /v1/responses/{id}/cancel.
+func (Responses) Cancel(id string) string { return "/v1/responses/" + id + "/cancel" }

@@ -22,6 +22,7 @@ const maxBackground = 4096
 // SSE event, and the i-th carries sequence_number i.
 type background struct {
 	header http.Header
+	cancel context.CancelFunc // stops the generation (POST /v1/responses/{id}/cancel)
 
 	mu      sync.Mutex
 	frames  [][]byte
@@ -50,6 +51,22 @@ func (b *background) Write(p []byte) (int, error) {
 
 // Flush implements http.Flusher: writes are kept at once.
 func (b *background) Flush() {}
+
+// ended is closed once the generation has ended.
+func (b *background) ended() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		for {
+			_, done, changed := b.since(0)
+			if done {
+				return
+			}
+			<-changed
+		}
+	}()
+	return ch
+}
 
 func (b *background) end() {
 	b.mu.Lock()
@@ -134,11 +151,14 @@ func wantsBackground(body []byte) bool {
 // id. The ledger books it once, however often it is resumed.
 func (s *Server) runBackground(w http.ResponseWriter, r *http.Request, f textFormat, job chatJob, rec *recorder, d Directives) {
 	b := newBackground()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	b.cancel = cancel
 	s.bg.add(job.id, b)
 	gen := d
 	gen.AbortAfter, gen.HangAfter = -1, -1
-	e := &emitter{ctx: context.WithoutCancel(r.Context()), w: b, rc: http.NewResponseController(b), rec: rec, d: gen, fault: []byte(f.fault)}
+	e := &emitter{ctx: ctx, w: b, rc: http.NewResponseController(b), rec: rec, d: gen, fault: []byte(f.fault)}
 	go func() {
+		defer cancel()
 		defer b.end()
 		s.finish(r, rec, f.stream(s, e, job))
 	}()
@@ -191,14 +211,25 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, b *background, 
 
 // serveRetrieve serves GET /v1/responses/{id}: the response object as it
 // stands, or with stream=true its events after starting_after (all of
-// them without it), then live until the response ends. Only background
+// them without it), then live until the response ends; and POST
+// /v1/responses/{id}/cancel, which stops the generation. Only background
 // responses are kept; anything else is a 404, as from a provider without
 // background mode.
 func (s *Server) serveRetrieve(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimPrefix(r.URL.Path, ResponsesPath+"/")
+	id, cancel := strings.CutSuffix(id, "/cancel")
 	b := s.bg.get(id)
-	if b == nil || !s.cfg.Background {
+	if b == nil || !s.cfg.Background || cancel != (r.Method == http.MethodPost) {
 		writeError(w, http.StatusNotFound, "No response found with id '"+id+"'.")
+		return
+	}
+	if cancel {
+		// The generation stops (the ledger books it aborted, unless it
+		// had completed); its events so far stay retrievable.
+		b.cancel()
+		<-b.ended()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b.object())
 		return
 	}
 	q := r.URL.Query()

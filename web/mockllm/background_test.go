@@ -165,3 +165,27 @@ func TestNoBackgroundMode(t *testing.T) {
 		t.Fatalf("ledger %+v (%v), want the generation aborted", entry, err)
 	}
 }
+
+// TestBackgroundCancel: POST /v1/responses/{id}/cancel stops a background
+// generation, which the ledger books aborted.
+func TestBackgroundCancel(t *testing.T) {
+	fake, srv := newFake(t, mockllm.Config{Background: true})
+	ctx := testContext(t)
+	prompt := "cancel me [tokens=300] [delay=5ms] [abort_after=3]"
+	resp := mustPost(t, ctx, srv.URL+mockllm.ResponsesPath, responsesBody(prompt, true))
+	first := readBackground(t, resp.Body)
+	resp.Body.Close()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+mockllm.ResponsesPath+"/"+first[0].Response.ID+"/cancel", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("cancel answered %d", resp.StatusCode)
+	}
+	entry, err := fake.Ledger().WaitSettled(ctx, prompt, 1)
+	if err != nil || entry.Generations != 1 || entry.Completed != 0 || entry.Tokens >= 300 {
+		t.Fatalf("ledger %+v (%v), want one generation, stopped before its end", entry, err)
+	}
+}

@@ -95,7 +95,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveModels(w, r)
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, ResponsesPath+"/") && r.Method == http.MethodGet {
+	if strings.HasPrefix(r.URL.Path, ResponsesPath+"/") && (r.Method == http.MethodGet || r.Method == http.MethodPost) {
 		s.serveRetrieve(w, r)
 		return
 	}
