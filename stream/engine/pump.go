@@ -96,7 +96,6 @@ func (p *pump) run(ctx context.Context) {
 	}
 	if res.Error == apierr.Cancelled {
 		res.State = resume.Cancelled
-		p.cancelBackground(ctx) // reattach.go
 	}
 	select {
 	case <-lease.Lost():
@@ -106,6 +105,9 @@ func (p *pump) run(ctx context.Context) {
 		p.log.Warn("generation lost its lease", "gen", p.g.Ref.Gen)
 		return
 	default:
+	}
+	if res.State != resume.Completed && res.Error != apierr.OwnerLost {
+		p.cancelBackground(ctx) // reattach.go: in background mode the upstream generates on
 	}
 	p.e.release(p) // the upstream work is over
 	res = p.end(ctx, w, res)

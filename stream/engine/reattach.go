@@ -251,9 +251,11 @@ func (p *pump) resume(ctx context.Context, w *journal.Writer, bg Backgrounder, i
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
 }
 
-// cancelBackground asks the upstream to stop the background generation a
-// client cancelled: closing its stream does not. A failure costs the
-// generation's tokens, not its end (it is cancelled here).
+// cancelBackground asks the upstream to stop a background generation that
+// ends here without its result (a client cancelled it, the proxy shut down,
+// its stream stalled or broke a limit): closing its stream does not. Not
+// one whose lease was lost: another instance continues it. A failure costs
+// the generation's tokens, not its end.
 func (p *pump) cancelBackground(ctx context.Context) {
 	bg, ok := p.g.Protocol.(Backgrounder)
 	if !ok || !p.up.Background || p.response == "" {
