@@ -59,12 +59,13 @@ func (s *Server) fitCursor(ctx context.Context, id string, rec resume.Record, cu
 		return cursorInside
 	}
 	ref := journal.Ref{ID: id, Gen: rec.Generation}
-	if t := s.engine.Tail(ref); t != nil { // the owner's readers get only what is stored
-		if cur.Offset > t.Last() {
-			return cursorPast
-		}
+	if t := s.engine.Tail(ref); t != nil && cur.Offset <= t.Last() { // the owner's readers get only what is stored
 		return cursorInside
 	}
+	// Not here, or past this instance's tail: the journal says. A tail
+	// behind a cursor is an owner's that was taken over (another instance
+	// continues the generation, reattach.go), or one a moment behind the
+	// journal's acknowledgement.
 	stored, ok := s.storedEvents(ctx, ref)
 	if ok && cur.Offset > stored {
 		select {

@@ -189,3 +189,53 @@ func TestCancelBackground(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 }
+
+// TestPausedOwnerReattach: an owner that is not dead but paused (SIGSTOP)
+// past its lease is taken over, and fenced: the instance that adopts the
+// generation journals the rest from the upstream, and once the owner runs
+// again it stores nothing more — the journal is the upstream's stream,
+// once — and a client resuming on it with a cursor past its own tail is
+// served from the journal, not refused.
+func TestPausedOwnerReattach(t *testing.T) {
+	// Not parallel: it stops a reprise process for longer than its 1 s lease.
+	if testing.Short() {
+		t.Skip("builds and pauses a reprise binary")
+	}
+	e := newEnv(t, withNATSPort(), withLease(time.Second), withBackground())
+	a := startProcess(t, e, "--upstream-background")
+	prompt := uniquePrompt(t, "[tokens=300] [delay=10ms]")
+	first := readEvents(t, do(t, "POST", a.URL+responsesPath, responsesBody(prompt, true), "Idempotency-Key", "k-paused"), 5)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-paused", "", "Last-Event-ID", lastID(first)), -1)
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	all := append(first, rest...)
+	if last := lastEvent(t, all); last.Type != "response.completed" {
+		t.Fatalf("last event %s, want response.completed", last.Type)
+	}
+	// The woken owner resumed by a client past its tail: served, not 400.
+	resp := do(t, "GET", a.URL+"/v1/streams/k-paused", "", "Last-Event-ID", all[len(all)-10].ID)
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("resume on the woken owner: %d %s", resp.StatusCode, readBody(t, resp))
+	}
+	resp.Body.Close()
+	waitState(t, e, "k-paused", "completed")
+	time.Sleep(2 * time.Second) // give the woken owner every chance to store what it still had: it must not
+	id := decodeResponsesEvent(t, all[0].Data).Response.ID
+	sent := readEvents(t, do(t, "GET", e.llmSrv.URL+responsesPath+"/"+id+"?stream=true", ""), -1)
+	journaled := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-paused", ""), -1)
+	if len(journaled) != len(sent) {
+		t.Fatalf("the journal holds %d events, the upstream sent %d", len(journaled), len(sent))
+	}
+	for i := range sent {
+		if journaled[i].Data != sent[i].Data {
+			t.Fatalf("journaled event %d %q, the upstream's %q", i, journaled[i].Data, sent[i].Data)
+		}
+	}
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 {
+		t.Fatalf("ledger %+v, want one generation", g)
+	}
+}
