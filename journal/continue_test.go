@@ -24,15 +24,18 @@ func TestWriterAfter(t *testing.T) {
 		}
 	}
 	poll(t, waitTimeout, "3 events stored", func() bool { return w1.Stored() == 3 })
-	last, err := j.Last(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	var c collector
-	w2 := j.NewWriterAfter(ref, last, c.sink)
+	w2, last, err := j.NewWriterAfter(ctx, ref, c.sink)
+	if err != nil || last.Offset != 3 {
+		t.Fatalf("NewWriterAfter = %+v, %v; want after event 3", last, err)
+	}
 	if w2.Stored() != 3 || w2.Appended() != 3 {
 		t.Fatalf("a writer after event 3: Stored %d, Appended %d; want 3, 3", w2.Stored(), w2.Appended())
+	}
+	w3, _, err := j.NewWriterAfter(ctx, ref, c.sink) // after event 3 as well: it will be stale
+	if err != nil {
+		t.Fatal(err)
 	}
 	for i := 4; i <= 5; i++ {
 		if err := w2.Append(ctx, eventType(i), []byte(eventData(i))); err != nil {
@@ -43,6 +46,10 @@ func TestWriterAfter(t *testing.T) {
 	if err := w1.End(ctx, journal.EndCompleted); !errors.Is(err, journal.ErrFenced) {
 		t.Fatalf("the first writer after another continued: End = %v, want ErrFenced", err)
 	}
+	if err := w3.Append(ctx, "", []byte("stale")); !errors.Is(err, journal.ErrFenced) {
+		t.Fatalf("a writer after a stale last event: Append = %v, want ErrFenced", err)
+	}
+	w3.Abort()
 	if err := w2.End(ctx, journal.EndCompleted); err != nil {
 		t.Fatal(err)
 	}
@@ -61,14 +68,7 @@ func TestWriterAfter(t *testing.T) {
 	if !got[5].IsEnd() {
 		t.Fatalf("event 6 %+v, want the end marker", got[5])
 	}
-
-	// Continuing after event 3 again, with 6 stored: fenced, nothing stored.
-	w3 := j.NewWriterAfter(ref, last, c.sink)
-	if err := w3.Append(ctx, "", []byte("stale")); !errors.Is(err, journal.ErrFenced) {
-		t.Fatalf("a writer after a stale last event: Append = %v, want ErrFenced", err)
-	}
-	w3.Abort()
-	if end, err := j.Last(ctx, ref); err != nil || end.Offset != 6 || !end.IsEnd() {
-		t.Fatalf("Last = %+v, %v; want the end marker at 6 untouched", end, err)
+	if _, _, err := j.NewWriterAfter(ctx, journal.Ref{ID: "after-none", Gen: 1}, c.sink); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("NewWriterAfter of an empty generation: %v, want ErrNotFound", err)
 	}
 }

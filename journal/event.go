@@ -25,6 +25,10 @@ const (
 	hdrType   = "Reprise-Type"
 	hdrEnd    = "Reprise-End"
 	hdrWriter = "Reprise-Writer"
+	// hdrHint, when set, is the Seq of every event of the frame: the
+	// sequence of a message of the generation stored before it, known
+	// when its events were appended (Writer).
+	hdrHint = "Reprise-Hint"
 )
 
 // Event is one journaled upstream event, or a generation's end marker.
@@ -32,8 +36,12 @@ type Event struct {
 	// Offset is the 1-based position of the event within its generation.
 	// The end marker takes the offset after the last event.
 	Offset uint64
-	// Seq is the JetStream stream sequence of the message that holds the
-	// event (several events can share one); 0 until it is acknowledged.
+	// Seq is where a reader of the event seeks: the stream sequence of
+	// the message that holds it (several events can share one), or of one
+	// stored before it on its generation's subject, as the writer knew
+	// when the event was appended — so an event can be shown, with its id
+	// (resume.Position), before JetStream stored it, and has the same Seq
+	// for every reader. 0 for the first event until it is stored.
 	Seq uint64
 	// Type is the SSE event type ("" for an unnamed event).
 	Type string
@@ -69,7 +77,8 @@ func (e Event) Size() int { return len(e.Type) + len(e.Data) + eventOverhead }
 func EventSize(typ string, data []byte) int { return Event{Type: typ, Data: data}.Size() }
 
 // encode packs consecutive events, the end marker possibly last, into one
-// message written by writer.
+// message written by writer. Their Seq, when set, is the same (the frame's
+// hint).
 func encode(subject, writer string, evs []Event) *nats.Msg {
 	m := nats.NewMsg(subject)
 	n, size := 0, 0
@@ -89,6 +98,9 @@ func encode(subject, writer string, evs []Event) *nats.Msg {
 		body = append(body, ev.Data...)
 	}
 	m.Data = body
+	if evs[0].Seq != 0 {
+		m.Header.Set(hdrHint, strconv.FormatUint(evs[0].Seq, 10))
+	}
 	m.Header.Set(hdrOffset, strconv.FormatUint(evs[0].Offset, 10))
 	m.Header.Set(hdrCount, strconv.Itoa(n))
 	m.Header.Set(hdrWriter, writer)
@@ -99,6 +111,7 @@ func encode(subject, writer string, evs []Event) *nats.Msg {
 type frame struct {
 	events []Event // at least one; the end marker, if any, last
 	writer string  // "" in the format before frames
+	seq    uint64  // the message's stream sequence
 }
 
 // last is the offset of the frame's last event (or end marker).
@@ -114,7 +127,15 @@ func decode(h nats.Header, data []byte, seq uint64) (f frame, ok bool) {
 	end := h.Get(hdrEnd)
 	count := h.Get(hdrCount)
 	if count == "" {
-		return frame{events: []Event{{Offset: off, Seq: seq, Type: h.Get(hdrType), Data: data, End: end}}}, true
+		return frame{events: []Event{{Offset: off, Seq: seq, Type: h.Get(hdrType), Data: data, End: end}}, seq: seq}, true
+	}
+	msgSeq := seq
+	if v := h.Get(hdrHint); v != "" {
+		hint, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || hint == 0 || hint >= seq {
+			return frame{}, false
+		}
+		seq = hint
 	}
 	n, err := strconv.ParseUint(count, 10, 64)
 	// Every packed event takes at least two bytes; offsets must not wrap.
@@ -147,7 +168,7 @@ func decode(h nats.Header, data []byte, seq uint64) (f frame, ok bool) {
 	if end != "" {
 		evs = append(evs, Event{Offset: off + n, Seq: seq, End: end})
 	}
-	return frame{events: evs, writer: h.Get(hdrWriter)}, true
+	return frame{events: evs, writer: h.Get(hdrWriter), seq: msgSeq}, true
 }
 
 // field reads one length-prefixed field.

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -10,19 +11,23 @@ import (
 
 // FuzzDecode: decode never panics; what it accepts is a run of events at
 // contiguous offsets from Reprise-Off, the end marker only last, every
-// event with the message's sequence; and encode then decode gives back
-// the same events.
+// event with the message's sequence or, when the frame names one, its
+// hint (a sequence before the message's); and encode then decode gives
+// back the same events.
 func FuzzDecode(f *testing.F) {
-	f.Add("1", "2", "", []byte("\x01t\x01a\x00\x00"), uint64(7))
-	f.Add("3", "0", "completed", []byte{}, uint64(1))
-	f.Add("5", "", "completed", []byte{}, uint64(42)) // the format before frames
-	f.Add("1", "", "", []byte("data"), uint64(2))
-	f.Add("0", "1", "", []byte("\x00\x00"), uint64(0))
-	f.Add("-1", "1", "failed", []byte("\x00\x00"), uint64(2))
-	f.Add("18446744073709551615", "1", "failed", []byte("\x00\x00"), uint64(2))
-	f.Add("2", "1", "", []byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), uint64(2))
-	f.Add("2", "99999999999", "", []byte("\x00\x00"), uint64(2))
-	f.Fuzz(func(t *testing.T, off, count, end string, data []byte, seq uint64) {
+	f.Add("1", "2", "", "", []byte("\x01t\x01a\x00\x00"), uint64(7))
+	f.Add("3", "0", "completed", "", []byte{}, uint64(1))
+	f.Add("5", "", "completed", "", []byte{}, uint64(42)) // the format before frames
+	f.Add("1", "", "", "", []byte("data"), uint64(2))
+	f.Add("0", "1", "", "", []byte("\x00\x00"), uint64(0))
+	f.Add("-1", "1", "failed", "", []byte("\x00\x00"), uint64(2))
+	f.Add("18446744073709551615", "1", "failed", "", []byte("\x00\x00"), uint64(2))
+	f.Add("2", "1", "", "", []byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), uint64(2))
+	f.Add("2", "99999999999", "", "", []byte("\x00\x00"), uint64(2))
+	f.Add("4", "2", "completed", "3", []byte("\x01t\x01a\x00\x00"), uint64(9)) // a hint
+	f.Add("4", "1", "", "9", []byte("\x00\x00"), uint64(9))                    // a hint that is no earlier message
+	f.Add("4", "1", "", "0", []byte("\x00\x00"), uint64(9))
+	f.Fuzz(func(t *testing.T, off, count, end, hint string, data []byte, seq uint64) {
 		h := nats.Header{}
 		h.Set(hdrOffset, off)
 		if count != "" {
@@ -30,6 +35,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if end != "" {
 			h.Set(hdrEnd, end)
+		}
+		if hint != "" {
+			h.Set(hdrHint, hint)
 		}
 		fr, ok := decode(h, data, seq)
 		if !ok {
@@ -39,15 +47,30 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || first == 0 || len(fr.events) == 0 {
 			t.Fatalf("decode accepted offset %q with %d events", off, len(fr.events))
 		}
+		wantSeq := seq
+		if count != "" && hint != "" {
+			if wantSeq, err = strconv.ParseUint(hint, 10, 64); err != nil || wantSeq == 0 || wantSeq >= seq {
+				t.Fatalf("decode accepted the hint %q for message %d", hint, seq)
+			}
+		}
+		if fr.seq != seq {
+			t.Fatalf("frame seq %d, the message's is %d", fr.seq, seq)
+		}
 		for i, ev := range fr.events {
-			if ev.Offset != first+uint64(i) || ev.Seq != seq || ev.IsEnd() != (end != "" && i == len(fr.events)-1) {
+			if ev.Offset != first+uint64(i) || ev.Seq != wantSeq || ev.IsEnd() != (end != "" && i == len(fr.events)-1) {
 				t.Fatalf("event %d = %+v (offset %q, end %q)", i, ev, off, end)
 			}
 			if ev.IsEnd() && (ev.End != end || ev.Type != "" || len(ev.Data) != 0 && count != "") {
 				t.Fatalf("end marker = %+v", ev)
 			}
 		}
-		m := encode("reprise.ev.x.1", "w", fr.events)
+		evs := slices.Clone(fr.events)
+		for i := range evs {
+			if wantSeq == seq { // no hint: the writer sends events with none
+				evs[i].Seq = 0
+			}
+		}
+		m := encode("reprise.ev.x.1", "w", evs)
 		back, ok := decode(m.Header, m.Data, seq)
 		if !ok || back.writer != "w" || len(back.events) != len(fr.events) {
 			t.Fatalf("encode/decode: %+v -> %+v (ok %t)", fr.events, back.events, ok)

@@ -49,6 +49,9 @@ type Reader struct {
 	next    uint64    // the stream sequence the next get starts at
 	seq     uint64    // sequence of the last message read (0: none yet)
 	buf     []Event   // the rest of the message being read
+	skipped Event     // the last event skipped as at or before the position
+	from    uint64    // the position Read was given, and its hint: the
+	fromSeq uint64    // cursor's event
 	more    [][]Event // the events of the messages read after it
 	gets    bool      // reading the stream (not yet caught up with the topic)
 	live    *topic    // joined once the reader first caught up
@@ -62,7 +65,7 @@ type Reader struct {
 // (its Event.Seq): reading then starts there instead of at the
 // generation's first event. A wrong hint costs time, never correctness.
 func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64) (*Reader, error) {
-	r := &Reader{j: j, ref: ref, subject: ref.subject(), after: after, next: 1, gets: true}
+	r := &Reader{j: j, ref: ref, subject: ref.subject(), after: after, next: 1, gets: true, from: after, fromSeq: hint}
 	if hint > 0 && after > 0 {
 		r.next, r.check, r.hint = hint, true, hint
 	}
@@ -73,7 +76,10 @@ func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64) (*Reader,
 // Next returns the next event after the reader's position. It blocks until
 // one is stored or ctx ends (then it returns ctx's error and the Reader stays
 // usable). The generation's end marker is returned even when the position
-// is past it: nothing will follow it.
+// is past it: nothing will follow it. A failed generation's last event
+// (the reason it failed) comes before it to a reader positioned at or past
+// that event, unless Read's position and hint name it: a cursor may name
+// an event its owner showed before the journal lost it.
 func (r *Reader) Next(ctx context.Context) (Event, error) {
 	for {
 		if len(r.buf) == 0 {
@@ -98,10 +104,21 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 			continue
 		}
 		r.check = false
+		if reason := r.skipped; ev.IsEnd() && ev.End == EndFailed && reason.Offset+1 == ev.Offset && !reason.IsEnd() &&
+			(reason.Offset != r.from || reason.Seq != r.fromSeq) {
+			// A cursor at or past a failed generation's last event that
+			// does not name it: an event its owner showed before the
+			// journal stored it (and lost it). The reason the generation
+			// failed is news to this reader.
+			r.skipped = Event{}
+			r.buf = append([]Event{ev}, r.buf...)
+			return reason, nil
+		}
 		if ev.IsEnd() && ev.Offset <= r.after {
 			return ev, nil
 		}
 		if ev.Offset <= r.after {
+			r.skipped = ev
 			continue
 		}
 		if ev.Offset > r.after+1 {

@@ -67,6 +67,7 @@ type Writer struct {
 	qbytes int
 	ended  bool
 	stored uint64 // offset of the last stored event
+	seq    uint64 // sequence of the message that stored it: the next events' seek hint
 	err    error
 }
 
@@ -112,13 +113,22 @@ func (w *Writer) Stored() uint64 {
 // writer already started this generation. It waits while DefaultWindow
 // events are unacknowledged.
 func (w *Writer) Append(ctx context.Context, typ string, data []byte) error {
-	return w.add(ctx, Event{Type: typ, Data: data})
+	return w.add(ctx, Event{Type: typ, Data: data}, nil)
+}
+
+// AppendShown appends like Append, and calls show with the event (its
+// Offset and Seq set, as sink will get it) once it is queued, before it is
+// stored — except the generation's first event, the fence, which only
+// sink gets. show is called on the appending goroutine, with the writer's
+// lock held: it must not block nor call the writer.
+func (w *Writer) AppendShown(ctx context.Context, typ string, data []byte, show func(Event)) error {
+	return w.add(ctx, Event{Type: typ, Data: data}, show)
 }
 
 // End appends the end marker and waits until every event is stored. It
 // returns the writer's first error.
 func (w *Writer) End(ctx context.Context, state string) error {
-	if err := w.add(ctx, Event{End: state}); err != nil {
+	if err := w.add(ctx, Event{End: state}, nil); err != nil {
 		w.Abort()
 		return err
 	}
@@ -162,14 +172,14 @@ func signal(ch chan struct{}) {
 	}
 }
 
-func (w *Writer) add(ctx context.Context, ev Event) error {
+func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
 	w.next++
 	ev.Offset = w.next
 	if ev.Offset == w.base+1 {
-		return w.first(ctx, ev)
+		return w.first(ctx, ev) // the fence: shown once stored (sink)
 	}
 	for {
 		w.mu.Lock()
@@ -178,6 +188,10 @@ func (w *Writer) add(ctx context.Context, ev Event) error {
 			return w.err
 		}
 		if len(w.queue) == 0 || len(w.queue) < DefaultWindow && w.qbytes < windowBytes {
+			ev.Seq = w.seq // the seek hint: the last message stored
+			if show != nil {
+				show(ev)
+			}
 			w.queue = append(w.queue, ev)
 			w.qbytes += ev.Size()
 			w.ended = ev.IsEnd()
@@ -208,7 +222,7 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 	w.lastSeq = seq // read by the flusher after the next wake
 	ev.Seq = seq
 	w.mu.Lock()
-	w.stored, w.ended = ev.Offset, ev.IsEnd()
+	w.stored, w.seq, w.ended = ev.Offset, seq, ev.IsEnd()
 	w.mu.Unlock()
 	w.sink(ev)
 	signal(w.wake)
@@ -242,7 +256,6 @@ func (w *Writer) flush() {
 		}
 		w.lastSeq = seq
 		for i := range batch {
-			batch[i].Seq = seq
 			w.sink(batch[i])
 		}
 		w.mu.Lock()
@@ -250,18 +263,19 @@ func (w *Writer) flush() {
 		for _, ev := range batch {
 			w.qbytes -= ev.Size()
 		}
-		w.stored = batch[len(batch)-1].Offset
+		w.stored, w.seq = batch[len(batch)-1].Offset, seq
 		w.mu.Unlock()
 		signal(w.room)
 	}
 }
 
-// take copies the queue's head that fits one message.
+// take copies the queue's head that fits one message: events of one seek
+// hint (Event.Seq; it changes when a message is stored while events wait).
 func (w *Writer) take() []Event {
 	n, size := 0, 0
 	for n < len(w.queue) {
 		s := w.queue[n].Size()
-		if n > 0 && size+s > w.j.maxFrame {
+		if n > 0 && (size+s > w.j.maxFrame || w.queue[n].Seq != w.queue[0].Seq) {
 			break
 		}
 		size += s
@@ -296,7 +310,7 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, 
 		cancel()
 		switch {
 		case lerr == nil && f.writer == w.id && f.last() == last:
-			seq = f.events[0].Seq
+			seq = f.seq
 			return nil
 		case lerr == nil && f.writer != w.id:
 			return ErrFenced
@@ -353,6 +367,7 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 		default:
 			last = f.events[len(f.events)-1]
 		}
+		lastSeq := f.seq // 0 when nothing is stored
 		if last.IsEnd() {
 			return last, nil
 		}
@@ -361,10 +376,10 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 			return Event{}, fmt.Errorf("%w: a seal must end with an end marker", ErrInvalidOption)
 		}
 		for i := range evs {
-			evs[i].Offset = last.Offset + 1 + uint64(i)
+			evs[i].Offset, evs[i].Seq = last.Offset+1+uint64(i), 0
 		}
 		ack, err := j.js.PublishMsg(ctx, encode(ref.subject(), sealWriter, evs),
-			jetstream.WithExpectLastSequencePerSubject(last.Seq), jetstream.WithRetryAttempts(0))
+			jetstream.WithExpectLastSequencePerSubject(lastSeq), jetstream.WithRetryAttempts(0))
 		if err == nil {
 			end := evs[len(evs)-1]
 			end.Seq = ack.Sequence
@@ -381,15 +396,21 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 
 const maxSealTries = 8
 
-// NewWriterAfter starts a writer that continues ref's generation after
-// last, an event stored by a writer that is gone, or presumed gone. Its
-// first message is the fence, as a new writer's: it expects last to be
-// still the subject's last, so should last's writer be alive and store
-// more first, this one stores nothing (ErrFenced), and once this one has
-// stored, that one is fenced. Offsets go on from last's.
-func (j *Journal) NewWriterAfter(ref Ref, last Event, sink func(Event)) *Writer {
+// NewWriterAfter starts a writer that continues ref's generation after its
+// last stored event, stored by a writer that is gone, or presumed gone, and
+// returns that event (ErrNotFound when nothing is stored). The writer's
+// first message is the fence, as a new writer's: it expects that event's
+// message to be still the subject's last, so should its writer be alive and
+// store more first, this one stores nothing (ErrFenced), and once this one
+// has stored, that one is fenced. Offsets go on from the last event's.
+func (j *Journal) NewWriterAfter(ctx context.Context, ref Ref, sink func(Event)) (*Writer, Event, error) {
+	f, err := j.lastFrame(ctx, ref)
+	if err != nil {
+		return nil, Event{}, err
+	}
+	last := f.events[len(f.events)-1]
 	w := j.newWriter(ref, sink)
-	w.base, w.next, w.lastSeq, w.stored = last.Offset, last.Offset, last.Seq, last.Offset
+	w.base, w.next, w.stored, w.lastSeq, w.seq = last.Offset, last.Offset, last.Offset, f.seq, f.seq
 	go w.flush()
-	return w
+	return w, last, nil
 }

@@ -80,12 +80,3 @@ func StreamID(tenant, key string) string {
 	h.Write([]byte(key))
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
-
-// Fingerprint identifies a request's path and body.
-func Fingerprint(path string, body []byte) string {
-	h := sha256.New()
-	h.Write([]byte(path))
-	h.Write([]byte{0})
-	h.Write(body)
-	return hex.EncodeToString(h.Sum(nil))
-}

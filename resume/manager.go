@@ -169,8 +169,21 @@ type Request struct {
 	ID          string // StreamID(tenant, key)
 	Key         string
 	Path        string
-	Fingerprint string
-	Stream      bool
+	Fingerprint string // Fingerprint(path, body)
+	// BytesFingerprint is BytesFingerprint(path, body), for records
+	// written by versions before Fingerprint.
+	BytesFingerprint string
+	Stream           bool
+}
+
+// matches reports whether req is the request rec's key was first used
+// with: by Fingerprint, or, in a record of a version before it, by
+// BytesFingerprint.
+func (rec Record) matches(req Request) bool {
+	if rec.Fingerprint == "" {
+		return rec.BytesFingerprint == req.BytesFingerprint
+	}
+	return rec.Fingerprint == req.Fingerprint
 }
 
 // Outcome is Begin's answer. Lease is set only for Start.
@@ -208,9 +221,9 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		}
 		gone := m.gone(ctx, req.ID, rec)
 		if gone { // expiring: the key is new again, for any body
-			rec.Fingerprint, rec.Path, rec.CreatedAt = req.Fingerprint, req.Path, now
+			rec.Fingerprint, rec.BytesFingerprint, rec.Path, rec.CreatedAt = req.Fingerprint, req.BytesFingerprint, req.Path, now
 		}
-		if rec.Fingerprint != req.Fingerprint {
+		if !rec.matches(req) {
 			return Outcome{Record: rec}, ErrMismatch
 		}
 		switch {
@@ -243,6 +256,9 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		// Failed, cancelled, gone, or in progress under a dead owner: a new
 		// generation.
 		rec.Generation++
+		if rec.Fingerprint == "" { // an older version's record, matched by its bytes
+			rec.Fingerprint = req.Fingerprint
+		}
 		rec.State = InProgress
 		rec.Owner = m.cfg.Owner
 		rec.LeaseUntil = now.Add(m.cfg.Lease)
@@ -270,7 +286,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error) {
 	now := m.cfg.Now()
 	rec := Record{
-		Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, Generation: 1,
+		Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, BytesFingerprint: req.BytesFingerprint, Generation: 1,
 		Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream,
 		CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(),
 	}

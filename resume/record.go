@@ -20,11 +20,17 @@ const (
 
 // Record is what reprise keeps per (tenant, key).
 type Record struct {
-	Key         string `json:"key"`
-	State       State  `json:"state"`
-	Fingerprint string `json:"fingerprint"`
-	Generation  uint64 `json:"generation"`
-	Owner       string `json:"owner,omitempty"`
+	Key   string `json:"key"`
+	State State  `json:"state"`
+	// Fingerprint is the request's (Fingerprint): what a duplicate must
+	// match. Empty in a record written by a version before it: then
+	// BytesFingerprint must match.
+	Fingerprint string `json:"fingerprint_c14n,omitempty"`
+	// BytesFingerprint is the request's BytesFingerprint, for versions
+	// that compare only it (see BytesFingerprint).
+	BytesFingerprint string `json:"fingerprint"`
+	Generation       uint64 `json:"generation"`
+	Owner            string `json:"owner,omitempty"`
 	// Attempt is a random id of the Begin that wrote the generation: a
 	// write whose answer was lost is recognised by it.
 	Attempt     string    `json:"attempt,omitempty"`

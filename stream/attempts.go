@@ -6,6 +6,7 @@ import (
 
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // handleAttempts serves GET /v1/streams/{key}/attempts: the key's attempt
@@ -28,12 +29,7 @@ func (s *Server) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		failFor(w, rec, apierr.New(apierr.Unavailable))
 		return
 	}
-	attempts := make([]json.RawMessage, 0, len(records))
-	for _, b := range records {
-		if json.Valid(b) {
-			attempts = append(attempts, b)
-		}
-	}
+	attempts := engine.MergeAttempts(records)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(struct {

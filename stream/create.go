@@ -56,10 +56,12 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		fail(w, r, apierr.New(apierr.ShuttingDown))
 		return
 	}
-	fp := resume.Fingerprint(requestPath(r), body)
+	fp, bfp := resume.Fingerprint(requestPath(r), body), resume.BytesFingerprint(requestPath(r), body)
 	sdkRetry := false
 	if key == "" {
-		key, sdkRetry = s.keyless(r, tenant, fp)
+		// An SDK retry sends the same bytes: by theirs, it finds its key
+		// on instances of versions before canonical fingerprints too.
+		key, sdkRetry = s.keyless(r, tenant, bfp)
 	}
 	noteKey(r, key)
 	id := resume.StreamID(tenant, key)
@@ -68,7 +70,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	// runs (owner_lost once its lease ran out).
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
 	out, err := s.resume.Begin(bctx, resume.Request{
-		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, Stream: stream,
+		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp, Stream: stream,
 	})
 	cancel()
 	switch {
@@ -191,6 +193,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 		return
 	case out.Decision != resume.Start && streamed(rec) && s.answeredCursor(w, r, id, rec, cur):
 		return
+	}
+	if out.Decision == resume.Attach {
+		// Idempotent-Replayed's sibling: this answer follows a generation
+		// an earlier request started, still running when it came.
+		h.Set("Reprise-Attached", "true")
 	}
 	if out.Decision != resume.Replay && !rec.Stream && respondAsync(r) {
 		// Query instead of retry: nothing is held open and nothing need
@@ -384,6 +391,16 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, tenant, id s
 	if head.Upstream != "" {
 		w.Header().Set("Reprise-Upstream", head.Upstream)
 	}
+	if head.Progressive {
+		release, ok := s.takeReader(tenant, id)
+		if !ok {
+			failFor(w, rec, apierr.New(apierr.TooManyReaders))
+			return
+		}
+		defer release()
+		s.serveMedia(w, r, rec, t, head, false)
+		return
+	}
 	if !head.Streaming {
 		if ra := seconds(head.RetryAfter); ra > 0 && head.Status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))
@@ -556,6 +573,12 @@ func (s *Server) awaitResultOf(tenant string) func(http.ResponseWriter, *http.Re
 
 // awaitResult waits (bounded) for a non-streamed generation in progress.
 func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record) {
+	if t, head := s.progressiveHead(id, rec); head != nil {
+		// Media journaled as it arrives: follow it, from the Range's
+		// first byte for a GET.
+		s.serveMedia(w, r, rec, t, head, r.Method == http.MethodGet)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.AttachWait)
 	defer cancel()
 	poll := time.NewTicker(50 * time.Millisecond)
@@ -568,6 +591,10 @@ func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, tenant, id 
 			}
 			return
 		case <-poll.C:
+		}
+		if t, head := s.progressiveHead(id, rec); head != nil { // it answered meanwhile
+			s.serveMedia(w, r, rec, t, head, r.Method == http.MethodGet)
+			return
 		}
 		var err error
 		if rec, err = s.resume.Get(r.Context(), id); err != nil {

@@ -16,6 +16,11 @@ import (
 // leader acknowledged it (and the owner sent it).
 const recheckAfter = 250 * time.Millisecond
 
+// previewAhead is how far past what is stored the owner of a running
+// generation may have shown events (the Tail's preview): its writer's
+// window, and the one event shown before Append waits for room.
+const previewAhead = journal.DefaultWindow + 1
+
 // cursorFit says where a reader's cursor stands in its key.
 type cursorFit int
 
@@ -50,7 +55,21 @@ func (s *Server) fitCursor(ctx context.Context, id string, rec resume.Record, cu
 	case cur.Gen < rec.Generation || cur.Offset == 0:
 		return cursorInside // an older generation's reader gets a reset first
 	case rec.State != resume.InProgress:
-		switch final := s.finalEvents(ctx, id, rec); {
+		switch final, seq := s.finalEvents(ctx, id, rec); {
+		case cur.Offset == final && rec.State == resume.Failed && seq != 0 && cur.Seq != seq:
+			// Not the stored failure at that offset: an event its owner
+			// showed before it died, in the failure's place (the Tail's
+			// preview). The reader gets the failure.
+			return cursorInside
+		case cur.Offset > final && rec.State == resume.Failed && cur.Seq == 0:
+			// The error event an instance made for its reader when the
+			// journal could not store it (no stored event has Seq 0): it
+			// was told.
+			return cursorAtEnd
+		case cur.Offset > final && rec.State == resume.Failed:
+			// An event its owner showed before the journal lost it (the
+			// Tail's preview): the reader gets the reason it failed.
+			return cursorInside
 		case cur.Offset > final:
 			return cursorPast
 		case cur.Offset == final:
@@ -59,15 +78,24 @@ func (s *Server) fitCursor(ctx context.Context, id string, rec resume.Record, cu
 		return cursorInside
 	}
 	ref := journal.Ref{ID: id, Gen: rec.Generation}
-	if t := s.engine.Tail(ref); t != nil && cur.Offset <= t.Last() { // the owner's readers get only what is stored
+	if t := s.engine.Tail(ref); t != nil { // what the owner showed
+		if cur.Offset <= t.Last() {
+			return cursorInside
+		}
+		// Past it: past the end — unless the journal holds more than the
+		// owner showed, which was taken over (another instance continues
+		// the generation, reattach.go): the journal says.
+		stored, ok := s.storedEvents(ctx, ref)
+		if !ok || stored <= t.Last() || cur.Offset > stored {
+			return cursorPast
+		}
 		return cursorInside
 	}
-	// Not here, or past this instance's tail: the journal says. A tail
-	// behind a cursor is an owner's that was taken over (another instance
-	// continues the generation, reattach.go), or one a moment behind the
-	// journal's acknowledgement.
+	// The owner shows an event to its readers before JetStream stored it,
+	// at most a writer's window ahead (the Tail's preview): such a cursor
+	// is waited for.
 	stored, ok := s.storedEvents(ctx, ref)
-	if ok && cur.Offset > stored {
+	if ok && cur.Offset > stored+previewAhead {
 		select {
 		case <-time.After(recheckAfter):
 		case <-ctx.Done():
@@ -75,7 +103,7 @@ func (s *Server) fitCursor(ctx context.Context, id string, rec resume.Record, cu
 		}
 		stored, ok = s.storedEvents(ctx, ref)
 	}
-	if ok && cur.Offset > stored {
+	if ok && cur.Offset > stored+previewAhead {
 		return cursorPast
 	}
 	return cursorInside

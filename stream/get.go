@@ -131,24 +131,25 @@ func (s *Server) live(ctx context.Context, id string, rec resume.Record) resume.
 	return rec
 }
 
-// finalEvents is how many events a finished generation's readers can get.
-// A generation whose owner died has only the count of its last heartbeat in
-// its record: the journal knows better. Its end marker (Salvage seals it
-// with the owner_lost error) comes right after the last event; a journal
-// without one (written before generations were sealed) gets the owner_lost
-// error after its last event.
-func (s *Server) finalEvents(ctx context.Context, id string, rec resume.Record) uint64 {
+// finalEvents is how many events a finished generation's readers can get,
+// and the Seq of the last of them when the journal was read for it (0
+// otherwise). A generation whose owner died has only the count of its last
+// heartbeat in its record: the journal knows better. Its end marker
+// (Salvage seals it with the owner_lost error, in one message) comes right
+// after the last event; a journal without one (written before generations
+// were sealed) gets the owner_lost error after its last event.
+func (s *Server) finalEvents(ctx context.Context, id string, rec resume.Record) (final, seq uint64) {
 	if rec.Error != resume.OwnerLost {
-		return rec.Events
+		return rec.Events, 0
 	}
 	last, err := s.journal.Last(ctx, journal.Ref{ID: id, Gen: rec.Generation})
 	switch {
 	case err != nil:
-		return 1 // nothing stored: only the error
+		return 1, 0 // nothing stored: only the error
 	case last.IsEnd():
-		return last.Offset - 1
+		return last.Offset - 1, last.Seq
 	}
-	return last.Offset + 1
+	return last.Offset + 1, 0
 }
 
 // readerTenant is the tenant a GET may read key in: the one its capability

@@ -61,17 +61,26 @@ type attemptRecord struct {
 	Kind        string  `json:"kind"`
 	DurationMS  float64 `json:"duration_ms"`
 	FirstByteMS float64 `json:"ttfb_ms"`
+	// On the generation's last attempt only, once it ended.
+	PromptTokens     *int64   `json:"prompt_tokens"`
+	CompletionTokens *int64   `json:"completion_tokens"`
+	Cost             *float64 `json:"cost"`
 }
 
 // TestAttemptLog: a generation the fake model answers 503, 503, then 200
 // is one key with three upstream attempts: each is an info line of the log
 // and a record of GET /v1/streams/{key}/attempts (under the key's access
 // rules: another credential gets 404), the third one also a WARN line; every
-// request has an access line with its key and decision.
+// request has an access line with its key and decision. The third record,
+// the answer's, has the generation's tokens (the fake model's ledger) and
+// cost, as the key's status has them; the others have neither.
 func TestAttemptLog(t *testing.T) {
 	t.Parallel()
 	var logs logLines
+	var prices envOptions
+	withPrices(t)(&prices)
 	e := newEnv(t, withConfig(func(c *proxy.Config) {
+		prices.configure(c)
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		c.Policy.BaseDelay, c.Policy.MaxDelay = time.Millisecond, 2*time.Millisecond
 	}))
@@ -79,7 +88,7 @@ func TestAttemptLog(t *testing.T) {
 	prompt := uniquePrompt(t, "[status=503,503] [tokens=3]")
 	evs := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key, "Authorization", cred), -1)
 	checkComplete(t, evs, prompt, 3)
-	testutil.WaitState(t, e.URL, key, "completed", "Authorization", cred)
+	status := testutil.WaitState(t, e.URL, key, "completed", "Authorization", cred)
 	// A replay and a resume: the upstream is not asked again; another body
 	// with the key is rejected.
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key, "Authorization", cred), -1)
@@ -106,7 +115,7 @@ func TestAttemptLog(t *testing.T) {
 			t.Fatalf("GET attempts: %s: %v", b, err)
 		}
 		recs = got.Attempts
-		return len(recs) >= 3
+		return len(recs) >= 3 && recs[len(recs)-1].PromptTokens != nil
 	})
 	want := []struct {
 		status int
@@ -127,6 +136,24 @@ func TestAttemptLog(t *testing.T) {
 		if strings.Contains(r.Tenant, "sk-attempts") {
 			t.Errorf("record %d shows the credential", i)
 		}
+	}
+	gens := e.LLM.Ledger().Generations(prompt)
+	if len(gens) != 1 || gens[0].Tokens != 3 {
+		t.Fatalf("ledger %+v, want one generation of 3 tokens", gens)
+	}
+	in, out := int64(gens[0].PromptTokens), int64(gens[0].Tokens)
+	wantCost := float64(in)*costPrompt + float64(out)*costCompletion
+	for _, r := range recs[:2] {
+		if r.PromptTokens != nil || r.CompletionTokens != nil || r.Cost != nil {
+			t.Errorf("failed attempt %d has usage or cost: %v %v %v", r.Attempt, r.PromptTokens, r.CompletionTokens, r.Cost)
+		}
+	}
+	if last := recs[2]; last.PromptTokens == nil || *last.PromptTokens != in || last.CompletionTokens == nil || *last.CompletionTokens != out ||
+		last.Cost == nil || *last.Cost != wantCost {
+		t.Errorf("the answer's attempt: tokens %v/%v cost %v; want %d/%d (the ledger) and %v", last.PromptTokens, last.CompletionTokens, last.Cost, in, out, wantCost)
+	}
+	if u := status.Usage; u == nil || u.PromptTokens != in || u.CompletionTokens != out || status.Cost == nil || *status.Cost != wantCost {
+		t.Errorf("status usage %+v cost %v; want the attempt record's %d/%d and %v", u, status.Cost, in, out, wantCost)
 	}
 	resp := do(t, "GET", e.URL+"/v1/streams/"+key+"/attempts", "", "Authorization", "Bearer sk-other")
 	readBody(t, resp)

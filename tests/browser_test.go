@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,9 +22,13 @@ import (
 
 // TestBrowserDemo drives the real demo page, served by the real proxy on the
 // same origin, in headless Chromium: generate, drop and resume, replay and
-// auto-resume. Every scenario checks the text the page shows against the
-// mock's deterministic content, and the upstream ledger: one generation per
-// prompt, whatever the browser did.
+// auto-resume; the unreliable network in SSE and WebSocket modes; the speech
+// pane through two drops and more. Every scenario checks what the page shows
+// against the mock's deterministic content, and the upstream ledger: one
+// generation per prompt, whatever the browser did.
+//
+// With REPRISE_SCREENSHOT=1 it writes docs/demo.png (the README's picture);
+// otherwise the screenshot goes to the temp directory.
 func TestBrowserDemo(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -44,7 +49,10 @@ func TestBrowserDemo(t *testing.T) {
 			ExecPath:      chromium,
 			TempDirPrefix: "reprise-tests-chromium-",
 			StartTimeout:  20 * time.Second,
-			Options:       []chromedp.ExecAllocatorOption{chromedp.WindowSize(1280, 900)},
+			Options: []chromedp.ExecAllocatorOption{
+				chromedp.WindowSize(1280, 1000),
+				chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
+			},
 		}),
 		base: e.URL,
 	}
@@ -52,11 +60,16 @@ func TestBrowserDemo(t *testing.T) {
 	// status polls stop first (deferred calls run before t.Cleanup).
 	defer func() { _ = p.run(5*time.Second, chromedp.Navigate("about:blank")) }()
 
-	ledgerIs1 := func(t *testing.T, prompt string) {
+	ledgerIs1 := func(t *testing.T, prompt string) mockllm.Generation {
 		t.Helper()
 		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 || g.Requests != 1 {
 			p.fail(t, "upstream ledger for %q: %+v, want exactly 1 request and 1 generation", prompt, g)
 		}
+		gens := e.LLM.Ledger().Generations(prompt)
+		if len(gens) != 1 || !gens[0].Completed {
+			p.fail(t, "upstream generations for %q: %+v, want one completed", prompt, gens)
+		}
+		return gens[0]
 	}
 
 	t.Run("generate", func(t *testing.T) {
@@ -68,7 +81,8 @@ func TestBrowserDemo(t *testing.T) {
 		p.click(t, "generate")
 		p.waitText(t, "conn", "done", 10*time.Second)
 		p.expectText(t, "output", want)
-		p.expectText(t, "count", "42") // role, 40 tokens, stop
+		p.expectText(t, "count", "43") // role, 40 tokens, stop, [DONE]
+		p.expectText(t, "tokens-delivered", "40")
 		p.expectText(t, "dupes", "0")
 		p.expectText(t, "replayed", "false")
 		if key := p.text(t, "key"); len(key) != 36 {
@@ -80,6 +94,16 @@ func TestBrowserDemo(t *testing.T) {
 		ledgerIs1(t, prompt)
 		p.waitText(t, "server-state", "completed", 5*time.Second)
 		p.expectText(t, "server-generation", "1")
+		p.expectText(t, "server-events", "43") // the client got every event the server journaled
+		p.expectText(t, "tokens-billed", "40")
+		p.expectText(t, "gens-naive", "1")
+		// No --prices: the page prices the demo model and says so.
+		if cost := p.text(t, "cost-key"); !strings.HasPrefix(cost, "$") || cost != p.text(t, "cost-naive") {
+			p.fail(t, "#cost-key %q, #cost-naive %q: want one price, the same with no drop", cost, p.text(t, "cost-naive"))
+		}
+		if note := p.text(t, "cost-note"); !strings.Contains(note, "Demo price") {
+			p.fail(t, "#cost-note = %q, want it to say the price is a demo price", note)
+		}
 		t.Logf("generate: %v", time.Since(start).Round(time.Millisecond))
 	})
 
@@ -104,39 +128,28 @@ func TestBrowserDemo(t *testing.T) {
 		}
 
 		// The server keeps generating without a client; the page gets
-		// nothing meanwhile.
+		// nothing meanwhile, and shows the journal's count climbing.
 		testutil.Settled(t, e.LLM.Ledger(), prompt, 1) // the generation finishes after the drop
 		if gens := e.LLM.Ledger().Generations(prompt); len(gens) != 1 || !gens[0].Completed || gens[0].Content != want {
 			p.fail(t, "upstream generations after the drop: %+v, want one completed with the full content", gens)
 		}
+		p.waitText(t, "server-events", "63", 5*time.Second)
 		p.expectText(t, "conn", "dropped")
 		p.expectText(t, "output", atDrop)
+		p.expectText(t, "count", strconv.Itoa(count))
 
 		p.click(t, "resume")
 		p.waitText(t, "conn", "done", 10*time.Second)
 		p.expectText(t, "output", want)
-		p.expectText(t, "count", "62") // role, 60 tokens, stop
+		p.expectText(t, "count", "63") // role, 60 tokens, stop, [DONE]
 		p.expectText(t, "dupes", "0")
+		p.expectText(t, "gens-naive", "2") // a naive client would have started over once
 		if msg := p.text(t, "error"); msg != "" {
 			p.fail(t, "#error = %q", msg)
 		}
 		ledgerIs1(t, prompt)
 		p.waitText(t, "server-state", "completed", 5*time.Second)
 		t.Logf("drop and resume: dropped after %d events (last id %s); %v", count, lastID, time.Since(start).Round(time.Millisecond))
-
-		sctx, cancel := context.WithTimeout(p.Ctx, 10*time.Second)
-		defer cancel()
-		shot, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Logf("screenshot: %v", err)
-		} else {
-			path := filepath.Join(os.TempDir(), "reprise-demo.png")
-			if err := os.WriteFile(path, shot, 0o644); err != nil {
-				t.Logf("screenshot: %v", err)
-			} else {
-				t.Logf("screenshot of the demo page after drop and resume: %s", path)
-			}
-		}
 		resumed, resumedPrompt, resumedWant = true, prompt, want
 	})
 
@@ -151,7 +164,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "replayed", "true")
 		p.expectText(t, "key", key)
 		p.expectText(t, "output", resumedWant)
-		p.expectText(t, "count", "62") // role, 60 tokens, stop
+		p.expectText(t, "count", "63")
 		p.expectText(t, "dupes", "0")
 		ledgerIs1(t, resumedPrompt)
 		t.Logf("replay: %v", time.Since(start).Round(time.Millisecond))
@@ -185,9 +198,9 @@ func TestBrowserDemo(t *testing.T) {
 		}
 		p.waitText(t, "conn", "done", 10*time.Second)
 		p.expectText(t, "output", want)
-		p.expectText(t, "count", "152") // role, 150 tokens, stop
+		p.expectText(t, "count", "153")
 		p.expectText(t, "dupes", "0")
-		if !evaluate[bool](t, p, `Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).some((s) => s.includes('auto-resume'))`) {
+		if !p.logHas(t, "auto-resume") {
 			p.fail(t, "the log does not show an auto-resume")
 		}
 		ledgerIs1(t, prompt)
@@ -195,9 +208,185 @@ func TestBrowserDemo(t *testing.T) {
 			count, live, time.Since(start).Round(time.Millisecond))
 	})
 
+	// The unreliable network drops every connection after N events and
+	// reconnects; the page must end with exactly the text of one
+	// generation, and show the server's count ahead of the client's
+	// while the client is away.
+	for _, mode := range []struct{ name, radio, kind string }{
+		{"SSE", "mode-sse", "eventsource"},
+		{"WebSocket", "mode-ws", "websocket"},
+	} {
+		t.Run("unreliable network "+mode.name, func(t *testing.T) {
+			start := time.Now()
+			prompt := uniquePrompt(t, "[tokens=60] [delay=20ms]")
+			want := strings.Join(mockllm.Content(prompt, 60, false), "")
+			p.open(t)
+			p.typePrompt(t, prompt)
+			p.clickLabel(t, mode.radio)
+			p.setNumber(t, "every", 10)
+			p.setNumber(t, "delay", 700)
+			p.click(t, "unreliable")
+			p.click(t, "generate")
+			// Dropped, and the server journaled more than the client got.
+			p.waitJS(t, `document.getElementById('conn').textContent === 'dropped' && `+
+				`+document.getElementById('server-events').textContent > +document.getElementById('count').textContent`, 10*time.Second)
+			p.waitJS(t, fmt.Sprintf(`window.reprise.state.conn?.kind === %q`, mode.kind), 5*time.Second)
+			p.waitText(t, "conn", "done", 20*time.Second)
+			p.expectText(t, "output", want)
+			p.expectText(t, "count", "63")
+			p.expectText(t, "tokens-delivered", "60")
+			drops, _ := strconv.Atoi(evaluate[string](t, p, `String(window.reprise.state.drops)`))
+			if drops < 3 {
+				p.fail(t, "%d drops, want at least 3 (every 10 of 63 events)", drops)
+			}
+			if !p.logHas(t, "unreliable network: dropped after 10 events") || !p.logHas(t, "reconnected over "+mode.name+" after") {
+				p.fail(t, "the log does not show the drops and reconnections")
+			}
+			ledgerIs1(t, prompt)
+			p.waitText(t, "server-state", "completed", 5*time.Second)
+			p.expectText(t, "server-events", "63")
+			p.expectText(t, "tokens-billed", "60")
+			p.expectText(t, "server-generation", "1")
+			p.expectText(t, "gens-naive", strconv.Itoa(1+drops))
+			t.Logf("unreliable %s: %d drops, one generation; %v", mode.name, drops, time.Since(start).Round(time.Millisecond))
+		})
+	}
+
+	// The speech pane plays every chunk once, in order, through drops: the
+	// bytes it fed to Web Audio are the bytes the upstream generated.
+	for _, mode := range []struct{ name, radio string }{{"SSE", "mode-sse"}, {"WebSocket", "mode-ws"}} {
+		t.Run("speech "+mode.name, func(t *testing.T) {
+			start := time.Now()
+			input := uniquePrompt(t, "[tokens=30] [delay=25ms]") // 30 chunks of 50 ms
+			p.open(t)
+			p.clickLabel(t, mode.radio)
+			p.setNumber(t, "every", 8)
+			p.setNumber(t, "delay", 300)
+			p.click(t, "unreliable")
+			p.setValue(t, "sp-input", input)
+			p.click(t, "sp-speak")
+			p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok !== ''`, 20*time.Second)
+			p.expectText(t, "sp-conn", "done")
+			gen := ledgerIs1(t, input)
+			want := len(gen.Content)
+			if want != 30*mockllm.ChunkBytes {
+				p.fail(t, "the upstream generated %d bytes, want %d", want, 30*mockllm.ChunkBytes)
+			}
+			p.expectText(t, "sp-played", formatThousands(want))
+			p.expectText(t, "sp-generated", formatThousands(want))
+			drops := evaluate[int](t, p, `window.reprise.speech.session.drops`)
+			if drops < 2 {
+				p.fail(t, "%d drops, want at least 2", drops)
+			}
+			// The same bytes in the same order, no chunk twice: the page's
+			// running hash of what it played, and its chunk offsets.
+			h := fnv.New32a()
+			h.Write([]byte(gen.Content))
+			if got, want := evaluate[string](t, p, `window.reprise.speech.hash.hex()`), fmt.Sprintf("%08x", h.Sum32()); got != want {
+				p.fail(t, "hash of the played audio %s, want %s (the upstream's)", got, want)
+			}
+			if !evaluate[bool](t, p, `window.reprise.speech.chunks.every(([off, n], i, a) => n === 2400 && off === (i === 0 ? 0 : a[i-1][0] + a[i-1][1]))`) {
+				p.fail(t, "the played chunks are not contiguous 2400-byte chunks")
+			}
+			p.expectText(t, "sp-dupes", "0")
+			if v := p.text(t, "sp-verdict"); !strings.HasPrefix(v, "✓") {
+				p.fail(t, "#sp-verdict = %q", v)
+			}
+			t.Logf("speech %s: %d bytes played = generated after %d drops; %v", mode.name, want, drops, time.Since(start).Round(time.Millisecond))
+		})
+	}
+
+	// Raw WAV: dropped connections resume with Range: bytes=N- on the
+	// Location while the upstream still speaks (206 from byte N, then
+	// live); the PCM played is the PCM generated.
+	t.Run("speech raw WAV and Range", func(t *testing.T) {
+		start := time.Now()
+		input := uniquePrompt(t, "[tokens=30] [delay=40ms]")
+		p.open(t)
+		p.clickLabel(t, "sp-format-raw")
+		p.setNumber(t, "every", 6)
+		p.setNumber(t, "delay", 300)
+		p.click(t, "unreliable")
+		p.setValue(t, "sp-input", input)
+		p.click(t, "sp-speak")
+		p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok !== ''`, 20*time.Second)
+		p.expectText(t, "sp-conn", "done")
+		gen := ledgerIs1(t, input)
+		want := len(gen.Content)
+		p.expectText(t, "sp-played", formatThousands(want))
+		p.expectText(t, "sp-generated", formatThousands(want))
+		drops := evaluate[int](t, p, `window.reprise.speech.session.drops`)
+		if drops < 2 {
+			p.fail(t, "%d drops, want at least 2", drops)
+		}
+		h := fnv.New32a()
+		h.Write([]byte(gen.Content))
+		if got, want := evaluate[string](t, p, `window.reprise.speech.hash.hex()`), fmt.Sprintf("%08x", h.Sum32()); got != want {
+			p.fail(t, "hash of the played audio %s, want %s (the upstream's)", got, want)
+		}
+		if !evaluate[bool](t, p, `window.reprise.speech.chunks.every(([off, n], i, a) => off === (i === 0 ? 0 : a[i-1][0] + a[i-1][1]))`) {
+			p.fail(t, "the played chunks are not contiguous")
+		}
+		if !p.logHas(t, "→ 206 bytes ") {
+			p.fail(t, "the log shows no Range resume answered 206")
+		}
+		for _, l := range evaluate[[]string](t, p, `Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).filter((l) => l.includes('206')).reverse()`) {
+			t.Logf("page log: %s", l)
+		}
+		t.Logf("speech raw WAV: %d bytes played = generated after %d Range resumes; %v", want, drops, time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("screenshot", func(t *testing.T) {
+		// Both panes through an unreliable network at once, with the
+		// page's own prompts and the demo model as `go run ./cmd/reprise`
+		// serves it; then the picture.
+		demo := newEnv(t, withTokenDelay(20*time.Millisecond), withDemoModel())
+		web.Mount(demo.p)
+		p.base = demo.URL
+		defer func() {
+			_ = p.run(5*time.Second, chromedp.Navigate("about:blank"))
+			p.base = e.URL
+		}()
+		p.open(t)
+		p.setNumber(t, "every", 25)
+		p.setNumber(t, "delay", 500)
+		p.click(t, "unreliable")
+		p.click(t, "generate")
+		p.click(t, "sp-speak")
+		p.waitText(t, "conn", "done", 30*time.Second)
+		p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok === 'true'`, 30*time.Second)
+		p.waitText(t, "server-state", "completed", 5*time.Second)
+		p.waitJS(t, `document.getElementById('tokens-billed').textContent !== ''`, 5*time.Second)
+		p.expectText(t, "server-generation", "1")
+		p.expectText(t, "sp-generation", "1")
+		sctx, cancel := context.WithTimeout(p.Ctx, 10*time.Second)
+		defer cancel()
+		shot, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		path := filepath.Join(t.TempDir(), "demo.png")
+		if os.Getenv("REPRISE_SCREENSHOT") == "1" {
+			path = filepath.Join("..", "docs", "demo.png")
+		}
+		if err := os.WriteFile(path, shot, 0o644); err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		t.Logf("screenshot: %s (%d bytes)", path, len(shot))
+	})
+
 	if t.Failed() {
 		p.DumpConsole(t)
 	}
+}
+
+// formatThousands writes n as the page does (en-US grouping).
+func formatThousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // demoPage is the tab that shows the demo page.
@@ -228,7 +417,13 @@ func (p *demoPage) fail(t *testing.T, format string, args ...any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(p.Ctx, 5*time.Second)
 	defer cancel()
-	p.Dump(t, ctx, "conn", "key", "count", "dupes", "lastid", "replayed", "server-state", "error", "output")
+	p.Dump(t, ctx, "conn", "key", "count", "dupes", "lastid", "replayed", "server-state", "server-events", "error", "output",
+		"sp-conn", "sp-played", "sp-generated", "sp-verdict", "sp-error")
+	if lines, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).reverse()`)); err == nil {
+		for _, l := range lines {
+			t.Logf("page log: %s", l)
+		}
+	}
 	t.Fatalf(format, args...)
 }
 
@@ -266,6 +461,37 @@ func (p *demoPage) click(t *testing.T, id string) {
 	if err := p.run(5*time.Second, chromedp.Click(chromedp.ID(id))); err != nil {
 		p.fail(t, "click #%s: %v", id, err)
 	}
+}
+
+// clickLabel clicks the label of the control id (a radio button drawn as
+// a segmented switch is its label).
+func (p *demoPage) clickLabel(t *testing.T, id string) {
+	t.Helper()
+	if err := p.run(5*time.Second, chromedp.Click(chromedp.CSS(`label[for="`+id+`"]`))); err != nil {
+		p.fail(t, "click the label of #%s: %v", id, err)
+	}
+	if !evaluate[bool](t, p, fmt.Sprintf(`document.getElementById(%q).checked`, id)) {
+		p.fail(t, "#%s is not checked after a click on its label", id)
+	}
+}
+
+// setNumber sets a number input to v, as typing would (an input event).
+func (p *demoPage) setNumber(t *testing.T, id string, v int) {
+	t.Helper()
+	p.setValue(t, id, strconv.Itoa(v))
+}
+
+// setValue sets a field's value and fires its input and change events.
+func (p *demoPage) setValue(t *testing.T, id, v string) {
+	t.Helper()
+	evaluate[chromedp.Void](t, p, fmt.Sprintf(`(() => { const el = document.getElementById(%q); el.value = %q; `+
+		`el.dispatchEvent(new Event('input', {bubbles: true})); el.dispatchEvent(new Event('change', {bubbles: true})); })()`, id, v))
+}
+
+// logHas reports whether a line of the page's log contains s.
+func (p *demoPage) logHas(t *testing.T, s string) bool {
+	t.Helper()
+	return evaluate[bool](t, p, fmt.Sprintf(`Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).some((l) => l.includes(%q))`, s))
 }
 
 func (p *demoPage) text(t *testing.T, id string) string {

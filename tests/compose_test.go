@@ -55,11 +55,15 @@ func TestComposeFile(t *testing.T) {
 	nodes := composeNATSNodes(t, root, p, top.nats)
 
 	t.Run("nats cluster", func(t *testing.T) {
+		want := strings.TrimPrefix(moduleVersion(t, "github.com/nats-io/nats-server/v2"), "v")
 		names := map[string]string{}
 		for _, svc := range top.nats {
 			n := nodes[svc]
 			if !strings.HasPrefix(p.Services[svc].Image, "nats:") {
 				t.Errorf("%s: image %q, want the official nats image", svc, p.Services[svc].Image)
+			}
+			if tag := strings.TrimPrefix(p.Services[svc].Image, "nats:"); tag != want && !strings.HasPrefix(tag, want+"-") {
+				t.Errorf("%s: image %q, want nats:%s (the nats-server the tests run, go.mod), or a variant of it", svc, p.Services[svc].Image, want)
 			}
 			if !n.jetstream {
 				t.Errorf("%s: JetStream is not enabled", svc)
@@ -777,4 +781,15 @@ func composeCheckDockerfile(t *testing.T, file string, p *types.Project, top com
 			}
 		}
 	}
+}
+
+// moduleVersion is the version go.mod requires of module path (a test
+// binary's build info lists no dependencies: go list tells).
+func moduleVersion(tb testing.TB, path string) string {
+	tb.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", path).Output()
+	if err != nil {
+		tb.Fatalf("go list -m %s: %v", path, err)
+	}
+	return strings.TrimSpace(string(out))
 }

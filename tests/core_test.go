@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
@@ -108,14 +109,21 @@ func TestDuplicateReplays(t *testing.T) {
 	if during.Header.Get("Idempotent-Replayed") != "" {
 		t.Errorf("attach to a running generation marked as replayed")
 	}
+	if during.Header.Get("Reprise-Attached") != "true" {
+		t.Errorf("attach to a running generation lacks Reprise-Attached: true")
+	}
+	if first.Header.Get("Reprise-Attached") != "" {
+		t.Errorf("the first request is marked Reprise-Attached")
+	}
 	b := readEvents(t, during, -1)
 	// Readers get [DONE] as soon as it is journaled, the key's record is
 	// completed just after: until then a duplicate attaches (same events,
 	// no Idempotent-Replayed).
 	waitState(t, e, "k-dup", "completed")
 	after := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-dup")
-	if after.Header.Get("Idempotent-Replayed") != "true" {
-		t.Errorf("replay of a completed key lacks Idempotent-Replayed: true")
+	if after.Header.Get("Idempotent-Replayed") != "true" || after.Header.Get("Reprise-Attached") != "" {
+		t.Errorf("replay of a completed key: Idempotent-Replayed %q, Reprise-Attached %q; want true and none",
+			after.Header.Get("Idempotent-Replayed"), after.Header.Get("Reprise-Attached"))
 	}
 	c := readEvents(t, after, -1)
 	if len(b) != 33 || len(c) != 33 {
@@ -133,6 +141,41 @@ func TestDuplicateReplays(t *testing.T) {
 	}
 	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Requests != 1 || g.Generations != 1 {
 		t.Errorf("ledger %+v, want 1 request, 1 generation", g)
+	}
+}
+
+// TestDuplicateSerialisedOtherwise: the same request with its keys in
+// another order and other whitespace is a duplicate, not a mismatch: it
+// attaches while the generation runs and replays once it completed, and
+// the upstream generates once; another request with the key is still 422.
+func TestDuplicateSerialisedOtherwise(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	prompt := uniquePrompt(t, "[tokens=30] [delay=30ms]")
+	content, _ := json.Marshal(prompt)
+	reordered := "{\n  \"messages\": [ { \"content\": " + string(content) + ", \"role\": \"user\" } ],\n  \"stream\": true,\n  \"model\": \"mock-1\"\n}\n"
+	first := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-reordered")
+	readEvents(t, first, 3)
+	during := do(t, "POST", e.URL+chatPath, reordered, "Idempotency-Key", "k-reordered")
+	if during.StatusCode != http.StatusOK || during.Header.Get("Reprise-Attached") != "true" {
+		t.Fatalf("reordered body while it runs: HTTP %d, Reprise-Attached %q; want 200, an attach", during.StatusCode, during.Header.Get("Reprise-Attached"))
+	}
+	if evs := readEvents(t, during, -1); len(evs) != 33 || evs[len(evs)-1].Data != "[DONE]" {
+		t.Fatalf("the attach got %d events, want 33 ending with [DONE]", len(evs))
+	}
+	waitState(t, e, "k-reordered", "completed")
+	after := do(t, "POST", e.URL+chatPath, strings.ReplaceAll(reordered, "\n", "\r\n\t"), "Idempotency-Key", "k-reordered")
+	if after.StatusCode != http.StatusOK || after.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("reordered body once completed: HTTP %d, Idempotent-Replayed %q; want a replay", after.StatusCode, after.Header.Get("Idempotent-Replayed"))
+	}
+	readEvents(t, after, -1)
+	other := do(t, "POST", e.URL+chatPath, chatBody(prompt+" more", true), "Idempotency-Key", "k-reordered")
+	if readBody(t, other); other.StatusCode != http.StatusUnprocessableEntity {
+		t.Errorf("another body with the key: HTTP %d, want 422", other.StatusCode)
+	}
+	testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+	if gens := e.LLM.Ledger().Generations(prompt); len(gens) != 1 {
+		t.Errorf("%d upstream generations, want 1", len(gens))
 	}
 }
 

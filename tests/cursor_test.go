@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
@@ -49,16 +50,24 @@ func TestCursorPastTheEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, base := range []string{a.URL, b.URL} {
-		expect("GET past a live generation's stored end", do(t, "GET", base+"/v1/streams/k-live", "", "Last-Event-ID", past(at, 5)), 400)
-		expect("POST attach past a live generation's stored end",
-			do(t, "POST", base+chatPath, chatBody(livePrompt, true), "Idempotency-Key", "k-live", "Last-Event-ID", past(at, 1)), 400)
-	}
-	// At the stored end of a live generation the reader waits for more.
-	resp := do(t, "GET", b.URL+"/v1/streams/k-live", "", "Last-Event-ID", at.String())
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("GET at a live generation's stored end on B: %d, want 200", resp.StatusCode)
+	// The owner knows what it showed; another instance knows what is
+	// stored, and that the owner may have shown up to a writer's window
+	// more (docs/live-path.md).
+	expect("GET past what the owner showed", do(t, "GET", a.URL+"/v1/streams/k-live", "", "Last-Event-ID", past(at, 5)), 400)
+	expect("POST attach past what the owner showed",
+		do(t, "POST", a.URL+chatPath, chatBody(livePrompt, true), "Idempotency-Key", "k-live", "Last-Event-ID", past(at, 1)), 400)
+	beyond := uint64(journal.DefaultWindow + 2)
+	expect("GET on B past the owner's window", do(t, "GET", b.URL+"/v1/streams/k-live", "", "Last-Event-ID", past(at, beyond)), 400)
+	expect("POST attach on B past the owner's window",
+		do(t, "POST", b.URL+chatPath, chatBody(livePrompt, true), "Idempotency-Key", "k-live", "Last-Event-ID", past(at, beyond)), 400)
+	// At the stored end of a live generation, or within the window past
+	// it, the reader waits for more.
+	for _, cur := range []string{at.String(), past(at, 5), past(at, beyond-1)} {
+		resp := do(t, "GET", b.URL+"/v1/streams/k-live", "", "Last-Event-ID", cur)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET at %s of a live generation (2 stored) on B: %d, want 200", cur, resp.StatusCode)
+		}
 	}
 
 	// A completed generation.
@@ -83,6 +92,35 @@ func TestCursorPastTheEnd(t *testing.T) {
 		expect("GET into a generation that does not exist",
 			do(t, "GET", base+"/v1/streams/k-done", "", "Last-Event-ID", resume.Position{Gen: 2, Offset: 1}.String()), 400)
 	}
+	// A failed generation (its upstream broke after 2 events: the error
+	// event is its third, the end marker its fourth). A cursor past it
+	// names an event its owner may have shown before the journal lost it:
+	// the reader is told why the generation failed, on every instance.
+	failPrompt := uniquePrompt(t, "[tokens=5] [abort_after=2]")
+	failed := readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(failPrompt, true), "Idempotency-Key", "k-failed"), -1)
+	if len(failed) == 0 || lastEvent(t, failed).Type != "error" {
+		t.Fatalf("the failing generation: %+v; want it to end with an error event", failed)
+	}
+	reason, err := resume.ParsePosition(lastID(failed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "k-failed to be failed", func() bool {
+		st, _ := clusterStatus(t, b.URL, "k-failed")
+		return st.State == "failed"
+	})
+	shown := resume.Position{Gen: reason.Gen, Offset: reason.Offset + 3, Seq: reason.Seq} // as a preview's id
+	for _, base := range []string{a.URL, b.URL} {
+		expect("GET at a failed generation's reason", do(t, "GET", base+"/v1/streams/k-failed", "", "Last-Event-ID", reason.String()), 204)
+		// An error event an instance made itself, the journal failing
+		// (ids with no journal sequence): its reader was told.
+		expect("GET after an error event made by an instance", do(t, "GET", base+"/v1/streams/k-failed", "", "Last-Event-ID", past(reason, 3)), 204)
+		evs := readEvents(t, do(t, "GET", base+"/v1/streams/k-failed", "", "Last-Event-ID", shown.String()), -1)
+		if len(evs) != 1 || evs[0].Type != "error" || evs[0].Data != lastEvent(t, failed).Data || evs[0].ID != reason.String() {
+			t.Errorf("GET on %s past a failed generation's end: %+v; want only its error event %+v", base, evs, lastEvent(t, failed))
+		}
+	}
+
 	// Nothing was lost: the key replays whole.
 	checkComplete(t, readEvents(t, do(t, "GET", b.URL+"/v1/streams/k-done", ""), -1), donePrompt, 3)
 }

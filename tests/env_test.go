@@ -47,6 +47,9 @@ type envOptions struct {
 	attachWait time.Duration
 	natsPort   int // 0: in-process only; -1: a random TCP port
 	tokenDelay time.Duration
+	// demoModel: the fake model as `go run ./cmd/reprise` serves it
+	// (readable text, 120 tokens), for the page's screenshot.
+	demoModel bool
 	// abandon: generations still running at the end are failed after a
 	// short grace (benchmarks with endless streams) instead of failing the test.
 	abandon bool
@@ -67,6 +70,7 @@ func withLease(d time.Duration) envOption      { return func(o *envOptions) { o.
 func withAttachWait(d time.Duration) envOption { return func(o *envOptions) { o.attachWait = d } }
 func withNATSPort() envOption                  { return func(o *envOptions) { o.natsPort = -1 } }
 func withTokenDelay(d time.Duration) envOption { return func(o *envOptions) { o.tokenDelay = d } }
+func withDemoModel() envOption                 { return func(o *envOptions) { o.demoModel = true } }
 func withAbandon() envOption                   { return func(o *envOptions) { o.abandon = true } }
 func withUpstream(h http.Handler) envOption    { return func(o *envOptions) { o.upstream = h } }
 
@@ -95,7 +99,11 @@ func newEnv(tb testing.TB, opts ...envOption) *env {
 	for _, o := range opts {
 		o(&e.opt)
 	}
-	e.LLM = mockllm.New(mockllm.Config{TokenDelay: e.opt.tokenDelay, Background: e.opt.background})
+	llm := mockllm.Config{TokenDelay: e.opt.tokenDelay, Background: e.opt.background}
+	if e.opt.demoModel {
+		llm.Readable, llm.Tokens = true, 120
+	}
+	e.LLM = mockllm.New(llm)
 	var up http.Handler = e.LLM
 	if e.opt.upstream != nil {
 		up = e.opt.upstream

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
 )
@@ -290,9 +289,12 @@ func TestTenantLimitSparesAttach(t *testing.T) {
 // TestJournalFailure: JetStream refuses a running generation's messages
 // (here: the stream's maximum message size drops below them) for longer
 // than the journal timeout. The generation fails with journal_failure —
-// for its client on the owner and for a reader on another instance alike,
-// at the same position — the record counts only the stored events, and
-// the key generates afresh once the journal takes messages again.
+// for its client on the owner, after the events the owner showed before
+// they were stored (docs/live-path.md), and for a reader on another
+// instance right after the stored ones — the record counts only the
+// stored events, the owner client's last cursor resumes elsewhere to the
+// same failure, and the key generates afresh once the journal takes
+// messages again.
 func TestJournalFailure(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withNATSPort(), withJournal(func(c *journal.Config) { c.AppendTimeout = time.Second }))
@@ -336,7 +338,6 @@ func TestJournalFailure(t *testing.T) {
 	setMaxMsgSize(16) // no event fits from now on
 	got := map[string]result{"owner": <-owner, "reader on B": <-reader}
 	setMaxMsgSize(0)
-	var lastIDs []string
 	for who, r := range got {
 		if r.err != nil {
 			t.Fatalf("%s: %v", who, r.err)
@@ -346,16 +347,31 @@ func TestJournalFailure(t *testing.T) {
 			t.Fatalf("%s: the stream ended with %+v, want event: error journal_failure", who, last)
 		}
 		checkUnique(t, r.evs[:len(r.evs)-1])
-		lastIDs = append(lastIDs, last.ID)
 	}
-	if lastIDs[0] != lastIDs[1] {
-		t.Errorf("the error event's id differs: %v", lastIDs)
-	}
+	own, onB := got["owner"].evs, got["reader on B"].evs
 	st := waitState(t, e, "k-jf", "failed")
-	if pos, err := resume.ParsePosition(lastIDs[0]); err != nil || st.Error != "journal_failure" || uint64(st.Events)+1 != pos.Offset {
-		t.Errorf("record %+v, error event at %s: want journal_failure with the events before it (%v)", st, lastIDs[0], err)
+	stored := len(onB) - 1
+	if st.Error != "journal_failure" || st.Events != stored {
+		t.Errorf("record %+v: want journal_failure counting the %d stored events B read", st, stored)
 	}
-	t.Logf("the generation failed after %d stored events; record %+v", st.Events, st)
+	if len(own) < len(onB) {
+		t.Fatalf("the owner's client got %d events, B's reader %d: the owner shows at least what is stored", len(own), len(onB))
+	}
+	for i := range stored { // what is stored, both saw alike, ids included
+		if own[i] != onB[i] {
+			t.Fatalf("event %d: the owner's client got %+v, B's reader %+v", i+1, own[i], onB[i])
+		}
+	}
+	if len(own) > len(onB) {
+		// The owner's client saw events that were never stored; its last
+		// cursor resumes on B to the generation's failure (not stored
+		// either here: the journal takes no message at all).
+		resumed := readEvents(t, do(t, "GET", b.URL+"/v1/streams/k-jf", "", "Last-Event-ID", own[len(own)-2].ID), -1)
+		if fail := onB[len(onB)-1]; len(resumed) != 1 || resumed[0].Type != fail.Type || resumed[0].Data != fail.Data {
+			t.Errorf("resuming on B after the owner's last shown event %s: %+v; want only the error %+v", own[len(own)-2].ID, resumed, fail)
+		}
+	}
+	t.Logf("the generation failed after %d stored events; the owner's client saw %d before the error", stored, len(own)-1)
 	again := readAll(t, do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-jf"))
 	checkStream(t, e.LLM, prompt, again, 2)
 }

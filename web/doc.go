@@ -1,11 +1,14 @@
 // Package web owns the browser demo page of reprise and nothing else.
 //
-// The page is plain HTML, CSS and JavaScript that the binary embeds. It talks
-// to the proxy on the same origin through the public HTTP contract:
-// POST /v1/chat/completions with an Idempotency-Key, and the resume URL from
-// the Location header, read with an EventSource and a last_event_id. It lets a
-// person drop the connection on purpose and watch the stream resume from the
-// journal instead of starting a second generation.
+// The page is plain HTML, CSS and JavaScript modules that the binary embeds
+// (no build step). It talks to the proxy on the same origin through the
+// public HTTP contract: POST /v1/chat/completions and POST /v1/audio/speech
+// with an Idempotency-Key, and the resume URL from the Location header, read
+// with an EventSource or a WebSocket after the last event id, and polled for
+// the key's status (events journaled, generations, usage, cost). It lets a
+// person drop the connection on purpose or through an "unreliable network"
+// and watch the text and the speech resume from the journal instead of
+// starting a second generation.
 //
 // The package holds no proxy logic. [Handler] only serves the static files.
 package web

@@ -24,9 +24,11 @@ type asset struct {
 
 // routes maps a request path to the embedded file that answers it.
 var routes = map[string]struct{ file, contentType string }{
-	"/":          {"static/index.html", "text/html; charset=utf-8"},
-	"/app.js":    {"static/app.js", "text/javascript; charset=utf-8"},
-	"/style.css": {"static/style.css", "text/css; charset=utf-8"},
+	"/":           {"static/index.html", "text/html; charset=utf-8"},
+	"/app.js":     {"static/app.js", "text/javascript; charset=utf-8"},
+	"/session.js": {"static/session.js", "text/javascript; charset=utf-8"},
+	"/speech.js":  {"static/speech.js", "text/javascript; charset=utf-8"},
+	"/style.css":  {"static/style.css", "text/css; charset=utf-8"},
 }
 
 // contentSecurityPolicy keeps the page on its own origin: no CDN, no inline
@@ -47,7 +49,8 @@ func Mount(mux interface{ Handle(string, http.Handler) }) {
 }
 
 // Handler returns the handler of the demo page. It answers GET and HEAD for
-// "/" (the page), "/app.js" and "/style.css", 404 for any other path and 405
+// "/" (the page), its modules "/app.js", "/session.js" and
+// "/speech.js", and "/style.css", 404 for any other path and 405
 // for any other method. Every answer has Cache-Control: no-cache and an ETag,
 // so a browser revalidates and always runs the page of the running binary.
 //

@@ -32,7 +32,9 @@ func TestHandlerServesEmbeddedFiles(t *testing.T) {
 		path, contentType, contains string
 	}{
 		{"/", "text/html; charset=utf-8", "reprise — streams that survive the network"},
-		{"/app.js", "text/javascript; charset=utf-8", "class SSEParser"},
+		{"/app.js", "text/javascript; charset=utf-8", "new SpeechPane"},
+		{"/session.js", "text/javascript; charset=utf-8", "class SSEParser"},
+		{"/speech.js", "text/javascript; charset=utf-8", "class SpeechPane"},
 		{"/style.css", "text/css; charset=utf-8", ".output"},
 	}
 	for _, f := range files {
@@ -148,6 +150,9 @@ func TestHandlerServesEmbeddedFiles(t *testing.T) {
 var pageIDs = []string{
 	"prompt", "generate", "drop", "resume", "replay", "autoresume", "output",
 	"key", "lastid", "count", "conn", "server-state", "server-generation", "server-events",
+	"mode-sse", "mode-ws", "unreliable", "every", "delay", "tokens-delivered", "tokens-billed",
+	"gens-naive", "cost-key", "cost-naive", "cost-note", "log",
+	"sp-input", "sp-speak", "sp-drop", "sp-conn", "sp-played", "sp-generated", "sp-verdict", "sp-dupes",
 }
 
 // ---------------------------------------------------------------------------
@@ -389,7 +394,10 @@ func (p *fakeProxy) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	from := 0
 	s.mu.Lock()
-	if last != "" {
+	switch {
+	case last == "done" && s.state == "completed": // the id of [DONE]: the end
+		from = len(s.events)
+	case last != "":
 		from = -1
 		for i, ev := range s.events {
 			if ev.id == last {
@@ -557,8 +565,8 @@ func TestPageInBrowser(t *testing.T) {
 		b.click(t, "generate")
 		b.waitText(t, "conn", "done", 10*time.Second)
 		b.expectText(t, "output", full)
-		b.expectText(t, "count", strconv.Itoa(fakeEvents))
-		b.expectText(t, "lastid", strconv.Itoa(fakeEvents))
+		b.expectText(t, "count", strconv.Itoa(fakeEvents+1)) // and [DONE]
+		b.expectText(t, "lastid", "done")                    // the id of [DONE]
 		key := b.text(t, "key")
 		if len(key) != 36 {
 			t.Errorf("#key = %q, want a UUID", key)
@@ -573,7 +581,7 @@ func TestPageInBrowser(t *testing.T) {
 			b.click(t, "replay")
 			b.waitText(t, "conn", "done", 10*time.Second)
 			b.expectText(t, "output", full)
-			b.expectText(t, "count", strconv.Itoa(fakeEvents))
+			b.expectText(t, "count", strconv.Itoa(fakeEvents+1)) // and [DONE]
 			b.expectText(t, "replayed", "true")
 			if n := fake.postsFor(key); n != 2 {
 				t.Errorf("%d POSTs for the key, want 2", n)
@@ -596,7 +604,7 @@ func TestPageInBrowser(t *testing.T) {
 			if len(q) != before+1 {
 				t.Fatalf("%d resume requests, want 1", len(q)-before)
 			}
-			if want := "token=" + fakeToken + "&last_event_id=" + strconv.Itoa(fakeEvents); q[len(q)-1] != want {
+			if want := "token=" + fakeToken + "&last_event_id=done"; q[len(q)-1] != want {
 				t.Errorf("resume query %q, want %q", q[len(q)-1], want)
 			}
 			b.expectText(t, "output", full)
@@ -633,8 +641,8 @@ func TestPageInBrowser(t *testing.T) {
 		b.click(t, "resume")
 		b.waitText(t, "conn", "done", 10*time.Second)
 		b.expectText(t, "output", full)
-		b.expectText(t, "count", strconv.Itoa(fakeEvents))
-		b.expectText(t, "lastid", strconv.Itoa(fakeEvents))
+		b.expectText(t, "count", strconv.Itoa(fakeEvents+1)) // and [DONE]
+		b.expectText(t, "lastid", "done")                    // the id of [DONE]
 		q := fake.resumeQueries()
 		if want := "token=" + fakeToken + "&last_event_id=" + lastID; !slices.Contains(q, want) {
 			t.Errorf("resume queries %q, want one %q", q, want)
@@ -653,7 +661,7 @@ func TestPageInBrowser(t *testing.T) {
 		b.expectText(t, "conn", "dropped")
 		b.waitText(t, "conn", "done", 10*time.Second)
 		b.expectText(t, "output", full)
-		b.expectText(t, "count", strconv.Itoa(fakeEvents))
+		b.expectText(t, "count", strconv.Itoa(fakeEvents+1)) // and [DONE]
 	})
 
 	t.Run("duplicates are skipped", func(t *testing.T) {
@@ -667,7 +675,7 @@ func TestPageInBrowser(t *testing.T) {
 		b.click(t, "resume")
 		b.waitText(t, "conn", "done", 10*time.Second)
 		b.expectText(t, "output", full)
-		b.expectText(t, "count", strconv.Itoa(fakeEvents))
+		b.expectText(t, "count", strconv.Itoa(fakeEvents+1)) // and [DONE]
 		if n, _ := strconv.Atoi(b.text(t, "dupes")); n < 3 {
 			t.Errorf("#dupes = %d, want at least 3", n)
 		}
@@ -679,7 +687,7 @@ func TestPageInBrowser(t *testing.T) {
 		b.click(t, "generate")
 		b.waitText(t, "conn", "done", 10*time.Second)
 		b.expectText(t, "output", fakeText(2, 8))
-		b.expectText(t, "count", "8")
+		b.expectText(t, "count", "9") // 8 events of generation 2 and [DONE]
 	})
 
 	t.Run("upstream error", func(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,7 +50,7 @@ type options struct {
 	memClients    []int
 	memStreams    int
 	memRuns       int
-	mixStreams    int
+	mixStreams    []int
 	mixRate       int
 	mixDuration   time.Duration
 	mixRuns       int
@@ -61,6 +62,7 @@ type options struct {
 	logLevel      string
 	natsTCP       bool
 	memStorage    bool
+	out           io.Writer // the report (nil: standard output)
 
 	// memory child mode (internal)
 	memChild     bool
@@ -84,7 +86,7 @@ func parseOptions(args []string) (options, error) {
 	mem := fs.String("mem-clients", "", "memory: idle client counts (default 1000,10000; short 1000)")
 	fs.IntVar(&o.memStreams, "mem-streams", 4, "memory: slow live streams the idle clients attach to")
 	memRuns := fs.Int("mem-runs", 0, "memory: rounds per client count; the median is reported (default 3, short 1)")
-	mixStreams := fs.Int("mix-streams", 0, "mix: concurrent streams (default 2000, short 200)")
+	mixStreams := fs.String("mix-streams", "", "mix: concurrent stream counts, one mix each (default 200,1000,2000; short 200); the summary's mix figures are the first's")
 	fs.IntVar(&o.mixRate, "mix-rate", 50, "mix: events per second per stream")
 	mixDur := fs.Duration("mix-duration", 0, "mix: length of each stream (default 30s, short 5s)")
 	fs.IntVar(&o.mixRuns, "mix-runs", 1, "mix: runs per target")
@@ -119,7 +121,6 @@ func parseOptions(args []string) (options, error) {
 	pick(&o.tpStreams, *tpStreams, 100, 20)
 	pick(&o.ttftSamples, *ttft, 1000, 200)
 	pick(&o.resumeSamples, *resumeN, 300, 50)
-	pick(&o.mixStreams, *mixStreams, 2000, 200)
 	pick(&o.memRuns, *memRuns, 3, 1)
 	o.mixDuration = *mixDur
 	if o.mixDuration <= 0 {
@@ -146,6 +147,15 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.memClients, err = ints(*mem); err != nil {
 		return o, fmt.Errorf("--mem-clients: %w", err)
+	}
+	if *mixStreams == "" {
+		*mixStreams = "200,1000,2000"
+		if o.short {
+			*mixStreams = "200"
+		}
+	}
+	if o.mixStreams, err = ints(*mixStreams); err != nil {
+		return o, fmt.Errorf("--mix-streams: %w", err)
 	}
 	o.only = map[string]bool{}
 	for p := range strings.SplitSeq(*only, ",") {
@@ -247,7 +257,7 @@ func run(o options) error {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*o.mixStreams), maxReadersPerKey: 1 << 20, natsTCP: o.natsTCP, memoryStorage: o.memStorage}, log)
+	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReadersPerKey: 1 << 20, natsTCP: o.natsTCP, memoryStorage: o.memStorage}, log)
 	if err != nil {
 		return err
 	}
@@ -303,7 +313,11 @@ func run(o options) error {
 	}
 	b.res.loadEnd = loadAvg()
 	b.res.elapsed = time.Since(b.res.started)
-	b.report(os.Stdout)
+	out := o.out
+	if out == nil {
+		out = os.Stdout
+	}
+	b.report(out)
 	if len(failed) > 0 { // a phase that measured nothing is no benchmark
 		return fmt.Errorf("phases failed: %s (see the notes)", strings.Join(failed, ", "))
 	}

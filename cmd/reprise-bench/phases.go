@@ -444,31 +444,34 @@ func (b *bench) replayOnce(loc string, want int) (float64, error) {
 func (b *bench) mix() error {
 	tokens := max(1, int(b.o.mixDuration.Seconds()*float64(b.o.mixRate))-chatExtra)
 	delay := time.Second / time.Duration(b.o.mixRate)
-	b.res.mix = map[string]*mixResult{}
-	for r := range b.o.mixRuns {
-		order := []target{b.pass, b.rep}
-		if r%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, t := range order {
-			b.st.llm.Ledger().Reset()
-			if r == 0 {
-				b.prof.start("mix-" + t.name)
+	b.res.mix = map[int]map[string]*mixResult{}
+	for _, m := range b.o.mixStreams {
+		b.res.mix[m] = map[string]*mixResult{}
+		for r := range b.o.mixRuns {
+			order := []target{b.pass, b.rep}
+			if r%2 == 1 {
+				order[0], order[1] = order[1], order[0]
 			}
-			res, err := b.mixRun(t, r, tokens, delay)
-			b.prof.stop()
-			if err != nil {
-				return err
+			for _, t := range order {
+				b.st.llm.Ledger().Reset()
+				if r == 0 {
+					b.prof.start(fmt.Sprintf("mix-%d-%s", m, t.name))
+				}
+				res, err := b.mixRun(t, m, r, tokens, delay)
+				b.prof.stop()
+				if err != nil {
+					return err
+				}
+				if prev := b.res.mix[m][t.name]; prev != nil {
+					prev.merge(res)
+				} else {
+					b.res.mix[m][t.name] = res
+				}
+				b.progress("mix %d run %d %s: %d streams, %d events, %d errors, delay p50 %.3f p90 %.3f p99 %.3f p99.9 %.3f max %.1f ms (from event %d on: p99 %.3f), CPU %.1fs over %.1fs, %d GC cycles using %.1fs CPU (load %s)",
+					m, r+1, t.name, res.streams, res.events, res.errs, res.delay.quantile(50), res.delay.quantile(90), res.delay.quantile(99),
+					res.delay.quantile(99.9), ms(res.delay.max), mixSteadyAfter+1, res.steady.quantile(99),
+					res.cpu.Seconds(), res.wall.Seconds(), res.gcCycles, res.gcCPU.Seconds(), loadAvg())
 			}
-			if prev := b.res.mix[t.name]; prev != nil {
-				prev.merge(res)
-			} else {
-				b.res.mix[t.name] = res
-			}
-			b.progress("mix run %d %s: %d streams, %d events, %d errors, delay p50 %.3f p90 %.3f p99 %.3f p99.9 %.3f max %.1f ms (from event %d on: p99 %.3f), CPU %.1fs over %.1fs, %d GC cycles using %.1fs CPU (load %s)",
-				r+1, t.name, res.streams, res.events, res.errs, res.delay.quantile(50), res.delay.quantile(90), res.delay.quantile(99),
-				res.delay.quantile(99.9), ms(res.delay.max), mixSteadyAfter+1, res.steady.quantile(99),
-				res.cpu.Seconds(), res.wall.Seconds(), res.gcCycles, res.gcCPU.Seconds(), loadAvg())
 		}
 	}
 	return nil
@@ -477,11 +480,10 @@ func (b *bench) mix() error {
 // mixSteadyAfter: the steady-state delay leaves out each stream's first events.
 const mixSteadyAfter = 10
 
-// mixRun starts mixStreams streams of tokens events, one every delay, over
-// a ramp, and measures each event's arrival against the time the fake
-// upstream wrote it.
-func (b *bench) mixRun(t target, r, tokens int, delay time.Duration) (*mixResult, error) {
-	m := b.o.mixStreams
+// mixRun starts m streams of tokens events, one every delay, over a ramp,
+// and measures each event's arrival against the time the fake upstream
+// wrote it.
+func (b *bench) mixRun(t target, m, r, tokens int, delay time.Duration) (*mixResult, error) {
 	want := tokens + chatExtra
 	b.st.emits.reset()
 	ramp := min(2*time.Second, b.o.mixDuration/5)
@@ -495,7 +497,7 @@ func (b *bench) mixRun(t target, r, tokens int, delay time.Duration) (*mixResult
 	gc0, gcCPU0 := gcStats()
 	cpu0, t0 := cpuTime(), time.Now()
 	for i := range m {
-		agents[i] = fmt.Sprintf("%s%s-%d-%d-%s", mixAgent, t.name, r, i, b.nonce)
+		agents[i] = fmt.Sprintf("%s%s-%d-%d-%d-%s", mixAgent, t.name, m, r, i, b.nonce)
 		wg.Go(func() {
 			select {
 			case <-time.After(time.Duration(i) * ramp / time.Duration(m)):
@@ -504,8 +506,8 @@ func (b *bench) mixRun(t target, r, tokens int, delay time.Duration) (*mixResult
 			}
 			ctx, cancel := context.WithTimeout(b.ctx, limit)
 			defer cancel()
-			o := reqOpts{key: fmt.Sprintf("mix-%d-%d-%s", r, i, b.nonce), bearer: fmt.Sprintf("bench-mix-%d", i), agent: agents[i]}
-			prompt := fmt.Sprintf("mix r%d n%d %s [tokens=%d] [delay=%s]", r, i, b.nonce, tokens, delay)
+			o := reqOpts{key: fmt.Sprintf("mix-%d-%d-%d-%s", m, r, i, b.nonce), bearer: fmt.Sprintf("bench-mix-%d", i), agent: agents[i]}
+			prompt := fmt.Sprintf("mix m%d r%d n%d %s [tokens=%d] [delay=%s]", m, r, i, b.nonce, tokens, delay)
 			fail := func(kind string) {
 				errs.Add(1)
 				kindsMu.Lock()
@@ -545,7 +547,7 @@ func (b *bench) mixRun(t target, r, tokens int, delay time.Duration) (*mixResult
 		return nil, err
 	}
 	for kind, n := range kinds {
-		b.res.notes = append(b.res.notes, fmt.Sprintf("mix %s run %d: %d streams failed: %s", t.name, r+1, n, kind))
+		b.res.notes = append(b.res.notes, fmt.Sprintf("mix %d %s run %d: %d streams failed: %s", m, t.name, r+1, n, kind))
 	}
 	for i, arr := range arrivals {
 		emits := b.st.emits.get(agents[i]).times()

@@ -27,7 +27,7 @@ type results struct {
 	replay     []float64
 	replayGen  time.Duration
 	mem        []*memResult
-	mix        map[string]*mixResult
+	mix        map[int]map[string]*mixResult // by stream count, then target
 }
 
 type tpResult struct {
@@ -74,6 +74,21 @@ type mixResult struct {
 	steady                *hist // from event mixSteadyAfter+1 on
 }
 
+// mixAdded is what reprise adds over the pass-through in a mix: per-event
+// delay at p50 and p99 (ms), and its process CPU per event as a multiple
+// of the pass-through's.
+func mixAdded(pass, rep *mixResult) (add50, add99, cpu float64) {
+	return rep.delay.quantile(50) - pass.delay.quantile(50), rep.delay.quantile(99) - pass.delay.quantile(99), perEvent(rep) / perEvent(pass)
+}
+
+// perEvent is a mix's process CPU per event received, in µs.
+func perEvent(m *mixResult) float64 {
+	if m.events == 0 {
+		return math.NaN()
+	}
+	return float64(m.cpu.Microseconds()) / float64(m.events)
+}
+
 func (m *mixResult) merge(o *mixResult) {
 	m.streams += o.streams
 	m.events += o.events
@@ -89,11 +104,19 @@ func (m *mixResult) merge(o *mixResult) {
 // summary holds the numbers of the last line.
 type summary struct {
 	ratio, ttft50, ttft99, resume99, replay, rss float64
+	mix50, mix99, mixCPU                         float64 // the first mix's (200 streams by default)
 	ratioS, rssN                                 int
 }
 
 func (b *bench) summary() summary {
-	s := summary{ratio: math.NaN(), ttft50: math.NaN(), ttft99: math.NaN(), resume99: math.NaN(), replay: math.NaN(), rss: math.NaN()}
+	s := summary{ratio: math.NaN(), ttft50: math.NaN(), ttft99: math.NaN(), resume99: math.NaN(), replay: math.NaN(), rss: math.NaN(),
+		mix50: math.NaN(), mix99: math.NaN(), mixCPU: math.NaN()}
+	if len(b.o.mixStreams) > 0 {
+		m := b.res.mix[b.o.mixStreams[0]]
+		if p, rp := m[b.pass.name], m[b.rep.name]; p != nil && rp != nil {
+			s.mix50, s.mix99, s.mixCPU = mixAdded(p, rp)
+		}
+	}
 	for _, t := range b.res.tp { // the largest S (100 by default)
 		if t.S >= s.ratioS && len(t.ratio) > 0 {
 			s.ratio, s.ratioS = median(t.ratio), t.S
@@ -222,23 +245,30 @@ func (b *bench) report(w io.Writer) {
 		fmt.Fprintf(w, "| RSS per idle SSE client, %d clients on %d slow live streams (KB; median of %d)%s | | | %s (heap %s, stacks %s, %.2f goroutines/client) | | ≤ 20 | %s |\n",
 			m.n, o.memStreams, len(m.rounds), reached, f(m.perClientKB, 1), f(m.heapKB, 1), f(m.stackKB, 1), m.goroutines, verdict(m.perClientKB, 20, true))
 	}
-	if r.mix != nil {
-		p, rp := r.mix[b.pass.name], r.mix[b.rep.name]
-		if p != nil && rp != nil {
-			title := fmt.Sprintf("mix: %d streams × %d events/s for %s", o.mixStreams, o.mixRate, o.mixDuration)
-			fmt.Fprintf(w, "| %s: per-event delay upstream→client p50 (ms) | | %s | %s | +%s | | |\n",
-				title, f(p.delay.quantile(50), 3), f(rp.delay.quantile(50), 3), f(rp.delay.quantile(50)-p.delay.quantile(50), 3))
-			fmt.Fprintf(w, "| %s: per-event delay p99 (ms) — added latency | | %s | %s | **+%s** | | |\n",
-				title, f(p.delay.quantile(99), 3), f(rp.delay.quantile(99), 3), f(rp.delay.quantile(99)-p.delay.quantile(99), 3))
-			fmt.Fprintf(w, "| %s: per-event delay p99.9 / max (ms) | | %s / %s | %s / %s | | | |\n", title,
-				f(p.delay.quantile(99.9), 1), f(ms(p.delay.max), 1), f(rp.delay.quantile(99.9), 1), f(ms(rp.delay.max), 1))
-			fmt.Fprintf(w, "| %s: per-event delay p99 from each stream's event %d on (ms) | | %s | %s | +%s | | |\n", title, mixSteadyAfter+1,
-				f(p.steady.quantile(99), 3), f(rp.steady.quantile(99), 3), f(rp.steady.quantile(99)-p.steady.quantile(99), 3))
-			fmt.Fprintf(w, "| %s: process CPU (s; cores busy on average) | | %.1f (%.2f) | %.1f (%.2f) | ×%.2f | | |\n", title,
-				p.cpu.Seconds(), p.cpu.Seconds()/p.wall.Seconds(), rp.cpu.Seconds(), rp.cpu.Seconds()/rp.wall.Seconds(), rp.cpu.Seconds()/p.cpu.Seconds())
-			fmt.Fprintf(w, "| %s: GC cycles (GC CPU s) | | %d (%.1f) | %d (%.1f) | | | |\n", title, p.gcCycles, p.gcCPU.Seconds(), rp.gcCycles, rp.gcCPU.Seconds())
-			fmt.Fprintf(w, "| %s: events received (failed streams) | | %d (%d) | %d (%d) | | | |\n", title, p.events, p.errs, rp.events, rp.errs)
+	for _, m := range o.mixStreams {
+		p, rp := r.mix[m][b.pass.name], r.mix[m][b.rep.name]
+		if p == nil || rp == nil {
+			continue
 		}
+		title := fmt.Sprintf("mix: %d streams × %d events/s for %s", m, o.mixRate, o.mixDuration)
+		add50, add99, cpu := mixAdded(p, rp)
+		t50, t99, tcpu, met50, met99, metCPU := "", "", "", "", "", ""
+		if m == o.mixStreams[0] {
+			t50, t99, tcpu = "≤ +0.2", "≤ +2", "≤ ×1.3"
+			met50, met99, metCPU = verdict(add50, 0.2, true), verdict(add99, 2, true), verdict(cpu, 1.3, true)
+		}
+		fmt.Fprintf(w, "| %s: per-event delay upstream→client p50 (ms) — the summary's mix_added_p50_ms for the first | | %s | %s | +%s | %s | %s |\n",
+			title, f(p.delay.quantile(50), 3), f(rp.delay.quantile(50), 3), f(add50, 3), t50, met50)
+		fmt.Fprintf(w, "| %s: per-event delay p99 (ms) — added latency | | %s | %s | **+%s** | %s | %s |\n",
+			title, f(p.delay.quantile(99), 3), f(rp.delay.quantile(99), 3), f(add99, 3), t99, met99)
+		fmt.Fprintf(w, "| %s: per-event delay p99.9 / max (ms) | | %s / %s | %s / %s | | | |\n", title,
+			f(p.delay.quantile(99.9), 1), f(ms(p.delay.max), 1), f(rp.delay.quantile(99.9), 1), f(ms(rp.delay.max), 1))
+		fmt.Fprintf(w, "| %s: per-event delay p99 from each stream's event %d on (ms) | | %s | %s | +%s | | |\n", title, mixSteadyAfter+1,
+			f(p.steady.quantile(99), 3), f(rp.steady.quantile(99), 3), f(rp.steady.quantile(99)-p.steady.quantile(99), 3))
+		fmt.Fprintf(w, "| %s: process CPU per event (µs; cores busy on average) | | %s (%.2f) | %s (%.2f) | ×%s | %s | %s |\n", title,
+			f(perEvent(p), 1), p.cpu.Seconds()/p.wall.Seconds(), f(perEvent(rp), 1), rp.cpu.Seconds()/rp.wall.Seconds(), f(cpu, 2), tcpu, metCPU)
+		fmt.Fprintf(w, "| %s: GC cycles (GC CPU s) | | %d (%.1f) | %d (%.1f) | | | |\n", title, p.gcCycles, p.gcCPU.Seconds(), rp.gcCycles, rp.gcCPU.Seconds())
+		fmt.Fprintf(w, "| %s: events received (failed streams) | | %d (%d) | %d (%d) | | | |\n", title, p.events, p.errs, rp.events, rp.errs)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Load average (1, 5, 15 min) before → after each phase:")
@@ -272,8 +302,8 @@ func (b *bench) report(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s rss_per_client_kb=%s\n",
-		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.rss, 1))
+	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s rss_per_client_kb=%s mix_added_p50_ms=%s mix_added_p99_ms=%s mix_cpu_ratio=%s\n",
+		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.rss, 1), f(s.mix50, 3), f(s.mix99, 3), f(s.mixCPU, 2))
 }
 
 func failed(n int) string {

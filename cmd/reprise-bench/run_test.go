@@ -1,24 +1,45 @@
 package main
 
-import "testing"
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+)
 
-// TestPhasesMeasure runs the throughput, time-to-first-token, resume and
-// replay phases at a tiny size: each must measure (a phase whose
+// TestPhasesMeasure runs the throughput, time-to-first-token, resume,
+// replay and mix phases at a tiny size: each must measure (a phase whose
 // expectations no longer match reprise, as when a chat stream lost its
-// usage chunk, made the report say n/a and went unnoticed).
+// usage chunk, made the report say n/a and went unnoticed), and the
+// summary line carries every figure.
 func TestPhasesMeasure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the benchmark's whole stack")
 	}
 	o, err := parseOptions([]string{
-		"-short", "-only", "throughput,ttft,resume,replay", "-runs", "1", "-concurrency", "2", "-tp-streams", "2",
+		"-short", "-only", "throughput,ttft,resume,replay,mix", "-runs", "1", "-concurrency", "2", "-tp-streams", "2",
 		"-tp-tokens", "20", "-ttft-samples", "5", "-resume-events", "100", "-resume-samples", "3", "-replay-events", "500",
-		"-timeout", "2m",
+		"-mix-streams", "3,5", "-mix-duration", "1s", "-timeout", "2m",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out bytes.Buffer
+	o.out = &out
 	if err := run(o); err != nil {
 		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	last := lines[len(lines)-1]
+	for _, name := range []string{"throughput_ratio", "ttft_overhead_p50_ms", "resume_p99_ms", "replay_events_per_s",
+		"mix_added_p50_ms", "mix_added_p99_ms", "mix_cpu_ratio"} {
+		if !regexp.MustCompile(`\b` + name + `=-?[0-9]`).MatchString(last) {
+			t.Errorf("the summary has no figure for %s: %s", name, last)
+		}
+	}
+	for _, m := range []string{"mix: 3 streams", "mix: 5 streams"} {
+		if !strings.Contains(out.String(), m) {
+			t.Errorf("the report has no %q rows", m)
+		}
 	}
 }

@@ -45,31 +45,70 @@ type config struct {
 	tlsKey         string
 	natsCreds      string
 	natsCA         string
+
+	// environ is the process's environment (os.Environ): its REPRISE_*
+	// variables that name no flag are warned about at start.
+	environ []string
 }
 
-var errUsage = errors.New("usage")
-
-func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
+func newFlagSet(c *config, level *string, file *string) *flags {
 	p := &c.p
-	fs := flag.NewFlagSet("reprise", flag.ContinueOnError)
-	fs.StringVar(file, "config", "", "settings `FILE`: one name = value line per setting, names as the flags (a flag beats REPRISE_*, which beats the file)")
-	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
-	fs.StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
-	fs.StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")
-	fs.StringVar(&c.prices, "prices", "", "a JSON `FILE` of model prices: {\"model or prefix*\": {\"input_per_1m\": N, \"output_per_1m\": N, \"per_call\": N}}; the status JSON's cost and reprise_cost_total (none without it)")
-	fs.Float64Var(&p.CostGuard.Ratio, "cost-guard-ratio", 0, "cost guard: when the last hour spent more than this share over the previous hour (0.3: +30%), retry connect failures only until it calms down; needs --prices; 0 off")
-	fs.Float64Var(&p.CostGuard.MinHourly, "cost-guard-min-hourly", 0, "cost guard: a previous hour that spent less than this is no baseline for --cost-guard-ratio")
-	fs.Float64Var(&p.CostGuard.DailyBudget, "daily-budget", 0, "cost guard: while the last 24 hours spent more than this, retry connect failures only; needs --prices; 0 off")
-	fs.StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret; one instance per directory (a second one refuses to start)")
-	fs.StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
-	fs.DurationVar(&p.Journal.TTL, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept; at least 1m and --max-generation plus --lease (30m10s with their defaults)")
-	fs.DurationVar(&p.Lease, "lease", resume.DefaultLease, "owner lease of a running generation; a dead owner's generation fails after it")
-	fs.DurationVar(&p.Journal.AppendTimeout, "journal-timeout", journal.DefaultAppendTimeout, "how long a generation keeps trying to journal its events through NATS reconnects and leader elections before it fails")
-	fs.DurationVar(&c.grace, "grace", 30*time.Second, "on SIGTERM, how long running generations may finish journaling")
-	fs.IntVar(&p.Journal.Replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
-	fs.StringVar(&c.secret, "secret", "", "server secret for tenant ids (default: generated once under --data)")
-	fs.StringVar(level, "log-level", "info", "debug, info, warn or error")
-	fs.Func("log-format", "`json` (one slog JSON object a line: the access log, the attempt log) or text (default json)", func(v string) error {
+	fs := newFlags()
+	fs.in(groupServer).StringVar(file, "config", "", "settings `FILE`: one name = value line per setting, names as the flags (a flag beats REPRISE_*, which beats the file)")
+	fs.in(groupServer).StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
+	fs.in(groupServer).DurationVar(&c.grace, "grace", 30*time.Second, "on SIGTERM, how long running generations may finish journaling")
+	fs.in(groupServer).StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS with this certificate `FILE` (with --tls-key)")
+	fs.in(groupServer).StringVar(&c.tlsKey, "tls-key", "", "the TLS private key `FILE`")
+	fs.in(groupServer).DurationVar(&p.HTTP.SDKRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
+	fs.in(groupUpstream).StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
+	fs.in(groupUpstream).StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")
+	fs.in(groupUpstream).BoolVar(&p.UpstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
+	fs.in(groupUpstream).BoolVar(&p.UpstreamBackground, "upstream-background", false, "the upstream runs OpenAI's background mode: streamed /v1/responses generations are started with background: true, and one whose instance died is reattached (GET /v1/responses/{id}?stream=true&starting_after=N) by the instance that takes it over instead of failing")
+	fs.in(groupUpstream).IntVar(&p.Policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")
+	fs.in(groupUpstream).DurationVar(&p.Policy.BaseDelay, "retry-base-delay", classify.DefaultBaseDelay, "backoff base: wait before retry n is uniform in [0, min(max, base·2ⁿ⁻¹)]")
+	fs.in(groupUpstream).DurationVar(&p.Policy.MaxDelay, "retry-max-delay", classify.DefaultMaxDelay, "backoff cap")
+	fs.in(groupUpstream).DurationVar(&p.Policy.Deadline, "retry-deadline", classify.DefaultDeadline, "how long a call may keep retrying: a wait and the attempt after it that would end past it are not taken; an attempt the upstream got is never cut (--header-timeout bounds it)")
+	fs.in(groupUpstream).Float64Var(&p.Policy.BudgetRatio, "retry-budget", classify.DefaultBudgetRatio, "retries at most this share of calls over the budget window")
+	fs.in(groupUpstream).UintVar(&p.Policy.BudgetMin, "retry-budget-min", classify.DefaultBudgetMin, "retries always allowed per budget window, whatever the share")
+	fs.in(groupUpstream).DurationVar(&p.Policy.BudgetWindow, "retry-budget-window", classify.DefaultBudgetWindow, "sliding window of the retry budget")
+	fs.in(groupUpstream).UintVar(&p.Policy.BreakerFailures, "breaker-failures", classify.DefaultBreakerFailures, "consecutive upstream failures that open the circuit breaker")
+	fs.in(groupUpstream).DurationVar(&p.Policy.BreakerDelay, "breaker-delay", classify.DefaultBreakerDelay, "how long the breaker stays open before one probe")
+	fs.in(groupUpstream).IntVar(&p.Policy.MaxConcurrent, "upstream-concurrency", classify.DefaultMaxConcurrent, "generations in flight toward the upstream at most")
+	fs.in(groupUpstream).DurationVar(&p.Policy.QueueTimeout, "upstream-queue-timeout", classify.DefaultQueueTimeout, "how long a generation waits for a place before 503 upstream_saturated")
+	fs.in(groupUpstream).DurationVar(&c.connectTimeout, "connect-timeout", engine.DefaultConnectTimeout, "connecting to the upstream (then the attempt is retryable)")
+	fs.in(groupUpstream).DurationVar(&c.headerTimeout, "header-timeout", engine.DefaultHeaderTimeout, "waiting for a response head after the request was sent (then the attempt is ambiguous); a non-streamed answer's head comes once it is whole: set it above the longest")
+	fs.in(groupUpstream).DurationVar(&p.Limits.IdleTimeout, "idle-timeout", engine.DefaultIdleTimeout, "a stream with no event for this long is interrupted")
+	fs.in(groupUpstream).DurationVar(&p.Limits.MaxGeneration, "max-generation", engine.DefaultMaxGeneration, "one generation's total time at most")
+	fs.in(groupUpstream).DurationVar(&p.Limits.CancelUnread, "cancel-unread", 0, "cancel a streamed generation that nobody, on any instance, read for this long (0: never; it runs to its end for clients that come back)")
+	fs.in(groupUpstream).Float64Var(&p.CostGuard.Ratio, "cost-guard-ratio", 0, "cost guard: when the last hour spent more than this share over the previous hour (0.3: +30%), retry connect failures only until it calms down; needs --prices; 0 off")
+	fs.in(groupUpstream).Float64Var(&p.CostGuard.MinHourly, "cost-guard-min-hourly", 0, "cost guard: a previous hour that spent less than this is no baseline for --cost-guard-ratio")
+	fs.in(groupUpstream).Float64Var(&p.CostGuard.DailyBudget, "daily-budget", 0, "cost guard: while the last 24 hours spent more than this, retry connect failures only; needs --prices; 0 off")
+	fs.in(groupStorage).StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret; one instance per directory (a second one refuses to start)")
+	fs.in(groupStorage).StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
+	fs.in(groupStorage).StringVar(&c.natsCreds, "nats-creds", "", "NATS credentials `FILE` for an external cluster")
+	fs.in(groupStorage).StringVar(&c.natsCA, "nats-ca", "", "CA certificate `FILE` to verify an external cluster's TLS")
+	fs.in(groupStorage).DurationVar(&p.Journal.TTL, "ttl", 24*time.Hour, "how long keys, journals and completed results are kept; at least 1m and --max-generation plus --lease (30m10s with their defaults)")
+	fs.in(groupStorage).DurationVar(&p.Lease, "lease", resume.DefaultLease, "owner lease of a running generation; a dead owner's generation fails after it")
+	fs.in(groupStorage).DurationVar(&p.Journal.AppendTimeout, "journal-timeout", journal.DefaultAppendTimeout, "how long a generation keeps trying to journal its events through NATS reconnects and leader elections before it fails")
+	fs.in(groupStorage).IntVar(&p.Journal.Replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
+	fs.in(groupLimits).Int64Var(&p.HTTP.MaxBody, "max-body", stream.DefaultMaxBody, "request body limit in bytes (413 above)")
+	fs.in(groupLimits).IntVar(&p.Limits.MaxEventSize, "max-event-size", engine.DefaultMaxEventSize, "one upstream SSE event at most as sent, all its lines, bytes (larger: the generation fails); must fit one NATS message (max_payload less 4 KiB)")
+	fs.in(groupLimits).IntVar(&p.Limits.MaxStreamEvents, "max-stream-events", engine.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
+	fs.in(groupLimits).Int64Var(&p.Limits.MaxStreamBytes, "max-stream-bytes", engine.DefaultMaxStreamBytes, "bytes stored per generation at most: each event's type and data plus 92 (stream_too_large)")
+	fs.in(groupLimits).IntVar(&p.Limits.MaxTenantGenerations, "max-tenant-generations", 0, "concurrent generations per tenant on this instance (429 above); 0: the same as --upstream-concurrency")
+	fs.in(groupLimits).IntVar(&p.HTTP.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
+	fs.in(groupLimits).IntVar(&p.HTTP.MaxReadersPerTenant, "max-readers-per-tenant", stream.DefaultMaxReadersPerTenant, "concurrent readers of one tenant's keys on this instance (429 above)")
+	fs.in(groupLimits).Int64Var(&p.HTTP.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
+	fs.in(groupLimits).DurationVar(&p.HTTP.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "each write to a reader (an event, a keep-alive) must finish within this, else the reader is cut (visibly) and resumes; the time between events does not count")
+	fs.in(groupLimits).IntVar(&p.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "request header bytes at most (431 above)")
+	fs.in(groupAuth).StringVar((*string)(&p.Auth.Mode), "auth", string(auth.Passthrough), "passthrough (the caller's bearer goes upstream), static (callers use --proxy-keys; the upstream gets --upstream-key) or none (one anonymous tenant)")
+	fs.in(groupAuth).StringVar(&p.Auth.TenantHeader, "tenant-header", "", "derive the tenant from this header instead of the bearer token")
+	fs.in(groupAuth).StringVar(&c.proxyKeys, "proxy-keys", "", "static auth: a `FILE` of proxy keys, one per line (# comments)")
+	fs.in(groupAuth).StringVar(&p.Auth.UpstreamKey, "upstream-key", "", "static and none auth: the upstream's API key (prefer REPRISE_UPSTREAM_KEY); never reaches clients")
+	fs.in(groupAuth).StringVar(&c.secret, "secret", "", "server secret for tenant ids (default: generated once under --data)")
+	fs.in(groupAuth).StringVar(&c.secretFile, "secret-file", "", "read the server secret from this `FILE`")
+	fs.in(groupObservability).StringVar(level, "log-level", "info", "debug, info, warn or error")
+	fs.in(groupObservability).Func("log-format", "`json` (one slog JSON object a line: the access log, the attempt log) or text (default json)", func(v string) error {
 		switch v {
 		case "json", "text":
 			c.logText = v == "text"
@@ -77,46 +116,8 @@ func newFlagSet(c *config, level *string, file *string) *flag.FlagSet {
 		}
 		return fmt.Errorf("%q: want json or text", v)
 	})
-
-	fs.BoolVar(&p.UpstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
-	fs.BoolVar(&p.UpstreamBackground, "upstream-background", false, "the upstream runs OpenAI's background mode: streamed /v1/responses generations are started with background: true, and one whose instance died is reattached (GET /v1/responses/{id}?stream=true&starting_after=N) by the instance that takes it over instead of failing")
-	fs.IntVar(&p.Policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")
-	fs.DurationVar(&p.Policy.BaseDelay, "retry-base-delay", classify.DefaultBaseDelay, "backoff base: wait before retry n is uniform in [0, min(max, base·2ⁿ⁻¹)]")
-	fs.DurationVar(&p.Policy.MaxDelay, "retry-max-delay", classify.DefaultMaxDelay, "backoff cap")
-	fs.DurationVar(&p.Policy.Deadline, "retry-deadline", classify.DefaultDeadline, "how long a call may keep retrying: a wait and the attempt after it that would end past it are not taken; an attempt the upstream got is never cut (--header-timeout bounds it)")
-	fs.Float64Var(&p.Policy.BudgetRatio, "retry-budget", classify.DefaultBudgetRatio, "retries at most this share of calls over the budget window")
-	fs.UintVar(&p.Policy.BudgetMin, "retry-budget-min", classify.DefaultBudgetMin, "retries always allowed per budget window, whatever the share")
-	fs.DurationVar(&p.Policy.BudgetWindow, "retry-budget-window", classify.DefaultBudgetWindow, "sliding window of the retry budget")
-	fs.UintVar(&p.Policy.BreakerFailures, "breaker-failures", classify.DefaultBreakerFailures, "consecutive upstream failures that open the circuit breaker")
-	fs.DurationVar(&p.Policy.BreakerDelay, "breaker-delay", classify.DefaultBreakerDelay, "how long the breaker stays open before one probe")
-	fs.IntVar(&p.Policy.MaxConcurrent, "upstream-concurrency", classify.DefaultMaxConcurrent, "generations in flight toward the upstream at most")
-	fs.DurationVar(&p.Policy.QueueTimeout, "upstream-queue-timeout", classify.DefaultQueueTimeout, "how long a generation waits for a place before 503 upstream_saturated")
-	fs.DurationVar(&c.connectTimeout, "connect-timeout", engine.DefaultConnectTimeout, "connecting to the upstream (then the attempt is retryable)")
-	fs.DurationVar(&c.headerTimeout, "header-timeout", engine.DefaultHeaderTimeout, "waiting for a response head after the request was sent (then the attempt is ambiguous); a non-streamed answer's head comes once it is whole: set it above the longest")
-	fs.DurationVar(&p.Limits.IdleTimeout, "idle-timeout", engine.DefaultIdleTimeout, "a stream with no event for this long is interrupted")
-	fs.DurationVar(&p.Limits.MaxGeneration, "max-generation", engine.DefaultMaxGeneration, "one generation's total time at most")
-	fs.DurationVar(&p.Limits.CancelUnread, "cancel-unread", 0, "cancel a streamed generation that nobody, on any instance, read for this long (0: never; it runs to its end for clients that come back)")
-	fs.DurationVar(&p.HTTP.SDKRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
-
-	fs.StringVar((*string)(&p.Auth.Mode), "auth", string(auth.Passthrough), "passthrough (the caller's bearer goes upstream), static (callers use --proxy-keys; the upstream gets --upstream-key) or none (one anonymous tenant)")
-	fs.StringVar(&p.Auth.TenantHeader, "tenant-header", "", "derive the tenant from this header instead of the bearer token")
-	fs.StringVar(&c.proxyKeys, "proxy-keys", "", "static auth: a `FILE` of proxy keys, one per line (# comments)")
-	fs.StringVar(&p.Auth.UpstreamKey, "upstream-key", "", "static and none auth: the upstream's API key (prefer REPRISE_UPSTREAM_KEY); never reaches clients")
-	fs.StringVar(&c.secretFile, "secret-file", "", "read the server secret from this `FILE`")
-	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS with this certificate `FILE` (with --tls-key)")
-	fs.StringVar(&c.tlsKey, "tls-key", "", "the TLS private key `FILE`")
-	fs.StringVar(&c.natsCreds, "nats-creds", "", "NATS credentials `FILE` for an external cluster")
-	fs.StringVar(&c.natsCA, "nats-ca", "", "CA certificate `FILE` to verify an external cluster's TLS")
-	fs.Int64Var(&p.HTTP.MaxBody, "max-body", stream.DefaultMaxBody, "request body limit in bytes (413 above)")
-	fs.IntVar(&p.Limits.MaxEventSize, "max-event-size", engine.DefaultMaxEventSize, "one upstream SSE event at most as sent, all its lines, bytes (larger: the generation fails); must fit one NATS message (max_payload less 4 KiB)")
-	fs.IntVar(&p.Limits.MaxStreamEvents, "max-stream-events", engine.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
-	fs.Int64Var(&p.Limits.MaxStreamBytes, "max-stream-bytes", engine.DefaultMaxStreamBytes, "bytes stored per generation at most: each event's type and data plus 92 (stream_too_large)")
-	fs.IntVar(&p.Limits.MaxTenantGenerations, "max-tenant-generations", 0, "concurrent generations per tenant on this instance (429 above); 0: the same as --upstream-concurrency")
-	fs.IntVar(&p.HTTP.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
-	fs.IntVar(&p.HTTP.MaxReadersPerTenant, "max-readers-per-tenant", stream.DefaultMaxReadersPerTenant, "concurrent readers of one tenant's keys on this instance (429 above)")
-	fs.Int64Var(&p.HTTP.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
-	fs.DurationVar(&p.HTTP.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "each write to a reader (an event, a keep-alive) must finish within this, else the reader is cut (visibly) and resumes; the time between events does not count")
-	fs.IntVar(&p.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "request header bytes at most (431 above)")
+	fs.in(groupObservability).StringVar(&c.prices, "prices", "", "a JSON `FILE` of model prices: {\"model or prefix*\": {\"input_per_1m\": N, \"output_per_1m\": N, \"per_call\": N}}; the status JSON's cost and reprise_cost_total (none without it)")
+	fs.claim()
 	return fs
 }
 
@@ -124,14 +125,8 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var c config
 	var level, file string
 	fs := newFlagSet(&c, &level, &file)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return c, err
-		}
-		return c, errUsage
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if err := parseArgs(fs, args); err != nil {
+		return c, err
 	}
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
@@ -146,6 +141,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		}
 		for name := range fromFile {
 			if fs.Lookup(name) == nil || name == "config" {
+				if n := nearest(name, fs.names()); n != "" && n != "config" {
+					return c, fmt.Errorf("%s: unknown setting %q; did you mean %q?", file, name, n)
+				}
 				return c, fmt.Errorf("%s: unknown setting %q", file, name)
 			}
 		}
@@ -155,7 +153,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		if err != nil || onCommandLine[f.Name] || f.Name == "config" {
 			return
 		}
-		env := "REPRISE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v := getenv(env); v != "" {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s: %w", env, e)

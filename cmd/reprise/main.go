@@ -17,12 +17,14 @@ import (
 func main() {
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
+		writeHelp(os.Stdout)
 		return
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reprise:", err)
 		os.Exit(2)
 	}
+	cfg.environ = os.Environ()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))

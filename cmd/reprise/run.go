@@ -22,6 +22,7 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/stream/telemetry"
 	"github.com/reprise-dev/reprise/web"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -29,12 +30,23 @@ import (
 // run serves until ctx ends, then shuts down gracefully. ready, when not nil,
 // receives the listen address once the proxy serves.
 func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string) error {
+	pc := cfg.p
+	var err error
+	// Named routes replace --upstream; the variables they read (key_env)
+	// are no typo.
+	var read []string
+	if cfg.upstreams != "" {
+		getenv := func(k string) string { read = append(read, k); return os.Getenv(k) }
+		if pc.Routes, err = readRoutes(cfg.upstreams, getenv); err != nil {
+			return err
+		}
+	}
+	warnUnknownEnv(log, cfg.environ, read)
 	nc, closeNATS, err := connectNATS(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeNATS()
-	pc := cfg.p
 	if pc.Auth.Secret, err = loadSecret(cfg); err != nil {
 		return err
 	}
@@ -56,10 +68,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		}
 	}
 	var upstreams []*url.URL
-	if cfg.upstreams != "" { // named routes replace --upstream
-		if pc.Routes, err = readRoutes(cfg.upstreams, os.Getenv); err != nil {
-			return err
-		}
+	if len(pc.Routes) > 0 {
 		upstreams = []*url.URL{pc.Routes[0].URL}
 	} else {
 		var stopDemo func()
@@ -68,6 +77,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		}
 		defer stopDemo()
 		pc.Upstream, pc.Fallbacks = upstreams[0], upstreams[1:]
+	}
+	tel, err := telemetry.New(ctx) // nil unless an OTLP endpoint is set
+	if err != nil {
+		return err
+	}
+	if tel != nil {
+		pc.Tracer = tel
+		defer func() {
+			flush, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := tel.Shutdown(flush); err != nil {
+				log.Warn("OpenTelemetry: flushing on exit failed", "err", err)
+			}
+		}()
+		log.Info("OpenTelemetry: exporting GenAI metrics and traces over OTLP/HTTP")
 	}
 	pc.NATS, pc.Logger, pc.Registerer = nc, log, prometheus.DefaultRegisterer
 	pc.Client = engine.DefaultClient(cfg.connectTimeout, cfg.headerTimeout)
@@ -122,7 +146,11 @@ func pageURL(a net.Addr) string {
 
 func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
 	if cfg.nats != "" {
-		opts := []nats.Option{nats.Name("reprise"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)}
+		// The first connection is tried once per server, each dial
+		// bounded: a cluster that cannot be reached is an error at start,
+		// not a proxy that waits for it without a word. Once connected,
+		// the client reconnects for ever.
+		opts := []nats.Option{nats.Name("reprise"), nats.MaxReconnects(-1), nats.Timeout(natsDialTimeout)}
 		if cfg.natsCreds != "" {
 			opts = append(opts, nats.UserCredentials(cfg.natsCreds))
 		}
@@ -131,7 +159,7 @@ func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
 		}
 		nc, err := nats.Connect(cfg.nats, opts...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("nats %s: %w", cfg.nats, err)
+			return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w", redactURLs(cfg.nats), err)
 		}
 		return nc, func() { _ = nc.Drain() }, nil
 	}
@@ -156,6 +184,34 @@ func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
 	}
 	log.Debug("embedded JetStream started", "dir", dir)
 	return nc, func() { _ = nc.Drain(); nc.Close(); emb.Shutdown() }, nil
+}
+
+// natsDialTimeout bounds connecting to each server of --nats at start.
+const natsDialTimeout = 2 * time.Second
+
+// redactURLs is a comma-separated URL list with any password replaced.
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, raw := range parts {
+		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// warnUnknownEnv logs each REPRISE_* variable that sets nothing — a typo
+// would otherwise leave its default in force without a word — and the
+// variable nearest to it. used are variables read otherwise (a routes
+// file's key_env): no typo.
+func warnUnknownEnv(log *slog.Logger, environ, used []string) {
+	for _, u := range unknownEnv(environ, used...) {
+		if u.nearest != "" {
+			log.Warn("unknown environment variable: it sets nothing", "name", u.name, "nearest", u.nearest)
+		} else {
+			log.Warn("unknown environment variable: it sets nothing", "name", u.name)
+		}
+	}
 }
 
 // loadSecret returns --secret, or the secret kept under --data (made on first run).

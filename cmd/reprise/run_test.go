@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +49,42 @@ func TestSecondInstanceOnDataRefused(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "--data "+dir) || !strings.Contains(msg, "--nats") {
 		t.Errorf("message %q does not name --data and --nats", msg)
+	}
+}
+
+// TestUnreachableNATS: a --nats nobody answers on fails at start within
+// seconds, naming NATS and the URL (its password redacted); the REPRISE_*
+// variable that set nothing was warned about first, with the one meant.
+func TestUnreachableNATS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // a closed loopback port: connection refused
+	url := "nats://reprise:hunter2@" + addr
+	cfg, err := parseConfig([]string{"--nats", url, "--data", t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.environ = []string{"REPRISE_NATS=" + url, "REPRISE_REPLICA=3"}
+	var logs bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = run(ctx, cfg, log, nil)
+	took := time.Since(start)
+	want := "cannot reach NATS at nats://reprise:xxxxx@" + addr + ": "
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("run: %v, want %q…", err, want)
+	}
+	if took > 5*time.Second {
+		t.Errorf("failing took %v, want a few seconds at most", took)
+	}
+	var warn struct{ Level, Name, Nearest string }
+	if err := json.Unmarshal(bytes.SplitN(logs.Bytes(), []byte("\n"), 2)[0], &warn); err != nil ||
+		warn.Level != "WARN" || warn.Name != "REPRISE_REPLICA" || warn.Nearest != "REPRISE_REPLICAS" {
+		t.Errorf("first log line %q, want a WARN naming REPRISE_REPLICA and REPRISE_REPLICAS", logs.String())
 	}
 }

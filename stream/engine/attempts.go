@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/resume"
 )
 
 // AttemptLog keeps the attempt log of each stream id. The engine's Journal
@@ -45,6 +46,16 @@ type Attempt struct {
 	DurationMS  float64   `json:"duration_ms"`
 	FirstByteMS float64   `json:"ttfb_ms"`
 	At          time.Time `json:"at"`
+	// PromptTokens, CompletionTokens and Cost are what the generation's
+	// answer used and cost, as its result (the key's status) has them, on
+	// the attempt whose answer it was: the generation's last. They are
+	// absent on every other record, and on that one while the answer runs
+	// or when the upstream reported no usage (Cost: no price known). The
+	// log then holds that attempt twice, at its answer's head and at the
+	// generation's end; MergeAttempts keeps the later.
+	PromptTokens     *int64   `json:"prompt_tokens,omitempty"`
+	CompletionTokens *int64   `json:"completion_tokens,omitempty"`
+	Cost             *float64 `json:"cost,omitempty"`
 }
 
 // warnAttempts is the number of upstream attempts for one key past which a
@@ -66,6 +77,7 @@ func (p *pump) observe(ctx context.Context, up Upstream) func(classify.Attempt) 
 		if p.attempts == 0 && p.g.Ref.Gen > 1 && logged {
 			p.before = p.earlierAttempts(ctx, l)
 		}
+		p.trace.Attempt(a)
 		p.attempts++
 		rec := Attempt{
 			Key: p.g.Key, Tenant: tenantHash(p.g.Tenant), Generation: p.g.Ref.Gen, Attempt: p.attempts,
@@ -79,17 +91,63 @@ func (p *pump) observe(ctx context.Context, up Upstream) func(classify.Attempt) 
 			p.log.Warn("key sees more than two upstream attempts", "key", rec.Key, "tenant", rec.Tenant, "gen", rec.Generation,
 				"attempts", p.before+p.attempts, "upstream", rec.Upstream, "status", rec.Status, "kind", rec.Kind)
 		}
-		if !logged {
-			return
-		}
-		b, err := json.Marshal(rec)
-		if err == nil {
-			err = l.LogAttempt(p.g.Ref.ID, b)
-		}
-		if err != nil {
-			p.log.Warn("attempt log: record lost", "err", err)
+		p.last = &rec
+		if logged {
+			p.logAttempt(l, rec)
 		}
 	}
+}
+
+// logAttempt adds rec to the key's attempt log.
+func (p *pump) logAttempt(l AttemptLog, rec Attempt) {
+	b, err := json.Marshal(rec)
+	if err == nil {
+		err = l.LogAttempt(p.g.Ref.ID, b)
+	}
+	if err != nil {
+		p.log.Warn("attempt log: record lost", "err", err)
+	}
+}
+
+// attemptUsage logs the generation's last attempt again with the usage and
+// cost of its result, when either is known.
+func (p *pump) attemptUsage(res resume.Result) {
+	l, logged := p.e.cfg.Journal.(AttemptLog)
+	if !logged || p.last == nil || res.Usage == nil && res.Cost == nil {
+		return
+	}
+	rec := *p.last
+	if u := res.Usage; u != nil {
+		rec.PromptTokens, rec.CompletionTokens = &u.PromptTokens, &u.CompletionTokens
+	}
+	rec.Cost = res.Cost
+	p.logAttempt(l, rec)
+}
+
+// MergeAttempts returns an attempt log's records (JSON, oldest first) with
+// each attempt once: a later record of the same generation and attempt
+// (the last one's, with its usage) replaces the earlier in its place.
+// Records that are not JSON objects are dropped.
+func MergeAttempts(records [][]byte) []json.RawMessage {
+	type id struct {
+		Generation uint64 `json:"generation"`
+		Attempt    int    `json:"attempt"`
+	}
+	out := make([]json.RawMessage, 0, len(records))
+	at := map[id]int{}
+	for _, b := range records {
+		var k id
+		if json.Unmarshal(b, &k) != nil {
+			continue
+		}
+		if i, ok := at[k]; ok {
+			out[i] = b
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, b)
+	}
+	return out
 }
 
 // earlierAttempts is how many upstream attempts the key's earlier
@@ -104,7 +162,7 @@ func (p *pump) earlierAttempts(ctx context.Context, l AttemptLog) int {
 		return 0
 	}
 	n := 0
-	for _, b := range records {
+	for _, b := range MergeAttempts(records) {
 		var a struct {
 			Generation uint64 `json:"generation"`
 		}

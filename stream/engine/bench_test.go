@@ -84,7 +84,7 @@ func BenchmarkHotPath(b *testing.B) {
 			j := testJournal(b)
 			ctx := testCtx(b)
 			t := newTail()
-			w := j.NewWriter(journal.Ref{ID: "bench", Gen: 1}, t.append)
+			w := j.NewWriter(journal.Ref{ID: "bench", Gen: 1}, t.store)
 			followed := make(chan int, 1)
 			if client {
 				ref := journal.Ref{ID: "bench", Gen: 1}

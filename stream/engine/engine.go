@@ -255,6 +255,9 @@ type Config struct {
 	// Spend, when set, is told each priced generation's cost (the cost
 	// guard, cost.Guard). Default: nobody.
 	Spend Spender
+	// Tracer follows each generation (OpenTelemetry traces and GenAI
+	// metrics, telemetry.Telemetry). Default: none.
+	Tracer Tracer
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -307,6 +310,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noTracer{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

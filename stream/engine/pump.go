@@ -33,7 +33,9 @@ const (
 
 // headers passed to the upstream; everything else stays at the proxy (the
 // credential is set by the decorator).
-var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta", "User-Agent"}
+// The client's W3C trace context goes on as it came (a Tracer, when set,
+// makes its own span the upstream request's parent).
+var forwardHeaders = []string{"Content-Type", "Accept", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta", "User-Agent", "Traceparent", "Tracestate"}
 
 // pump runs one generation, detached from any client: it calls the upstream,
 // journals every event, and records how the generation ended.
@@ -59,11 +61,20 @@ type pump struct {
 	// tried (observe); before, those of the key's earlier generations,
 	// read from the attempt log at the first of them.
 	attempts, before int
+	// trace follows the generation (Config.Tracer); last is the attempt
+	// log's record of the latest upstream request (observe).
+	trace Trace
+	last  *Attempt
 }
 
 func (p *pump) run(ctx context.Context) {
+	p.trace = p.e.cfg.Tracer.Begin(p.g)
 	res := resume.Result{State: resume.Failed}
-	defer func() { p.e.done(p, p.outcome(res)) }()
+	defer func() {
+		outcome := p.outcome(res)
+		p.trace.End(outcome, res)
+		p.e.done(p, outcome)
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lease := p.g.Lease
@@ -76,7 +87,7 @@ func (p *pump) run(ctx context.Context) {
 	}()
 
 	sink := func(ev journal.Event) {
-		p.tail.append(ev)
+		p.tail.store(ev)
 		if !ev.IsEnd() {
 			lease.SetEvents(ev.Offset)
 			p.e.cfg.Metrics.EventJournaled()
@@ -148,6 +159,7 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 		p.log.Error("finishing generation", "gen", p.g.Ref.Gen, "err", err)
 	}
 	p.bill(res, entry, err == nil)
+	p.attemptUsage(res)
 	p.log.Debug("generation ended", "gen", p.g.Ref.Gen, "state", res.State, "events", res.Events, "code", res.Error)
 	return res
 }
@@ -229,7 +241,12 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 			res.Upstream = up.Name
 			return res
 		}
-		res := p.result(ctx, w, resp, ct, attempts)
+		var res resume.Result
+		if progressive(p.g.Stream, resp.StatusCode, ct) {
+			res = p.media(ctx, w, resp, ct, attempts)
+		} else {
+			res = p.result(ctx, w, resp, ct, attempts)
+		}
 		res.Upstream = up.Name
 		return res
 	}
@@ -336,6 +353,7 @@ func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 		// cannot bill twice. One key per generation.
 		req.Header.Set("Idempotency-Key", p.g.Ref.ID+"-"+strconv.FormatUint(p.g.Ref.Gen, 10))
 	}
+	p.trace.Request(req, up.Name)
 	return req, nil
 }
 
@@ -351,12 +369,16 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	idle := time.AfterFunc(idleTimeout, func() { stall(errStalled) })
 	defer idle.Stop()
 	lim := upstreamLimits{maxEvent: p.e.cfg.Limits.MaxEventSize, maxEvents: p.e.cfg.Limits.MaxStreamEvents, maxBytes: p.e.cfg.Limits.MaxStreamBytes}
-	named := false
+	named, first := false, true
 	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection) error {
 		// The upstream is idle only while it is read: time spent journaling
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()
 		defer idle.Reset(idleTimeout)
+		if first {
+			first = false
+			p.trace.FirstChunk()
+		}
 		if in.Name != "" && !named {
 			named = true
 			p.response = in.Name
@@ -364,6 +386,13 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 		}
 		if in.UsageOnly && p.hideUsage {
 			return nil // the record keeps it; no client asked
+		}
+		if !in.Terminal && !p.resumable() {
+			// Shown to this instance's readers before it is stored; the
+			// terminal event (and the fence) only once stored (Tail), and
+			// every event of a generation another instance may continue
+			// (reattach.go).
+			return w.AppendShown(ctx, typ, data, p.preview)
 		}
 		return w.Append(ctx, typ, data)
 	})
@@ -375,6 +404,9 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
 }
+
+// preview shows an event handed to the journal to this instance's readers.
+func (p *pump) preview(ev journal.Event) { p.tail.preview(ev) }
 
 // streamError is the error a stream that ended without a result ends with.
 func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, err error) apierr.Error {

@@ -58,7 +58,7 @@ type Backgrounder interface {
 type Continuer interface {
 	Sealer
 	Last(ctx context.Context, ref journal.Ref) (journal.Event, error)
-	NewWriterAfter(ref journal.Ref, last journal.Event, sink func(journal.Event)) *journal.Writer
+	NewWriterAfter(ctx context.Context, ref journal.Ref, sink func(journal.Event)) (*journal.Writer, journal.Event, error)
 }
 
 // errNotContinuable: the journal holds no point to continue the generation
@@ -194,8 +194,10 @@ func (p *pump) reattach(ctx context.Context, sink func(journal.Event)) (w *journ
 		}
 	}
 	if err == nil {
-		if last, err = j.Last(ctx, p.g.Ref); err == nil {
-			after, err = resumeAfter(bg, proto, last, true)
+		if w, last, err = j.NewWriterAfter(ctx, p.g.Ref, sink); err == nil {
+			if after, err = resumeAfter(bg, proto, last, true); err != nil {
+				w.Abort() // nothing appended
+			}
 		}
 	}
 	if err != nil {
@@ -204,7 +206,6 @@ func (p *pump) reattach(ctx context.Context, sink func(journal.Event)) (w *journ
 	}
 	p.log.Info("reattaching a generation whose owner was lost", "gen", p.g.Ref.Gen, "response", id, "starting_after", after)
 	p.response = id
-	w = j.NewWriterAfter(p.g.Ref, last, sink)
 	res = p.resume(ctx, w, bg, id, after)
 	if errors.Is(w.Err(), journal.ErrFenced) && w.Stored() == last.Offset {
 		// The old owner was alive and stored more first: this instance
@@ -249,6 +250,16 @@ func (p *pump) resume(ctx context.Context, w *journal.Writer, bg Backgrounder, i
 	e := apierr.New(apierr.OwnerLost)
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
+}
+
+// resumable reports whether another instance may continue the generation
+// from what its journal stores (it runs in background mode). Its events are
+// then shown to readers only once stored: one shown but lost with its owner
+// would be stored again by the instance that continues it, under another id
+// (its seek hint).
+func (p *pump) resumable() bool {
+	_, ok := p.g.Protocol.(Backgrounder)
+	return ok && p.up.Background && p.g.Stream
 }
 
 // cancelBackground asks the upstream to stop a background generation that

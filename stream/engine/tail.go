@@ -10,14 +10,26 @@ import (
 )
 
 // Tail is the in-memory copy of a live generation on the instance that runs
-// it. Readers on this instance follow it instead of the journal: an event is
-// in the tail only after JetStream acknowledged it, so what a reader sees
-// here is exactly what any other instance can read back.
+// it. Readers on this instance follow it instead of the journal.
+//
+// An ordinary event of a streamed generation is shown to them as soon as
+// it is handed to the journal, before JetStream acknowledged it (preview):
+// the live path does not wait for the journal's round trip. Everything
+// that decides the generation's outcome waits for the acknowledgement: its
+// first event (the writer's fence), the format's terminal event, an error
+// event, a non-streamed answer's body and the end marker are shown only
+// once stored, and after every event before them. So a reader sees [DONE]
+// only when the whole result is stored; when an append is finally lost,
+// the events shown but not stored are followed by the error event that
+// fails the generation (fail); and an id shown early is still a cursor on
+// every instance (docs/live-path.md).
 type Tail struct {
 	mu      sync.Mutex
-	events  []journal.Event // offsets 1..n; the end marker last, once done
-	changed chan struct{}   // closed and replaced on every append
-	at      time.Time       // when the last event was appended
+	events  []journal.Event // offsets 1..n, what readers get; the end marker last, once done
+	failed  bool            // fail ended it: no more previews
+	stored  uint64          // offset of the last event JetStream acknowledged
+	changed chan struct{}   // closed and replaced on every event added
+	at      time.Time       // when the last event was stored
 
 	head     chan struct{} // closed once the upstream answered
 	headResp *Head
@@ -29,8 +41,13 @@ type Tail struct {
 type Head struct {
 	Status      int
 	ContentType string
-	Body        []byte // the whole answer, unless Streaming
+	Body        []byte // the whole answer, unless Streaming or Progressive
 	Streaming   bool
+	// Progressive: a whole answer (raw audio) journaled as it arrives, in
+	// TypeBody chunks readers follow in the tail; Body is nil. Length is
+	// the upstream's Content-Length, -1 when it gave none.
+	Progressive bool
+	Length      int64
 	Attempts    int           // upstream requests made
 	Upstream    string        // the name of the upstream that answered
 	RetryAfter  time.Duration // known wait, for the client's Retry-After
@@ -43,22 +60,47 @@ func newTail() *Tail {
 	return &Tail{changed: make(chan struct{}), head: make(chan struct{})}
 }
 
-func (t *Tail) append(ev journal.Event) {
+// preview shows ev, handed to the journal but not yet stored, and reports
+// whether it did: not when an event before it waits to be stored (it is
+// then added by store, after them), nor after fail.
+func (t *Tail) preview(ev journal.Event) bool {
 	t.mu.Lock()
-	t.events = append(t.events, ev)
-	t.at = time.Now()
-	close(t.changed)
-	t.changed = make(chan struct{})
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	if t.failed || ev.Offset != uint64(len(t.events))+1 {
+		return false
+	}
+	t.add(ev)
+	return true
 }
 
-// fail ends the tail with the error event data after its last event: the
-// reason its readers get for a generation the journal could not end (its
-// writer lost or fenced).
+// store records that JetStream acknowledged ev, and adds it unless it was
+// previewed. Events are stored in order.
+func (t *Tail) store(ev journal.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stored, t.at = ev.Offset, time.Now()
+	if ev.Offset == uint64(len(t.events))+1 {
+		t.add(ev)
+	}
+}
+
+func (t *Tail) add(ev journal.Event) {
+	t.events = append(t.events, ev)
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// fail ends the tail with the error event data after its last event (stored
+// or only previewed): the reason its readers get for a generation the
+// journal could not end (its writer lost or fenced). Nothing is added after.
 func (t *Tail) fail(data []byte) {
-	last := t.Last()
-	t.append(journal.Event{Offset: last + 1, Type: TypeError, Data: data})
-	t.append(journal.Event{Offset: last + 2, End: journal.EndFailed})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failed = true
+	last := uint64(len(t.events))
+	t.at = time.Now()
+	t.add(journal.Event{Offset: last + 1, Type: TypeError, Data: data})
+	t.add(journal.Event{Offset: last + 2, End: journal.EndFailed})
 }
 
 // Completed reports whether the generation's end marker, completed, is in
@@ -77,14 +119,14 @@ func (t *Tail) Last() uint64 {
 	return uint64(len(t.events))
 }
 
-// Progress is how many events the tail holds, its end marker not counted,
-// and when the last one (or the end marker) was appended; zero before any.
+// Progress is how many events are stored, the end marker not counted, and
+// when the last one (or the end marker) was stored; zero before any.
 // Readers of the key's status get it live, not as of the lease's last
 // heartbeat.
 func (t *Tail) Progress() (events uint64, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := uint64(len(t.events))
+	n := min(t.stored, uint64(len(t.events)))
 	if n > 0 && t.events[n-1].IsEnd() {
 		n--
 	}
@@ -92,7 +134,7 @@ func (t *Tail) Progress() (events uint64, at time.Time) {
 }
 
 // Since returns the events after offset and a channel closed on the next
-// append. The slice is shared: callers must not modify it.
+// one. The slice is shared: callers must not modify it.
 func (t *Tail) Since(after uint64) ([]journal.Event, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,22 +87,85 @@ func TestRegistryOwned(t *testing.T) {
 	}
 }
 
-// TestTailProgress: Progress counts the events appended, not the end
-// marker, and moves its time with each append.
+// TestTailProgress: Progress counts the events stored, not the end marker
+// nor events only previewed, and moves its time with each store.
 func TestTailProgress(t *testing.T) {
 	tl := newTail()
 	if n, at := tl.Progress(); n != 0 || !at.IsZero() {
 		t.Fatalf("Progress of an empty tail = %d, %s; want 0 and no time", n, at)
 	}
 	before := time.Now()
-	tl.append(journal.Event{Offset: 1, Data: []byte("a")})
-	tl.append(journal.Event{Offset: 2, Data: []byte("b")})
+	tl.store(journal.Event{Offset: 1, Data: []byte("a")})
+	tl.store(journal.Event{Offset: 2, Data: []byte("b")})
 	n, at := tl.Progress()
 	if n != 2 || at.Before(before) {
 		t.Fatalf("Progress after 2 events = %d, %s; want 2, at or after %s", n, at, before)
 	}
-	tl.append(journal.Event{Offset: 3, End: journal.EndCompleted})
-	if n, end := tl.Progress(); n != 2 || end.Before(at) {
-		t.Fatalf("Progress after the end marker = %d, %s; want 2, at or after %s", n, end, at)
+	tl.preview(journal.Event{Offset: 3, Data: []byte("c")})
+	if n, _ := tl.Progress(); n != 2 {
+		t.Fatalf("Progress with a third event previewed = %d; want 2 (stored)", n)
+	}
+	tl.store(journal.Event{Offset: 3, Data: []byte("c")})
+	tl.store(journal.Event{Offset: 4, End: journal.EndCompleted})
+	if n, end := tl.Progress(); n != 3 || end.Before(at) {
+		t.Fatalf("Progress after the end marker = %d, %s; want 3, at or after %s", n, end, at)
+	}
+}
+
+// TestTailPreview: an event is shown when previewed, once, in order; an
+// event that was not previewed (the fence, the terminal event, an error)
+// is shown only once stored, and no preview overtakes it; a failed tail
+// ends after what it showed and previews nothing more.
+func TestTailPreview(t *testing.T) {
+	tl := newTail()
+	ev := func(off uint64) journal.Event { return journal.Event{Offset: off, Data: []byte{byte('a' + off)}} }
+	shown := func() []uint64 {
+		evs, _ := tl.Since(0)
+		var offs []uint64
+		for _, e := range evs {
+			offs = append(offs, e.Offset)
+		}
+		return offs
+	}
+	tl.store(ev(1)) // the fence
+	_, changed := tl.Since(1)
+	if !tl.preview(ev(2)) {
+		t.Fatal("event 2 was not previewed")
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a preview did not wake the tail's readers")
+	}
+	tl.store(ev(2)) // stored after its preview: not added twice
+	if got := shown(); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("shown = %v; want [1 2]", got)
+	}
+	// Event 3 is the terminal one: handed to the journal without a
+	// preview. Event 4 must wait for it.
+	if tl.preview(ev(4)) {
+		t.Fatal("event 4 was previewed before event 3 was stored")
+	}
+	if got := shown(); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("shown before event 3 is stored = %v; want [1 2]", got)
+	}
+	tl.store(ev(3))
+	tl.store(ev(4))
+	if got := shown(); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+		t.Fatalf("shown after the stores = %v; want [1 2 3 4]", got)
+	}
+	tl.preview(ev(5))
+	tl.fail([]byte("lost"))
+	if got := shown(); !slices.Equal(got, []uint64{1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("shown after fail = %v; want the previewed 5, then the error (6) and the end marker (7)", got)
+	}
+	if evs, _ := tl.Since(5); evs[0].Type != TypeError || evs[1].End != journal.EndFailed {
+		t.Fatalf("after event 5: %+v; want the error event and the failed end marker", evs)
+	}
+	if tl.preview(ev(8)) {
+		t.Fatal("a failed tail took a preview")
+	}
+	if n, _ := tl.Progress(); n != 4 {
+		t.Fatalf("Progress after fail = %d; want 4 (stored)", n)
 	}
 }

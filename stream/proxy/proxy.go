@@ -121,6 +121,10 @@ type Config struct {
 	CostGuard cost.GuardConfig
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Tracer follows each generation: OpenTelemetry traces and GenAI
+	// metrics (telemetry.Telemetry, which the caller shuts down after the
+	// proxy). Default: none.
+	Tracer engine.Tracer
 	// Registerer takes the Prometheus metrics; when it is also a
 	// prometheus.Gatherer, GET /metrics serves them. Default: a private
 	// registry, served on /metrics.
@@ -236,7 +240,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	ecfg := engine.Config{
 		Journal:  j,
 		Upstream: ups[0], Fallbacks: ups[1:],
-		Limits: cfg.Limits, Names: rm, Metrics: m, Logger: cfg.Logger,
+		Limits: cfg.Limits, Names: rm, Metrics: m, Logger: cfg.Logger, Tracer: cfg.Tracer,
 	}
 	if cfg.Prices != nil { // a nil *cost.Table in the interface would not be nil
 		ecfg.Prices = cfg.Prices

@@ -19,8 +19,9 @@ type conn struct {
 // take checks one delivered event against what its connection must deliver
 // and merges it into the client's view, deduplicating by id. A skipped
 // offset is lost, a repeated one (or one delivered twice with different
-// content) duplicated; an event that cannot be placed is a protocol
-// violation, returned.
+// content) duplicated — except a break's error event, which may take the
+// place of events shown before they were stored; an event that cannot be
+// placed is a protocol violation, returned.
 func (r *Run) take(c *conn, ev Event) error {
 	pos, err := resume.ParsePosition(ev.ID)
 	if err != nil || pos.Gen == 0 {
@@ -48,6 +49,18 @@ func (r *Run) take(c *conn, ev Event) error {
 		return fmt.Errorf("%s: event %s of generation %d without a reset (the connection was in generation %d)", c.mode, ev.ID, pos.Gen, c.gen)
 	}
 	r.follow(pos.Gen)
+	if have, seen := r.evs[pos.Offset]; ev.Type == "error" && (pos.Offset < c.next || seen && have != ev) && r.rn.cfg.Rules.isBreak(errorCode([]byte(ev.Data))) {
+		// The generation broke after its owner showed events the journal
+		// never stored (docs/live-path.md): its stored failure takes their
+		// place. They were no result; the view drops them.
+		r.count("superseded_by_failure")
+		for off := range r.evs {
+			if off >= pos.Offset {
+				delete(r.evs, off)
+			}
+		}
+		c.next = min(c.next, pos.Offset)
+	}
 	switch {
 	case pos.Offset > c.next:
 		r.v.Lost += int(pos.Offset - c.next)

@@ -88,6 +88,19 @@ func TestTake(t *testing.T) {
 			{First, "", []Event{ev("1-1-1", "", chunk), ev("1-2-2", "error", lost)}},
 			{Retry, "", []Event{ev("2-1-5", "", chunk), ev("2-2-6", "", done)}},
 		}, gen: 2, done: 2},
+		{name: "a break's stored failure takes the place of events shown but lost", conns: []connection{
+			{First, "", []Event{ev("1-1-1", "", chunk), ev("1-2-1", "", chunk), ev("1-3-1", "", chunk)}},
+			{Get, "1-3-1", []Event{ev("1-2-9", "error", lost)}},
+			{Retry, "", []Event{ev("1-1-1", "", chunk), ev("1-2-9", "error", lost)}},
+		}, gen: 1},
+		{name: "a full replay meets the stored failure where the client saw events", conns: []connection{
+			{First, "", []Event{ev("1-1-1", "", chunk), ev("1-2-1", "", chunk), ev("1-3-1", "", chunk)}},
+			{Retry, "", []Event{ev("1-1-1", "", chunk), ev("1-2-9", "error", lost)}},
+		}, gen: 1},
+		{name: "an event other than a break's failure may not go back", conns: []connection{
+			{First, "", []Event{ev("1-1-1", "", chunk), ev("1-2-1", "", chunk)}},
+			{Get, "1-2-1", []Event{ev("1-2-9", "", chunk)}}, // a repeat, under another id
+		}, dup: 2, problems: 2, gen: 1},
 		{name: "an older generation after a newer", conns: []connection{
 			{First, "", []Event{ev("2-1-1", "", chunk)}},
 			{Retry, "", []Event{ev("1-1-1", "", chunk)}},

@@ -1,0 +1,54 @@
+package resume
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// Fingerprint identifies a request by its path and the canonical form of
+// its body (Canonical): the same request serialised with its keys in
+// another order, or other whitespace, has the same fingerprint.
+func Fingerprint(path string, body []byte) string {
+	return hash("c14n", path, Canonical(body))
+}
+
+// BytesFingerprint identifies a request by its path and its body's exact
+// bytes: the fingerprint versions before Fingerprint wrote and compare
+// (a record's "fingerprint" field). Records keep it next to Fingerprint
+// so that during a rolling upgrade those versions still recognise a
+// duplicate sent with the same bytes.
+func BytesFingerprint(path string, body []byte) string {
+	return hash("", path, body)
+}
+
+func hash(domain, path string, body []byte) string {
+	h := sha256.New()
+	if domain != "" {
+		h.Write([]byte(domain))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte(path))
+	h.Write([]byte{0})
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Canonical is body in its canonical form, RFC 8785's (JCS) but for
+// integers: object members sorted by name, no insignificant whitespace,
+// strings in their shortest escaping, numbers with a fraction or an
+// exponent in their shortest float64 form (1.0 and 1e0 are 1; one past
+// float64's range saturates at its largest). Integers
+// keep their digits, as an API may read them beyond float64's precision:
+// 9007199254740993 and 9007199254740992 are different requests. A body
+// that is no JSON, or that JCS refuses (a duplicate name, invalid UTF-8),
+// keeps its bytes.
+func Canonical(body []byte) []byte {
+	v := jsontext.Value(bytes.Clone(body))
+	if err := v.Canonicalize(jsontext.CanonicalizeRawInts(false)); err != nil {
+		return body
+	}
+	return v
+}
