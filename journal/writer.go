@@ -60,6 +60,7 @@ type Writer struct {
 
 	next    uint64 // offsets given out (the appending goroutine's)
 	lastSeq uint64 // sequence of the last stored message (the flusher's)
+	base    uint64 // the offset written after: 0, or NewWriterAfter's
 
 	mu     sync.Mutex
 	queue  []Event // appended, not yet stored
@@ -72,6 +73,12 @@ type Writer struct {
 
 // NewWriter starts a writer for ref. Call End or Abort to stop it.
 func (j *Journal) NewWriter(ref Ref, sink func(Event)) *Writer {
+	w := j.newWriter(ref, sink)
+	go w.flush()
+	return w
+}
+
+func (j *Journal) newWriter(ref Ref, sink func(Event)) *Writer {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	ctx, cancel := context.WithCancel(context.Background())
@@ -87,7 +94,6 @@ func (j *Journal) NewWriter(ref Ref, sink func(Event)) *Writer {
 		room:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
-	go w.flush()
 	return w
 }
 
@@ -172,7 +178,7 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 	}
 	w.next++
 	ev.Offset = w.next
-	if ev.Offset == 1 {
+	if ev.Offset == w.base+1 {
 		return w.first(ctx, ev) // the fence: shown once stored (sink)
 	}
 	for {
@@ -203,11 +209,12 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 	}
 }
 
-// first stores a generation's first event on its own, expecting the
-// subject to be empty: the fence. Nothing else is sent before it is
-// stored, so a writer that loses the race stores nothing.
+// first stores the writer's first event on its own, expecting the subject
+// to be empty (or to end with the event NewWriterAfter continues): the
+// fence. Nothing else is sent before it is stored, so a writer that loses
+// the race stores nothing.
 func (w *Writer) first(ctx context.Context, ev Event) error {
-	seq, err := w.send(ctx, []Event{ev}, 0)
+	seq, err := w.send(ctx, []Event{ev}, w.lastSeq)
 	if err != nil {
 		w.fail(err)
 		return err
@@ -215,7 +222,7 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 	w.lastSeq = seq // read by the flusher after the next wake
 	ev.Seq = seq
 	w.mu.Lock()
-	w.stored, w.seq, w.ended = 1, seq, ev.IsEnd()
+	w.stored, w.seq, w.ended = ev.Offset, seq, ev.IsEnd()
 	w.mu.Unlock()
 	w.sink(ev)
 	signal(w.wake)
@@ -388,3 +395,22 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 }
 
 const maxSealTries = 8
+
+// NewWriterAfter starts a writer that continues ref's generation after its
+// last stored event, stored by a writer that is gone, or presumed gone, and
+// returns that event (ErrNotFound when nothing is stored). The writer's
+// first message is the fence, as a new writer's: it expects that event's
+// message to be still the subject's last, so should its writer be alive and
+// store more first, this one stores nothing (ErrFenced), and once this one
+// has stored, that one is fenced. Offsets go on from the last event's.
+func (j *Journal) NewWriterAfter(ctx context.Context, ref Ref, sink func(Event)) (*Writer, Event, error) {
+	f, err := j.lastFrame(ctx, ref)
+	if err != nil {
+		return nil, Event{}, err
+	}
+	last := f.events[len(f.events)-1]
+	w := j.newWriter(ref, sink)
+	w.base, w.next, w.stored, w.lastSeq, w.seq = last.Offset, last.Offset, last.Offset, f.seq, f.seq
+	go w.flush()
+	return w, last, nil
+}

@@ -8,7 +8,8 @@
 // instance that starts a generation holds a lease and heartbeats it; a
 // generation whose lease ran out is failed, and the key may generate afresh
 // — unless Config.Salvage finds it whole (the owner died after storing it),
-// then it is completed. A finished generation whose journal the TTL has
+// then it is completed, or an Adopter (SetAdopter) can continue it, then it
+// is taken over: the same generation, under this instance's lease. A finished generation whose journal the TTL has
 // begun to remove (Config.Kept says so) is gone with its key: not found to
 // readers, and a new generation to the next request. Every write that starts a generation carries a
 // random attempt id, so a write whose answer was lost in a failover is

@@ -35,6 +35,7 @@ type Lease struct {
 
 func (m *Manager) hold(id string, rec Record, rev uint64) *Lease {
 	l := &Lease{m: m, id: id, rec: rec, rev: rev, lost: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
+	l.events.Store(rec.Events) // an adopted generation has some already
 	go l.heartbeat()
 	return l
 }
@@ -109,7 +110,10 @@ func (l *Lease) update(ctx context.Context, change func(*Record)) error {
 			return err
 		}
 		cur, derr := decode(val)
-		if !found || derr != nil || cur.Generation != l.rec.Generation || cur.Owner != l.rec.Owner || cur.State != InProgress {
+		if !found || derr != nil || cur.Generation != l.rec.Generation || cur.Owner != l.rec.Owner || cur.Attempt != l.rec.Attempt || cur.State != InProgress {
+			// Taken over: by a new generation, or by an instance that
+			// adopted this one (a new attempt, perhaps of the same owner
+			// name after a restart).
 			return ErrFenced
 		}
 		rec, rev = cur, crev

@@ -62,10 +62,59 @@ type Config struct {
 	Kept func(ctx context.Context, id string, rec Record) (bool, error)
 }
 
+// An Adopter continues, on this instance, a generation whose owner's lease
+// ran out, where the owner left off, instead of its being declared lost:
+// one its upstream still runs (a background response). The engine
+// implements it.
+type Adopter interface {
+	// Adoptable reports whether id's generation rec can be continued here.
+	// It is asked before the record is taken over, and must be cheap.
+	Adoptable(ctx context.Context, id string, rec Record) bool
+	// Adopt continues the generation, taken over under lease: the same
+	// generation, this instance its owner. It must not block, and it
+	// finishes the lease, whatever becomes of the generation. ctx is the
+	// request's that found the lease run out, for its values (the caller,
+	// of the key's tenant), not its deadline.
+	Adopt(ctx context.Context, id string, rec Record, lease *Lease)
+}
+
 // Manager makes the start/attach/replay decisions.
 type Manager struct {
 	cfg     Config
 	contact *contact // what this instance saw of the store (contact.go)
+	adopter Adopter  // nil: none is adopted
+}
+
+// SetAdopter makes a asked first about every generation whose owner's lease
+// ran out (before Config.Salvage): one it can continue is taken over — the
+// record stays in progress, this instance its owner under a fresh lease —
+// and handed to it; Get returns the record so, and Begin attaches to it.
+// Call it before the Manager is used. Default: none is adopted.
+func (m *Manager) SetAdopter(a Adopter) { m.adopter = a }
+
+// errRaced: the record changed while a decision was taken on it; decide
+// again.
+var errRaced = errors.New("resume: record changed meanwhile")
+
+// adopt takes id's lapsed generation rec, at revision rev, over for the
+// Adopter when it can continue it. It reports false when it cannot, and
+// errRaced when the record changed meanwhile (another instance took it).
+func (m *Manager) adopt(ctx context.Context, id string, rec Record, rev uint64, now time.Time) (Record, bool, error) {
+	if m.adopter == nil || !m.adopter.Adoptable(ctx, id, rec) {
+		return rec, false, nil
+	}
+	rec.Owner, rec.LeaseUntil, rec.UpdatedAt, rec.Attempt = m.cfg.Owner, now.Add(m.cfg.Lease), now, newAttempt()
+	nrev, ok, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev)
+	if err != nil {
+		if nrev, ok, err = m.settle(ctx, id, rec.Attempt, err); err != nil {
+			return rec, false, err
+		}
+	}
+	if !ok {
+		return rec, false, errRaced
+	}
+	m.adopter.Adopt(ctx, id, rec, m.hold(id, rec, nrev))
+	return rec, true, nil
 }
 
 // New returns a Manager.
@@ -184,6 +233,13 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 			return Outcome{Decision: Attach, Record: rec}, nil
 		}
 		if rec.State == InProgress { // lapsed
+			if adopted, ok, err := m.adopt(ctx, req.ID, rec, rev, now); errors.Is(err, errRaced) {
+				continue
+			} else if err != nil {
+				return Outcome{}, err
+			} else if ok {
+				return Outcome{Decision: Attach, Record: adopted}, nil
+			}
 			done, err := m.expire(ctx, req.ID, rec, now)
 			if err != nil {
 				return Outcome{}, err
@@ -298,6 +354,13 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 				return Record{}, ErrNotFound
 			}
 			return rec, nil
+		}
+		if adopted, ok, err := m.adopt(ctx, id, rec, rev, now); errors.Is(err, errRaced) {
+			continue
+		} else if err != nil {
+			return Record{}, err
+		} else if ok {
+			return adopted, nil
 		}
 		if rec, err = m.expire(ctx, id, rec, now); err != nil {
 			return Record{}, err

@@ -79,7 +79,14 @@ func (s *Server) fitCursor(ctx context.Context, id string, rec resume.Record, cu
 	}
 	ref := journal.Ref{ID: id, Gen: rec.Generation}
 	if t := s.engine.Tail(ref); t != nil { // what the owner showed
-		if cur.Offset > t.Last() {
+		if cur.Offset <= t.Last() {
+			return cursorInside
+		}
+		// Past it: past the end — unless the journal holds more than the
+		// owner showed, which was taken over (another instance continues
+		// the generation, reattach.go): the journal says.
+		stored, ok := s.storedEvents(ctx, ref)
+		if !ok || stored <= t.Last() || cur.Offset > stored {
 			return cursorPast
 		}
 		return cursorInside

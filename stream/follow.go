@@ -37,7 +37,7 @@ func (s *Server) follow(ctx context.Context, out eventWriter, id string, rec res
 			return err
 		}
 	}
-	if t := s.engine.Tail(ref); t != nil {
+	if t := s.engine.Tail(ref); t != nil && after <= t.Last() { // a tail behind the cursor was taken over: see fitCursor
 		return s.followTail(ctx, out, ref, t, after)
 	}
 	if rec.State == resume.InProgress {

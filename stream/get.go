@@ -227,7 +227,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 	timed := s.timed(r)
 	if r.Method == http.MethodGet {
 		if c := s.detached.Take(w, r); c != nil {
+			caller := r.Header.Clone() // the request is over for net/http
 			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
+				ctx = engine.WithCaller(ctx, caller)
 				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout, s.cfg.SSERetry)
 				if out == nil {
 					return // a detached connection always streams

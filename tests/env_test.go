@@ -59,6 +59,9 @@ type envOptions struct {
 	configure func(*proxy.Config)
 	// journal adjusts the journal's config.
 	journal func(*journal.Config)
+	// background: the fake runs background mode, and the proxy asks for it
+	// (--upstream-background).
+	background bool
 }
 
 type envOption func(*envOptions)
@@ -70,6 +73,10 @@ func withTokenDelay(d time.Duration) envOption { return func(o *envOptions) { o.
 func withDemoModel() envOption                 { return func(o *envOptions) { o.demoModel = true } }
 func withAbandon() envOption                   { return func(o *envOptions) { o.abandon = true } }
 func withUpstream(h http.Handler) envOption    { return func(o *envOptions) { o.upstream = h } }
+
+// withBackground runs the fake in background mode and the proxy with
+// UpstreamBackground.
+func withBackground() envOption { return func(o *envOptions) { o.background = true } }
 
 // withConfig adjusts the proxy's config (e.g. set Policy, timeouts) before
 // each start.
@@ -92,7 +99,7 @@ func newEnv(tb testing.TB, opts ...envOption) *env {
 	for _, o := range opts {
 		o(&e.opt)
 	}
-	llm := mockllm.Config{TokenDelay: e.opt.tokenDelay}
+	llm := mockllm.Config{TokenDelay: e.opt.tokenDelay, Background: e.opt.background}
 	if e.opt.demoModel {
 		llm.Readable, llm.Tokens = true, 120
 	}
@@ -134,6 +141,7 @@ func (e *env) startProxy() {
 		Auth: auth.Config{Secret: testSecret}, Logger: testLogger(), Registerer: e.reg,
 		HTTP: stream.Settings{AttachWait: e.opt.attachWait, Heartbeat: 500 * time.Millisecond},
 	}
+	cfg.UpstreamBackground = e.opt.background
 	if e.opt.journal != nil {
 		e.opt.journal(&cfg.Journal)
 	}

@@ -38,6 +38,7 @@ func run(args []string) error {
 	delay := fs.Duration("delay", 33*time.Millisecond, "pause between content tokens")
 	tokens := fs.Int("tokens", 64, "content tokens per completion when the prompt gives none")
 	readable := fs.Bool("readable", true, "generate readable English instead of pseudo-words")
+	background := fs.Bool("background", true, "serve OpenAI's background mode on /v1/responses (GET /v1/responses/{id}?stream=true&starting_after=N)")
 	verbose := fs.Bool("v", false, "log every request (debug level)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -52,7 +53,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fake := mockllm.New(mockllm.Config{TokenDelay: *delay, Tokens: *tokens, Readable: *readable, Logger: logger})
+	fake := mockllm.New(mockllm.Config{TokenDelay: *delay, Tokens: *tokens, Readable: *readable, Background: *background, Logger: logger})
 	mux := http.NewServeMux()
 	mux.Handle("/ledger", fake.LedgerHandler())
 	mux.Handle("/", fake)

@@ -23,6 +23,7 @@ type config struct {
 	maxDelay, runTimeout time.Duration
 	seed                 uint64
 	verbose              bool
+	format               chaoscore.Format
 }
 
 func (c config) validate() error {
@@ -39,6 +40,8 @@ func (c config) validate() error {
 		return errors.New("want 1 <= --min-tokens <= --max-tokens")
 	case c.maxDelay < time.Millisecond || c.runTimeout <= 0:
 		return errors.New("--max-delay must be at least 1ms and --run-timeout positive")
+	case c.format != chaoscore.Chat && c.format != chaoscore.Responses:
+		return fmt.Errorf("--format %q: want chat or responses", c.format)
 	}
 	return c.shape().Validate()
 }
@@ -48,7 +51,7 @@ func (c config) validate() error {
 // by GET or POST with Last-Event-ID, a WebSocket, or a plain retry.
 func (c config) shape() chaoscore.Shape {
 	return chaoscore.Shape{
-		MinTokens: c.minTokens, MaxTokens: c.maxTokens, MaxDelay: c.maxDelay, MaxDrops: c.maxDrops,
+		MinTokens: c.minTokens, MaxTokens: c.maxTokens, MaxDelay: c.maxDelay, MaxDrops: c.maxDrops, Format: c.format,
 		Resumes: []chaoscore.Mode{chaoscore.Get, chaoscore.Post, chaoscore.Retry, chaoscore.WebSocket},
 	}
 }

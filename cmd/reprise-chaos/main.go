@@ -8,7 +8,9 @@
 // generated, no event id is seen twice on a resume and none is skipped, the
 // upstream generated once, and the completed key replays identically (GET and
 // POST). The plans, the client and the checks are the in-process chaos suite's
-// (package chaoscore).
+// (package chaoscore). --format responses streams /v1/responses instead of
+// chat completions: against instances run with --upstream-background and
+// killed now and then, regenerated counts the kills that cost a generation.
 //
 // The upstream must be the fake model (cmd/mockllm), whose /ledger it reads:
 //
@@ -73,8 +75,12 @@ func run(ctx context.Context, args []string, log io.Writer) (chaoscore.Summary, 
 	fs.DurationVar(&c.runTimeout, "run-timeout", 2*time.Minute, "one key's budget, drops and resumes included")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock); the same seed gives the same plans")
 	fs.BoolVar(&c.verbose, "v", false, "print every failed run's report")
+	format := fs.String("format", "chat", "the API the runs stream through: chat (/v1/chat/completions) or responses (/v1/responses, which a reprise with --upstream-background runs in background mode, so that an instance killed mid-stream is reattached instead of regenerated)")
 	if err := fs.Parse(args); err != nil {
 		return chaoscore.Summary{}, err
+	}
+	if c.format = chaoscore.Format(*format); *format == "chat" {
+		c.format = chaoscore.Chat
 	}
 	c.targets = strings.Split(*target, ",")
 	if err := c.validate(); err != nil {

@@ -128,6 +128,7 @@ func TestFlags(t *testing.T) {
 		{"--runs", "0"},
 		{"--min-tokens", "9", "--max-tokens", "3"},
 		{"--max-delay", "0s"},
+		{"--format", "speech"},
 		{"--nope"},
 	} {
 		if _, err := run(context.Background(), args, os.Stderr); err == nil {

@@ -67,6 +67,7 @@ func newFlagSet(c *config, level *string, file *string) *flags {
 	fs.in(groupUpstream).StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
 	fs.in(groupUpstream).StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")
 	fs.in(groupUpstream).BoolVar(&p.UpstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
+	fs.in(groupUpstream).BoolVar(&p.UpstreamBackground, "upstream-background", false, "the upstream runs OpenAI's background mode: streamed /v1/responses generations are started with background: true, and one whose instance died is reattached (GET /v1/responses/{id}?stream=true&starting_after=N) by the instance that takes it over instead of failing")
 	fs.in(groupUpstream).IntVar(&p.Policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")
 	fs.in(groupUpstream).DurationVar(&p.Policy.BaseDelay, "retry-base-delay", classify.DefaultBaseDelay, "backoff base: wait before retry n is uniform in [0, min(max, base·2ⁿ⁻¹)]")
 	fs.in(groupUpstream).DurationVar(&p.Policy.MaxDelay, "retry-max-delay", classify.DefaultMaxDelay, "backoff cap")

@@ -91,13 +91,13 @@ func TestConfigFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("# settings\nretry-attempts = 5\nlisten = \":7\"\nbreaker-delay = 2s # comment\nupstream-idempotency = true\n")
+	write("# settings\nretry-attempts = 5\nlisten = \":7\"\nbreaker-delay = 2s # comment\nupstream-idempotency = true\nupstream-background = true\n")
 	env := map[string]string{"REPRISE_LISTEN": ":8"}
 	c, err := parseConfig([]string{"--config", path, "--breaker-delay", "3s"}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.p.Policy.MaxAttempts != 5 || c.listen != ":8" || c.p.Policy.BreakerDelay != 3*time.Second || !c.p.UpstreamIdempotency || !c.p.Policy.RetryAmbiguous {
+	if c.p.Policy.MaxAttempts != 5 || c.listen != ":8" || c.p.Policy.BreakerDelay != 3*time.Second || !c.p.UpstreamIdempotency || !c.p.Policy.RetryAmbiguous || !c.p.UpstreamBackground {
 		t.Errorf("precedence flag > env > file broken: %+v", c)
 	}
 	for name, body := range map[string]string{

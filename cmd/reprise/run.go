@@ -275,7 +275,7 @@ func upstreamURL(cfg config, log *slog.Logger) ([]*url.URL, func(), error) {
 		return nil, nil, fmt.Errorf("demo upstream: %w", err)
 	}
 	demo := &http.Server{
-		Handler:           mockllm.New(mockllm.Config{TokenDelay: 33 * time.Millisecond, Tokens: 120, Readable: true, Logger: log}),
+		Handler:           mockllm.New(mockllm.Config{TokenDelay: 33 * time.Millisecond, Tokens: 120, Readable: true, Background: true, Logger: log}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() { _ = demo.Serve(ln) }()

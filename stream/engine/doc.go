@@ -3,7 +3,9 @@
 // call policy (package classify), reads its SSE with go-sse, journals every
 // event (package journal), keeps an in-memory tail for the readers on this
 // instance, and records how the generation ended. Salvage settles a
-// generation whose owner died.
+// generation whose owner died; with an upstream in background mode, the
+// Engine adopts it instead (a resume.Adopter) and continues it from the
+// upstream where the journal left off (reattach.go).
 //
 // What a format's stream looks like — the terminal event, error events,
 // usage, what asks for a stream — lives in one Protocol per format (chat.go,

@@ -144,6 +144,13 @@ type Upstream struct {
 	// generation's key is forwarded. Required when the policy retries
 	// ambiguous failures. Default false.
 	Idempotency bool
+	// Background: the upstream runs OpenAI's background mode. A streamed
+	// generation of a Backgrounder format (Responses) is started with
+	// "background": true, and one whose owner died is continued from the
+	// upstream by the instance that takes it over, instead of being lost
+	// (reattach.go). Non-streamed requests are sent as they came. Default
+	// false.
+	Background bool
 	// Transport carries passed-through requests (Forward). Default
 	// http.DefaultTransport; proxy sets the policy's client's.
 	Transport http.RoundTripper
@@ -372,7 +379,11 @@ func (e *Engine) startPump(p *pump) error {
 	}
 	e.gens[p.g.Tenant]++
 	ctx, cancel := context.WithCancelCause(e.pumpCtx)
-	e.live.add(p.g.Ref, p.tail, p.g.Lease, cancel)
+	shown := p.tail
+	if p.adopted {
+		shown = nil // it holds only what it appends: readers follow the journal
+	}
+	e.live.add(p.g.Ref, shown, p.g.Lease, cancel)
 	if e.unread != nil && p.g.Stream {
 		e.unread.add(p.g.Ref)
 	}

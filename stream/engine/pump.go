@@ -52,6 +52,11 @@ type pump struct {
 	// streamed: the upstream answered with an event stream (a failure
 	// then interrupts a generation that had begun).
 	streamed bool
+	// adopted: the generation was taken over from an owner that died, to
+	// be continued from the upstream where it left off (reattach.go).
+	adopted bool
+	// response is the upstream's id of the generation, once named.
+	response string
 	// attempts counts the upstream requests made, over every upstream
 	// tried (observe); before, those of the key's earlier generations,
 	// read from the attempt log at the first of them.
@@ -81,14 +86,22 @@ func (p *pump) run(ctx context.Context) {
 		}
 	}()
 
-	w := p.e.cfg.Journal.NewWriter(p.g.Ref, func(ev journal.Event) {
+	sink := func(ev journal.Event) {
 		p.tail.store(ev)
 		if !ev.IsEnd() {
 			lease.SetEvents(ev.Offset)
 			p.e.cfg.Metrics.EventJournaled()
 		}
-	})
-	res = p.generate(ctx, w)
+	}
+	var w *journal.Writer
+	if p.adopted {
+		if w, res = p.reattach(ctx, sink); w == nil {
+			return // settled as its owner left it
+		}
+	} else {
+		w = p.e.cfg.Journal.NewWriter(p.g.Ref, sink)
+		res = p.generate(ctx, w)
+	}
 	if ctx.Err() != nil && res.State == resume.Failed && res.Error == "" {
 		res.Error = p.stopCode(ctx)
 	}
@@ -103,6 +116,9 @@ func (p *pump) run(ctx context.Context) {
 		p.log.Warn("generation lost its lease", "gen", p.g.Ref.Gen)
 		return
 	default:
+	}
+	if res.State != resume.Completed && res.Error != apierr.OwnerLost {
+		p.cancelBackground(ctx) // reattach.go: in background mode the upstream generates on
 	}
 	p.e.release(p) // the upstream work is over
 	res = p.end(ctx, w, res)
@@ -206,7 +222,7 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 	}
 	for i, up := range ups {
 		p.up = up
-		resp, release, n, err := p.call(streamCtx, up)
+		resp, release, n, err := p.call(streamCtx, up, p.newRequest)
 		attempts += n
 		if err != nil {
 			if i+1 < len(ups) && failover(err) && ctx.Err() == nil {
@@ -237,15 +253,15 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 	panic("engine: no upstream") // New requires one
 }
 
-// call sends the generation's request to up under up's policy: its
+// call sends the request build makes to up under up's policy: its
 // concurrency limit (release returns the place, once the answer is read),
 // retries, budget and breaker.
-func (p *pump) call(ctx context.Context, up Upstream) (resp *http.Response, release func(), attempts int, err error) {
+func (p *pump) call(ctx context.Context, up Upstream, build func(context.Context) (*http.Request, error)) (resp *http.Response, release func(), attempts int, err error) {
 	release, err = up.Policy.Acquire(ctx)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	resp, attempts, err = up.Policy.Do(classify.WithObserver(ctx, p.observe(ctx, up)), p.newRequest)
+	resp, attempts, err = up.Policy.Do(classify.WithObserver(ctx, p.observe(ctx, up)), build)
 	p.e.cfg.Metrics.UpstreamRequests(attempts)
 	if err != nil {
 		release()
@@ -315,7 +331,11 @@ func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 	up := p.up
 	u := up.URL.JoinPath(p.g.Path)
 	u.RawQuery = p.g.Query
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(p.g.Body))
+	body := p.g.Body
+	if bg, ok := p.g.Protocol.(Backgrounder); ok && up.Background && p.g.Stream {
+		body, _ = bg.Background(body) // reattach.go
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -361,14 +381,17 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 		}
 		if in.Name != "" && !named {
 			named = true
+			p.response = in.Name
 			p.name(ctx, in.Name)
 		}
 		if in.UsageOnly && p.hideUsage {
 			return nil // the record keeps it; no client asked
 		}
-		if !in.Terminal {
+		if !in.Terminal && !p.resumable() {
 			// Shown to this instance's readers before it is stored; the
-			// terminal event (and the fence) only once stored (Tail).
+			// terminal event (and the fence) only once stored (Tail), and
+			// every event of a generation another instance may continue
+			// (reattach.go).
 			return w.AppendShown(ctx, typ, data, p.preview)
 		}
 		return w.Append(ctx, typ, data)

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 
 	"github.com/reprise-dev/reprise/resume"
@@ -148,3 +149,67 @@ func streamField(body []byte) (bool, error) {
 	err := json.Unmarshal(body, &req)
 	return req.Stream, err
 }
+
+// Background implements Backgrounder: the request with "background": true,
+// so that the upstream runs it on when the connection drops.
+func (Responses) Background(body []byte) ([]byte, bool) {
+	var req map[string]json.RawMessage
+	if json.Unmarshal(body, &req) != nil {
+		return body, false
+	}
+	req["background"] = json.RawMessage("true")
+	out, err := json.Marshal(req)
+	if err != nil {
+		return body, false
+	}
+	return out, true
+}
+
+// Resumable implements Backgrounder: a response.created event of a
+// response whose "background" is true names it.
+func (Responses) Resumable(typ string, data []byte) (string, bool) {
+	if typ == "" {
+		typ = dataType(data)
+	}
+	var ev struct {
+		Response *struct {
+			ID         string `json:"id"`
+			Background bool   `json:"background"`
+		} `json:"response"`
+	}
+	if typ != "response.created" || json.Unmarshal(data, &ev) != nil || ev.Response == nil || !ev.Response.Background || !plainID(ev.Response.ID) {
+		return "", false
+	}
+	return ev.Response.ID, true
+}
+
+// plainID reports whether id is an id that is one path segment as it is
+// (OpenAI's are resp_ and hex): letters, digits, _ and -.
+func plainID(id string) bool {
+	if id == "" || len(id) > 256 {
+		return false
+	}
+	return strings.IndexFunc(id, func(c rune) bool {
+		return (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '-'
+	}) < 0
+}
+
+// Sequence implements Backgrounder: the event's sequence_number.
+func (Responses) Sequence(data []byte) (uint64, bool) {
+	var ev struct {
+		Seq *uint64 `json:"sequence_number"`
+	}
+	if json.Unmarshal(data, &ev) != nil || ev.Seq == nil {
+		return 0, false
+	}
+	return *ev.Seq, true
+}
+
+// Resume implements Backgrounder: GET /v1/responses/{id}?stream=true&
+// starting_after=N.
+func (Responses) Resume(id string, after uint64) (path, query string) {
+	return "/v1/responses/" + id, "stream=true&starting_after=" + strconv.FormatUint(after, 10)
+}
+
+// Cancel implements Backgrounder: POST /v1/responses/{id}/cancel.
+func (Responses) Cancel(id string) string { return "/v1/responses/" + id + "/cancel" }

@@ -96,6 +96,11 @@ type Config struct {
 	// generation's key is forwarded and ambiguous failures may be retried
 	// (Policy.RetryAmbiguous is set with it). Default false.
 	UpstreamIdempotency bool
+	// UpstreamBackground: the upstreams run OpenAI's background mode
+	// (engine.Upstream.Background): streamed Responses generations are
+	// started in the background, and one whose owner died is continued by
+	// the instance that takes it over instead of being lost. Default false.
+	UpstreamBackground bool
 	// Limits bound each generation. Defaults: engine's; MaxTenantGenerations
 	// defaults to Policy.MaxConcurrent.
 	Limits engine.Limits
@@ -227,7 +232,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 			dec = a.WithUpstreamKey(rt.Key)
 		}
 		ups = append(ups, engine.Upstream{Name: rt.Name, URL: rt.URL, Policy: policy, Decorator: dec, Idempotency: cfg.UpstreamIdempotency,
-			Transport: cfg.Client.Transport, Paths: rt.Paths, Models: rt.Models})
+			Background: cfg.UpstreamBackground, Transport: cfg.Client.Transport, Paths: rt.Paths, Models: rt.Models})
 	}
 	if cfg.Limits.MaxTenantGenerations == 0 {
 		cfg.Limits.MaxTenantGenerations = cfg.Policy.MaxConcurrent // 0: the engine's default, classify's
@@ -247,6 +252,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	rm.SetAdopter(eng) // a generation whose owner died is continued here when its upstream still runs it
 	if cfg.Limits.CancelUnread > 0 {
 		cfg.HTTP.ReadingSignal = cfg.Limits.CancelUnread / 4
 	}

@@ -111,6 +111,8 @@ type chatJob struct {
 	// usage: a stream ends with the usage chunk (chat: only when the
 	// request set stream_options.include_usage, as OpenAI does).
 	reportUsage bool
+	// background: a Responses background response (its objects say so).
+	background bool
 }
 
 func (j chatJob) usage() chatUsage {

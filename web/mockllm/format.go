@@ -19,7 +19,10 @@ type textFormat struct {
 	// usage; unset, every stream does.
 	streamUsage func(body []byte) bool
 	// fault is the format's error event, written by error_after.
-	fault            string
+	fault string
+	// background, when set, reads whether a streamed request asks for
+	// background mode (Config.Background).
+	background       func(body []byte) bool
 	stream, complete func(s *Server, e *emitter, job chatJob) error
 }
 
@@ -41,7 +44,12 @@ func (s *Server) serveText(w http.ResponseWriter, r *http.Request, f textFormat)
 	if rec == nil {
 		return
 	}
-	defer rec.abort() // no-op once completed; books panics and early returns
+	owned := true // a background generation books its own end
+	defer func() {
+		if owned {
+			rec.abort() // no-op once completed; books panics and early returns
+		}
+	}()
 
 	n := s.cfg.Tokens
 	if d.Tokens >= 0 {
@@ -58,6 +66,11 @@ func (s *Server) serveText(w http.ResponseWriter, r *http.Request, f textFormat)
 	}
 	e := newEmitter(w, r, rec, d)
 	e.fault = []byte(f.fault)
+	if stream && s.cfg.Background && f.background != nil && f.background(body) {
+		job.background, owned = true, false
+		s.runBackground(w, r, f, job, rec, d)
+		return
+	}
 	if stream {
 		err = f.stream(s, e, job)
 	} else {

@@ -49,6 +49,8 @@ type (
 		Output    []responseItem   `json:"output"`
 		Usage     *responsesUsage  `json:"usage"`
 		Error     *json.RawMessage `json:"error"`
+		// Background is set for a background response only.
+		Background bool `json:"background,omitempty"`
 	}
 	responseItem struct {
 		ID      string         `json:"id"`
@@ -80,9 +82,10 @@ var responsesFormat = textFormat{
 		prompt, err := responsesPrompt(req.Input)
 		return prompt, req.Model, req.Stream, err
 	},
-	fault:    "event: error\ndata: " + `{"type":"error","code":"server_error","message":"mock error mid-stream","param":null}` + "\n\n",
-	stream:   (*Server).streamResponse,
-	complete: (*Server).completeResponse,
+	background: wantsBackground,
+	fault:      "event: error\ndata: " + `{"type":"error","code":"server_error","message":"mock error mid-stream","param":null}` + "\n\n",
+	stream:     (*Server).streamResponse,
+	complete:   (*Server).completeResponse,
 }
 
 func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
@@ -91,7 +94,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
 
 // response is the response object of job in status, with text so far.
 func (j chatJob) response(status, text string) responseObject {
-	o := responseObject{ID: j.id, Object: "response", CreatedAt: j.created, Status: status, Model: j.model, Output: []responseItem{}}
+	o := responseObject{ID: j.id, Object: "response", CreatedAt: j.created, Status: status, Model: j.model, Output: []responseItem{}, Background: j.background}
 	if status == "completed" {
 		o.Output = []responseItem{{ID: "msg_" + j.id, Type: "message", Role: "assistant", Status: "completed",
 			Content: []responsePart{{Type: "output_text", Text: text, Annotations: []string{}}}}}

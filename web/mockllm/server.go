@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -40,6 +41,13 @@ type Config struct {
 	// that runs for hours (the demo upstream, a soak) does not grow without
 	// end. Totals are kept. Default DefaultMaxPrompts.
 	MaxPrompts int
+	// Background serves OpenAI's background mode on /v1/responses: a
+	// streamed request with "background": true runs on after its
+	// connection drops, and GET /v1/responses/{id}?stream=true&
+	// starting_after=N resumes its events. Default false: the field is
+	// ignored and GET /v1/responses/{id} answers 404, as from a provider
+	// without it.
+	Background bool
 	// Logger is optional; nil discards logs.
 	Logger *slog.Logger
 }
@@ -55,6 +63,7 @@ type Server struct {
 	log    *slog.Logger
 	ledger *Ledger
 	nextID atomic.Uint64
+	bg     backgrounds
 }
 
 // New returns a Server with a fresh ledger.
@@ -84,6 +93,10 @@ func (s *Server) Ledger() *Ledger { return s.ledger }
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == ModelsPath && r.Method == http.MethodGet {
 		s.serveModels(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, ResponsesPath+"/") && (r.Method == http.MethodGet || r.Method == http.MethodPost) {
+		s.serveRetrieve(w, r)
 		return
 	}
 	var serve func(http.ResponseWriter, *http.Request)

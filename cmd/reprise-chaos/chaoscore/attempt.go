@@ -234,7 +234,7 @@ func (r *Run) request(ctx context.Context, mode Mode, base string) (*http.Reques
 	if mode == Get {
 		req, err = http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/streams/"+url.PathEscape(r.Plan.Key), nil)
 	} else {
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, base+chatPath, strings.NewReader(r.Plan.Body()))
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, base+r.Plan.Path(), strings.NewReader(r.Plan.Body()))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Idempotency-Key", r.Plan.Key)
@@ -255,9 +255,6 @@ func (r *Run) request(ctx context.Context, mode Mode, base string) (*http.Reques
 	}
 	return req, nil
 }
-
-// chatPath is the endpoint runs POST to.
-const chatPath = "/v1/chat/completions"
 
 func (r *Run) dialWS(ctx context.Context, base string) (*websocket.Conn, *http.Response, error) {
 	u := "ws" + strings.TrimPrefix(base, "http") + "/v1/streams/" + url.PathEscape(r.Plan.Key)

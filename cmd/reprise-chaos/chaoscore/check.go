@@ -29,11 +29,11 @@ func (r *Run) check(ctx context.Context) {
 	}
 	for off := range r.evs {
 		if off > r.done {
-			r.problem("offset %d delivered after [DONE] at %d", off, r.done)
+			r.problem("offset %d delivered after the terminal event at %d", off, r.done)
 		}
 	}
 	if want := uint64(r.Plan.Events()); r.done != want {
-		r.problem("[DONE] at offset %d, want %d (role, %d tokens, stop, [DONE])", r.done, want, r.Plan.Tokens)
+		r.problem("the terminal event at offset %d, want %d (%d tokens)", r.done, want, r.Plan.Tokens)
 	}
 	// The harness's faults are over before the ledger is read.
 	if f := r.rn.faults; f != nil {
@@ -75,7 +75,7 @@ func (r *Run) check(ctx context.Context) {
 	if cfg.Rules.Content != nil {
 		want = cfg.Rules.Content(prompt, r.Plan.Tokens)
 	}
-	if got := chatText(evs); !final.Completed || final.Content != want || got != want {
+	if got := r.Plan.Text(evs); !final.Completed || final.Content != want || got != want {
 		r.v.Lost++
 		r.problem("content: client reassembled %q; the upstream's last of %d generations is %q (completed=%v); expected %q", got, len(gens), final.Content, final.Completed, want)
 	}
@@ -114,7 +114,7 @@ func (r *Run) replay(ctx context.Context, mode Mode) ([]Event, http.Header, erro
 		switch {
 		case ctx.Err() != nil:
 			return evs, header, err
-		case err == nil && mode == Get && rules.RetryLinks && !cut && (len(evs) == 0 || evs[len(evs)-1].Data != "[DONE]"):
+		case err == nil && mode == Get && rules.RetryLinks && !cut && (len(evs) == 0 || !r.Plan.Terminal(evs[len(evs)-1])):
 			cut = true
 			r.count("replay_cut")
 			r.tracef("GET replay ended after %d events without [DONE]: reading it again", len(evs))
@@ -163,6 +163,27 @@ func chatText(evs []Event) string {
 		for _, ch := range c.Choices {
 			b.WriteString(ch.Delta.Content)
 		}
+	}
+	return b.String()
+}
+
+// responsesText reassembles the text of a Responses stream's
+// response.output_text.delta events; one that does not parse is shown in
+// its place.
+func responsesText(evs []Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		if ev.Type != "response.output_text.delta" {
+			continue
+		}
+		var d struct {
+			Delta string `json:"delta"`
+		}
+		if err := json.Unmarshal([]byte(ev.Data), &d); err != nil {
+			fmt.Fprintf(&b, "<delta %q: %v>", ev.Data, err)
+			continue
+		}
+		b.WriteString(d.Delta)
 	}
 	return b.String()
 }

@@ -42,9 +42,25 @@ func (d *Drop) clientSide() bool {
 	return d != nil && (d.Kind == AfterEvents || d.Kind == AfterHead || d.Kind == InFlight)
 }
 
-// Plan is one run: a streamed chat of the fake model under one key.
+// Format is the API a run streams through.
+type Format string
+
+// Formats.
+const (
+	// Chat is /v1/chat/completions: unnamed chunks ending with [DONE]. The
+	// default.
+	Chat Format = ""
+	// Responses is /v1/responses: named events, each with its
+	// sequence_number, ending with response.completed (a reprise with
+	// --upstream-background runs them in background mode).
+	Responses Format = "responses"
+)
+
+// Plan is one run: a streamed chat (or Responses stream) of the fake model
+// under one key.
 type Plan struct {
 	Key    string
+	Format Format
 	Tokens int           // content tokens ([tokens=N])
 	Delay  time.Duration // between tokens ([delay=D])
 	// Directives are more of the fake model's directives for the prompt
@@ -65,8 +81,21 @@ func (p Plan) Prompt() string {
 	return "chaos run " + p.Key + " " + d
 }
 
-// Body is the run's request body: a streamed chat of its prompt.
+// Path is the endpoint the run POSTs to.
+func (p Plan) Path() string {
+	if p.Format == Responses {
+		return "/v1/responses"
+	}
+	return "/v1/chat/completions"
+}
+
+// Body is the run's request body: a streamed chat (or Responses request) of
+// its prompt.
 func (p Plan) Body() string {
+	if p.Format == Responses {
+		b, _ := json.Marshal(map[string]any{"model": "mock-1", "stream": true, "input": p.Prompt()})
+		return string(b)
+	}
 	b, _ := json.Marshal(map[string]any{
 		"model": "mock-1", "stream": true,
 		"messages": []map[string]string{{"role": "user", "content": p.Prompt()}},
@@ -78,7 +107,32 @@ func (p Plan) Body() string {
 // role chunk, one chunk per token, the stop chunk and [DONE], which is at
 // this offset (the usage chunk reprise asks for is kept from clients that
 // did not ask for it).
-func (p Plan) Events() int { return p.Tokens + 3 }
+// Of Responses: response.created, .in_progress, .output_item.added,
+// .content_part.added, a delta per token, .output_text.done,
+// .content_part.done, .output_item.done and response.completed.
+func (p Plan) Events() int {
+	if p.Format == Responses {
+		return p.Tokens + 8
+	}
+	return p.Tokens + 3
+}
+
+// Terminal reports whether ev completes the run's stream: [DONE], or
+// response.completed.
+func (p Plan) Terminal(ev Event) bool {
+	if p.Format == Responses {
+		return ev.Type == "response.completed"
+	}
+	return ev.Type == "" && ev.Data == "[DONE]"
+}
+
+// Text reassembles the text of a run's events.
+func (p Plan) Text(evs []Event) string {
+	if p.Format == Responses {
+		return responsesText(evs)
+	}
+	return chatText(evs)
+}
 
 // AnswerBytes is about how many bytes reprise's SSE answer for the run has
 // (an id line and a chunk per event), for drops that cut after some bytes.
@@ -94,6 +148,7 @@ type Shape struct {
 	MinTokens, MaxTokens int
 	MaxDelay             time.Duration // the pace is drawn in [1ms, MaxDelay]
 	MaxDrops             int           // 1..MaxDrops drops a run
+	Format               Format        // the API the runs stream through; default Chat
 	Resumes              []Mode        // the modes a drop may be resumed by
 	// Drop draws one drop's kind and parameters (Draw draws its resume
 	// mode). Default: ClientDrop.
@@ -120,6 +175,7 @@ func (s Shape) Validate() error {
 func (s Shape) Draw(rng *rand.Rand, key string) Plan {
 	p := Plan{
 		Key:    key,
+		Format: s.Format,
 		Tokens: s.MinTokens + rng.IntN(s.MaxTokens-s.MinTokens+1),
 		Delay:  time.Duration(1+rng.IntN(int(s.MaxDelay/time.Millisecond))) * time.Millisecond,
 	}

@@ -92,7 +92,7 @@ func (r *Run) take(c *conn, ev Event) error {
 			r.problem("%s: event: error %s (%s), not a failure the faults cause", c.mode, code, ev.ID)
 		}
 		c.failed = true
-	case ev.Type == "" && ev.Data == "[DONE]":
+	case r.Plan.Terminal(ev):
 		r.done = pos.Offset
 	}
 	return nil

@@ -2,6 +2,7 @@ package chaoscore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"strings"
@@ -183,5 +184,31 @@ func TestSummaryLine(t *testing.T) {
 	}
 	if s.Clean() {
 		t.Error("a summary with extra generations is clean")
+	}
+}
+
+func TestResponsesPlan(t *testing.T) {
+	p := Plan{Key: "k", Format: Responses, Tokens: 2}
+	var body struct {
+		Stream bool   `json:"stream"`
+		Input  string `json:"input"`
+	}
+	if p.Path() != "/v1/responses" || json.Unmarshal([]byte(p.Body()), &body) != nil || !body.Stream || body.Input != p.Prompt() {
+		t.Fatalf("Path %s, Body %s: want a streamed Responses request of the prompt", p.Path(), p.Body())
+	}
+	evs := []Event{
+		{Type: "response.created", Data: `{}`},
+		{Type: "response.output_text.delta", Data: `{"delta":"a"}`},
+		{Type: "response.output_text.delta", Data: `{"delta":" b"}`},
+		{Type: "response.completed", Data: `{}`},
+	}
+	if got := p.Text(evs); got != "a b" {
+		t.Fatalf("Text = %q, want %q", got, "a b")
+	}
+	if p.Terminal(evs[2]) || !p.Terminal(evs[3]) || p.Terminal(Event{Data: "[DONE]"}) {
+		t.Fatal("Terminal: want response.completed only")
+	}
+	if p.Events() != 10 {
+		t.Fatalf("Events = %d, want 2 tokens + 8", p.Events())
 	}
 }
