@@ -2,8 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -196,27 +194,7 @@ func TestRoundTripperSpeech(t *testing.T) {
 	}
 	evs := readEvents(t, resp, -1)
 	checkUnique(t, evs)
-	var pcm []byte
-	done := false
-	for _, ev := range evs {
-		var v struct {
-			Type  string `json:"type"`
-			Audio string `json:"audio"`
-		}
-		if err := json.Unmarshal([]byte(ev.Data), &v); err != nil {
-			t.Fatalf("event %q: %v", ev.Data, err)
-		}
-		switch v.Type {
-		case "speech.audio.delta":
-			b, err := base64.StdEncoding.DecodeString(v.Audio)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pcm = append(pcm, b...)
-		case "speech.audio.done":
-			done = true
-		}
-	}
+	pcm, done := speechPCM(t, evs)
 	if !done || !bytes.Equal(pcm, mockllm.Audio(input, 12)) {
 		t.Errorf("done %v, %d bytes of PCM, want %d exact", done, len(pcm), len(mockllm.Audio(input, 12)))
 	}

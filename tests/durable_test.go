@@ -34,6 +34,32 @@ func TestRestartKeepsResults(t *testing.T) {
 	}
 }
 
+// speechPCM is the audio of a speech event stream: its speech.audio.delta
+// chunks decoded and joined, and whether speech.audio.done came.
+func speechPCM(tb testing.TB, evs []event) (pcm []byte, done bool) {
+	tb.Helper()
+	for _, ev := range evs {
+		var v struct {
+			Type  string `json:"type"`
+			Audio string `json:"audio"`
+		}
+		if err := json.Unmarshal([]byte(ev.Data), &v); err != nil {
+			tb.Fatalf("event %q: %v", ev.Data, err)
+		}
+		switch v.Type {
+		case "speech.audio.delta":
+			b, err := base64.StdEncoding.DecodeString(v.Audio)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			pcm = append(pcm, b...)
+		case "speech.audio.done":
+			done = true
+		}
+	}
+	return pcm, done
+}
+
 // TestAudioResume: a speech stream dropped midway resumes byte-exact.
 func TestAudioResume(t *testing.T) {
 	t.Parallel()
@@ -44,27 +70,7 @@ func TestAudioResume(t *testing.T) {
 	rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-audio", "", "Last-Event-ID", lastID(first)), -1)
 	all := append(first, rest...)
 	checkUnique(t, all)
-	var pcm []byte
-	done := false
-	for _, ev := range all {
-		var v struct {
-			Type  string `json:"type"`
-			Audio string `json:"audio"`
-		}
-		if err := json.Unmarshal([]byte(ev.Data), &v); err != nil {
-			t.Fatalf("event %q: %v", ev.Data, err)
-		}
-		switch v.Type {
-		case "speech.audio.delta":
-			b, err := base64.StdEncoding.DecodeString(v.Audio)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pcm = append(pcm, b...)
-		case "speech.audio.done":
-			done = true
-		}
-	}
+	pcm, done := speechPCM(t, all)
 	if !done {
 		t.Fatal("no speech.audio.done")
 	}
