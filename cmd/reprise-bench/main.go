@@ -48,6 +48,7 @@ type options struct {
 	resumePause   time.Duration
 	replayEvents  int
 	memClients    []int
+	memTransports []string
 	memStreams    int
 	memRuns       int
 	mixStreams    []int
@@ -65,9 +66,10 @@ type options struct {
 	out           io.Writer // the report (nil: standard output)
 
 	// memory child mode (internal)
-	memChild     bool
-	memChildURLs string
-	memChildN    int
+	memChild          bool
+	memChildURLs      string
+	memChildN         int
+	memChildTransport string
 }
 
 func parseOptions(args []string) (options, error) {
@@ -84,6 +86,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.resumePause, "resume-pause", 0, "resume: pause between the drop (once reprise let the reader go) and the reconnect")
 	fs.IntVar(&o.replayEvents, "replay-events", 100_000, "replay: events of the completed stream")
 	mem := fs.String("mem-clients", "", "memory: idle client counts (default 1000,10000; short 1000)")
+	memTransports := fs.String("mem-transports", "sse,websocket", "memory: how the idle clients read: sse, websocket (comma-separated, each measured apart)")
 	fs.IntVar(&o.memStreams, "mem-streams", 4, "memory: slow live streams the idle clients attach to")
 	memRuns := fs.Int("mem-runs", 0, "memory: rounds per client count; the median is reported (default 3, short 1)")
 	mixStreams := fs.String("mix-streams", "", "mix: concurrent stream counts, one mix each (default 200,1000,2000; short 200); the summary's mix figures are the first's")
@@ -101,6 +104,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.memChild, "mem-child", false, "internal: run as the memory phase's client process")
 	fs.StringVar(&o.memChildURLs, "mem-child-urls", "", "internal")
 	fs.IntVar(&o.memChildN, "mem-child-n", 0, "internal")
+	fs.StringVar(&o.memChildTransport, "mem-child-transport", "sse", "internal")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -147,6 +151,15 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.memClients, err = ints(*mem); err != nil {
 		return o, fmt.Errorf("--mem-clients: %w", err)
+	}
+	for t := range strings.SplitSeq(*memTransports, ",") {
+		switch t = strings.TrimSpace(t); t {
+		case "sse", "websocket":
+			o.memTransports = append(o.memTransports, t)
+		case "":
+		default:
+			return o, fmt.Errorf("--mem-transports: unknown transport %q (sse, websocket)", t)
+		}
 	}
 	if *mixStreams == "" {
 		*mixStreams = "200,1000,2000"

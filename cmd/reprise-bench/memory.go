@@ -20,9 +20,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gorilla/websocket"
 )
 
-// memory attaches N idle SSE clients to a few slow live streams and reads
+// memory attaches N idle clients (SSE, then WebSocket) to a few slow live
+// streams and reads
 // this process's VmRSS before and after. The clients run in a child process
 // (this binary with --mem-child), so the RSS delta is reprise's side of the
 // connections only: the socket, net/http's connection state and buffers,
@@ -50,16 +53,27 @@ func (b *bench) memory() error {
 	if err != nil {
 		return err
 	}
+	for _, transport := range b.o.memTransports {
+		if err := b.memClients(exe, locs, transport); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// memClients measures each client count of the memory phase with clients
+// reading over transport (sse or websocket).
+func (b *bench) memClients(exe string, locs []string, transport string) error {
 	for _, n := range b.o.memClients {
 		var rounds []*memResult
 		var err error
 		for range b.o.memRuns {
 			var res *memResult
-			res, err = b.memRound(exe, locs, n)
+			res, err = b.memRound(exe, locs, n, transport)
 			if res != nil && res.reached > 0 {
 				rounds = append(rounds, res)
-				b.progress("memory %d clients: reached %d, %.1f KB RSS per client (heap %.1f KB, stacks %.1f KB, %.2f goroutines) (load %s)",
-					n, res.reached, res.perClientKB, res.heapKB, res.stackKB, res.goroutines, loadAvg())
+				b.progress("memory %d %s clients: reached %d, %.1f KB RSS per client (heap %.1f KB, stacks %.1f KB, %.2f goroutines) (load %s)",
+					n, transport, res.reached, res.perClientKB, res.heapKB, res.stackKB, res.goroutines, loadAvg())
 			}
 			if err != nil || b.ctx.Err() != nil {
 				break
@@ -104,18 +118,18 @@ func (b *bench) steadyReaders() int {
 	return n
 }
 
-func (b *bench) memRound(exe string, locs []string, n int) (*memResult, error) {
+func (b *bench) memRound(exe string, locs []string, n int, transport string) (*memResult, error) {
 	base := b.steadyReaders()
 	settle()
 	var ms0, ms1 runtime.MemStats
 	rss0 := rssKB()
 	runtime.ReadMemStats(&ms0)
 	g0 := runtime.NumGoroutine()
-	b.heapProfile(fmt.Sprintf("memory-%d-before", n))
+	b.heapProfile(fmt.Sprintf("memory-%s-%d-before", transport, n))
 
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "--mem-child", "--mem-child-n", strconv.Itoa(n), "--mem-child-urls", strings.Join(locs, ","))
+	cmd := exec.CommandContext(ctx, exe, "--mem-child", "--mem-child-n", strconv.Itoa(n), "--mem-child-urls", strings.Join(locs, ","), "--mem-child-transport", transport)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -162,7 +176,7 @@ func (b *bench) memRound(exe string, locs []string, n int) (*memResult, error) {
 		stopChild()
 		return nil, ctx.Err()
 	}
-	res := &memResult{n: n}
+	res := &memResult{n: n, transport: transport}
 	var failed int
 	var childRSS int64
 	if _, err := fmt.Sscanf(ready, "ready %d %d %d", &res.reached, &failed, &childRSS); err != nil {
@@ -181,7 +195,7 @@ func (b *bench) memRound(exe string, locs []string, n int) (*memResult, error) {
 	rss1 := rssKB()
 	runtime.ReadMemStats(&ms1)
 	g1 := runtime.NumGoroutine()
-	b.heapProfile(fmt.Sprintf("memory-%d-after", n))
+	b.heapProfile(fmt.Sprintf("memory-%s-%d-after", transport, n))
 	stopChild()
 	// Wait until reprise has let them go (bounded), for the next round.
 	deadline = time.Now().Add(30 * time.Second)
@@ -205,7 +219,7 @@ func (b *bench) memRound(exe string, locs []string, n int) (*memResult, error) {
 }
 
 // memChild is the client process of the memory phase: it attaches n SSE
-// clients round-robin to the given stream URLs, prints
+// (or WebSocket) clients round-robin to the given stream URLs, prints
 // "ready <connected> <failed> <VmRSS kB>", and holds them until its stdin
 // closes.
 func memChild(o options) error {
@@ -221,6 +235,8 @@ func memChild(o options) error {
 		ReadBufferSize:        1 << 10,
 		WriteBufferSize:       1 << 10,
 	}}
+	ws := &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1 << 10, WriteBufferSize: 1 << 10,
+		NetDialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { // the parent closes stdin to end this process
@@ -239,6 +255,33 @@ func memChild(o options) error {
 		}
 		sem <- struct{}{}
 		attached.Add(1)
+		if o.memChildTransport == "websocket" {
+			go func() {
+				conn, resp, err := ws.DialContext(ctx, "ws"+strings.TrimPrefix(urls[i%len(urls)], "http"), nil)
+				<-sem
+				if resp != nil {
+					resp.Body.Close()
+				}
+				if err != nil {
+					if resp != nil {
+						err = fmt.Errorf("%w (status %d)", err, resp.StatusCode)
+					}
+					firstErr.CompareAndSwap(nil, &err)
+					failed.Add(1)
+					attached.Done()
+					return
+				}
+				connected.Add(1)
+				attached.Done()
+				for {
+					if _, _, err := conn.NextReader(); err != nil {
+						break
+					}
+				}
+				conn.Close()
+			}()
+			continue
+		}
 		go func() {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, urls[i%len(urls)], nil)
 			req.Header.Set("Accept", "text/event-stream")

@@ -56,6 +56,7 @@ func (p *pctRuns) add(xs []float64) {
 }
 
 type memResult struct {
+	transport                 string // sse or websocket
 	n, reached, serverReaders int
 	rssBeforeKB, rssAfterKB   int64
 	perClientKB               float64
@@ -129,8 +130,8 @@ func (b *bench) summary() summary {
 		s.resume99 = median(b.res.resumeLive.p99)
 	}
 	s.replay = median(b.res.replay)
-	for _, m := range b.res.mem { // the most clients reached
-		if m.reached >= s.rssN {
+	for _, m := range b.res.mem { // the most SSE clients reached
+		if m.transport == "sse" && m.reached >= s.rssN {
 			s.rss, s.rssN = m.perClientKB, m.reached
 		}
 	}
@@ -242,8 +243,8 @@ func (b *bench) report(w io.Writer) {
 		if m.reached < m.n {
 			reached = fmt.Sprintf(" — only %d reached", m.reached)
 		}
-		fmt.Fprintf(w, "| RSS per idle SSE client, %d clients on %d slow live streams (KB; median of %d)%s | | | %s (heap %s, stacks %s, %.2f goroutines/client) | | ≤ 20 | %s |\n",
-			m.n, o.memStreams, len(m.rounds), reached, f(m.perClientKB, 1), f(m.heapKB, 1), f(m.stackKB, 1), m.goroutines, verdict(m.perClientKB, 20, true))
+		fmt.Fprintf(w, "| RSS per idle %s client, %d clients on %d slow live streams (KB; median of %d)%s | | | %s (heap %s, stacks %s, %.2f goroutines/client) | | ≤ 8 | %s |\n",
+			transportName(m.transport), m.n, o.memStreams, len(m.rounds), reached, f(m.perClientKB, 1), f(m.heapKB, 1), f(m.stackKB, 1), m.goroutines, verdict(m.perClientKB, 8, true))
 	}
 	for _, m := range o.mixStreams {
 		p, rp := r.mix[m][b.pass.name], r.mix[m][b.rep.name]
@@ -284,8 +285,8 @@ func (b *bench) report(w io.Writer) {
 			for _, v := range m.rounds {
 				rs = append(rs, f(v, 1))
 			}
-			fmt.Fprintf(w, "- %d clients: reached %d (reprise counted %d readers); VmRSS %d → %d kB in the median round; KB per client in each round: %s; the client process used %.1f KB per client\n",
-				m.n, m.reached, m.serverReaders, m.rssBeforeKB, m.rssAfterKB, strings.Join(rs, ", "), m.childKB)
+			fmt.Fprintf(w, "- %d %s clients: reached %d (reprise counted %d readers); VmRSS %d → %d kB in the median round; KB per client in each round: %s; the client process used %.1f KB per client\n",
+				m.n, transportName(m.transport), m.reached, m.serverReaders, m.rssBeforeKB, m.rssAfterKB, strings.Join(rs, ", "), m.childKB)
 		}
 	}
 	if r.replayGen > 0 {
@@ -304,6 +305,14 @@ func (b *bench) report(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s rss_per_client_kb=%s mix_added_p50_ms=%s mix_added_p99_ms=%s mix_cpu_ratio=%s\n",
 		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.rss, 1), f(s.mix50, 3), f(s.mix99, 3), f(s.mixCPU, 2))
+}
+
+// transportName is how the report names a memory phase's transport.
+func transportName(t string) string {
+	if t == "websocket" {
+		return "WebSocket"
+	}
+	return "SSE (HTTP/1)"
 }
 
 func failed(n int) string {

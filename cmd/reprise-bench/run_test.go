@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,5 +42,27 @@ func TestPhasesMeasure(t *testing.T) {
 		if !strings.Contains(out.String(), m) {
 			t.Errorf("the report has no %q rows", m)
 		}
+	}
+}
+
+// TestOptionsTransportsAndMixes: the memory phase measures each transport
+// asked for, the mix each stream count, and a name it does not know is an
+// error, not a phase that silently measures less.
+func TestOptionsTransportsAndMixes(t *testing.T) {
+	o, err := parseOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.memTransports, []string{"sse", "websocket"}) || !slices.Equal(o.mixStreams, []int{200, 1000, 2000}) {
+		t.Errorf("defaults: transports %v, mixes %v; want [sse websocket], [200 1000 2000]", o.memTransports, o.mixStreams)
+	}
+	if o, err = parseOptions([]string{"-short"}); err != nil || !slices.Equal(o.mixStreams, []int{200}) {
+		t.Errorf("-short: mixes %v, %v; want [200]", o.mixStreams, err)
+	}
+	if o, err = parseOptions([]string{"-mem-transports", "websocket"}); err != nil || !slices.Equal(o.memTransports, []string{"websocket"}) {
+		t.Errorf("-mem-transports websocket: %v, %v", o.memTransports, err)
+	}
+	if _, err := parseOptions([]string{"-mem-transports", "sse,h3"}); err == nil || !strings.Contains(err.Error(), `"h3"`) {
+		t.Errorf("-mem-transports sse,h3: %v; want an error naming h3", err)
 	}
 }
