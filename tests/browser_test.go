@@ -272,19 +272,9 @@ func TestBrowserDemo(t *testing.T) {
 			if want != 30*mockllm.ChunkBytes {
 				p.fail(t, "the upstream generated %d bytes, want %d", want, 30*mockllm.ChunkBytes)
 			}
-			p.expectText(t, "sp-played", formatThousands(want))
-			p.expectText(t, "sp-generated", formatThousands(want))
-			drops := evaluate[int](t, p, `window.reprise.speech.session.drops`)
-			if drops < 2 {
-				p.fail(t, "%d drops, want at least 2", drops)
-			}
 			// The same bytes in the same order, no chunk twice: the page's
 			// running hash of what it played, and its chunk offsets.
-			h := fnv.New32a()
-			h.Write([]byte(gen.Content))
-			if got, want := evaluate[string](t, p, `window.reprise.speech.hash.hex()`), fmt.Sprintf("%08x", h.Sum32()); got != want {
-				p.fail(t, "hash of the played audio %s, want %s (the upstream's)", got, want)
-			}
+			drops := p.checkPlayed(t, gen.Content)
 			if !evaluate[bool](t, p, `window.reprise.speech.chunks.every(([off, n], i, a) => n === 2400 && off === (i === 0 ? 0 : a[i-1][0] + a[i-1][1]))`) {
 				p.fail(t, "the played chunks are not contiguous 2400-byte chunks")
 			}
@@ -313,17 +303,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "sp-conn", "done")
 		gen := ledgerIs1(t, input)
 		want := len(gen.Content)
-		p.expectText(t, "sp-played", formatThousands(want))
-		p.expectText(t, "sp-generated", formatThousands(want))
-		drops := evaluate[int](t, p, `window.reprise.speech.session.drops`)
-		if drops < 2 {
-			p.fail(t, "%d drops, want at least 2", drops)
-		}
-		h := fnv.New32a()
-		h.Write([]byte(gen.Content))
-		if got, want := evaluate[string](t, p, `window.reprise.speech.hash.hex()`), fmt.Sprintf("%08x", h.Sum32()); got != want {
-			p.fail(t, "hash of the played audio %s, want %s (the upstream's)", got, want)
-		}
+		drops := p.checkPlayed(t, gen.Content)
 		if !evaluate[bool](t, p, `window.reprise.speech.chunks.every(([off, n], i, a) => off === (i === 0 ? 0 : a[i-1][0] + a[i-1][1]))`) {
 			p.fail(t, "the played chunks are not contiguous")
 		}
@@ -524,4 +504,23 @@ func (p *demoPage) waitJS(t *testing.T, predicate string, d time.Duration) {
 func (p *demoPage) waitText(t *testing.T, id, want string, d time.Duration) {
 	t.Helper()
 	p.waitJS(t, fmt.Sprintf(`document.getElementById(%q).textContent === %q`, id, want), d)
+}
+
+// checkPlayed checks the speech pane against the audio the upstream
+// generated: bytes played and generated shown, at least two drops, and the
+// hash of what it played; it returns the drops.
+func (p *demoPage) checkPlayed(t *testing.T, generated string) int {
+	t.Helper()
+	p.expectText(t, "sp-played", formatThousands(len(generated)))
+	p.expectText(t, "sp-generated", formatThousands(len(generated)))
+	drops := evaluate[int](t, p, `window.reprise.speech.session.drops`)
+	if drops < 2 {
+		p.fail(t, "%d drops, want at least 2", drops)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(generated))
+	if got, want := evaluate[string](t, p, `window.reprise.speech.hash.hex()`), fmt.Sprintf("%08x", h.Sum32()); got != want {
+		p.fail(t, "hash of the played audio %s, want %s (the upstream's)", got, want)
+	}
+	return drops
 }

@@ -48,12 +48,21 @@ func checkOnce(t *testing.T, e *env, prompt string, link *dropLink) {
 	}
 }
 
-func TestRoundTripperOpenAIChat(t *testing.T) {
-	t.Parallel()
+// openaiThroughDrops is reprise behind a link that cuts each stream
+// clientDrops times, and an openai-go client reaching it through the link
+// with the round tripper (no SDK retries).
+func openaiThroughDrops(t *testing.T) (*env, *dropLink, openai.Client) {
+	t.Helper()
 	e := newClientEnv(t)
 	link := newDropLink(t, e.addr, clientCutBytes, clientDrops)
 	client := openai.NewClient(option.WithBaseURL(link.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
 		option.WithHTTPClient(&http.Client{Transport: &roundtrip.Transport{}}))
+	return e, link, client
+}
+
+func TestRoundTripperOpenAIChat(t *testing.T) {
+	t.Parallel()
+	e, link, client := openaiThroughDrops(t)
 	prompt := uniquePrompt(t, "[tokens=60]")
 	s := client.Chat.Completions.NewStreaming(waitCtx(t, 30*time.Second), openai.ChatCompletionNewParams{
 		Model: "mock-1", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
@@ -80,10 +89,7 @@ func TestRoundTripperOpenAIChat(t *testing.T) {
 
 func TestRoundTripperOpenAIResponses(t *testing.T) {
 	t.Parallel()
-	e := newClientEnv(t)
-	link := newDropLink(t, e.addr, clientCutBytes, clientDrops)
-	client := openai.NewClient(option.WithBaseURL(link.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
-		option.WithHTTPClient(&http.Client{Transport: &roundtrip.Transport{}}))
+	e, link, client := openaiThroughDrops(t)
 	prompt := uniquePrompt(t, "[tokens=60]")
 	s := client.Responses.NewStreaming(waitCtx(t, 30*time.Second), responses.ResponseNewParams{
 		Model: "mock-1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(prompt)},
