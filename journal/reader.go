@@ -130,6 +130,11 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 	}
 }
 
+// Buffered reports whether the reader holds events it has read but not
+// returned. Once Next has returned an event, Next then returns at once
+// (offsets are contiguous from there: nothing held is skipped).
+func (r *Reader) Buffered() bool { return len(r.buf) > 0 || len(r.more) > 0 }
+
 // fromStart drops a wrong hint: the generation is read from its first event.
 func (r *Reader) fromStart() {
 	r.buf, r.more = nil, nil

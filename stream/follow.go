@@ -159,28 +159,31 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 				return ctx.Err()
 			}
 		}
-		switch {
-		case !ok:
+		if !ok {
 			return ctx.Err()
-		case r.err != nil:
-			return readFailed(ctx, out, ref, shape, after, r.err)
-		case r.ev.IsEnd():
-			return out.flush()
 		}
-		lost = nil
-		if err := out.send(eventID(ref, r.ev), r.ev); err != nil {
-			return err
-		}
-		after = r.ev.Offset
-		sent++
-		unflushed = true
-		// The first event goes out at once (resume latency); a backlog is
-		// flushed in batches, and whatever is left when the reader idles.
-		if sent == 1 || sent%flushEvery == 0 {
-			if err := out.flush(); err != nil {
+		for _, ev := range r.evs {
+			if ev.IsEnd() {
+				return out.flush()
+			}
+			lost = nil
+			if err := out.send(eventID(ref, ev), ev); err != nil {
 				return err
 			}
-			unflushed = false
+			after = ev.Offset
+			sent++
+			unflushed = true
+			// The first event goes out at once (resume latency); a backlog is
+			// flushed in batches, and whatever is left when the reader idles.
+			if sent == 1 || sent%flushEvery == 0 {
+				if err := out.flush(); err != nil {
+					return err
+				}
+				unflushed = false
+			}
+		}
+		if r.err != nil {
+			return readFailed(ctx, out, ref, shape, after, r.err)
 		}
 	}
 }
@@ -242,31 +245,51 @@ func (s *Server) stalled(ctx context.Context, ref journal.Ref, after uint64) (bo
 	return err == nil && last.Offset > after, err
 }
 
-// journalRead is one result of the reading goroutine.
+// journalRead is one result of the reading goroutine: the events read
+// without waiting (at most flushEvery), then the error that ended the
+// reading, if any.
 type journalRead struct {
-	ev  journal.Event
+	evs []journal.Event
 	err error
 }
 
 // feed reads rd in a goroutine of its own, so that the connection's
 // goroutine selects over events, the idle tick and the client: a slow
-// journal read is never cut by the tick. The channel closes after the end
-// marker or an error; stop ends the reading and closes rd.
+// journal read is never cut by the tick. Events the reader holds already
+// travel together (a backlog costs one channel send per batch, not per
+// event); a batch never waits for an event not yet read. The channel
+// closes after the end marker or an error; stop ends the reading and
+// closes rd.
 func feed(ctx context.Context, rd *journal.Reader) (events <-chan journalRead, stop func()) {
 	rctx, cancel := context.WithCancel(ctx)
-	ch := make(chan journalRead, flushEvery)
+	ch := make(chan journalRead, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer close(ch)
-		for {
-			ev, err := rd.Next(rctx)
+		// Three batches in turn: with one in the channel and one being
+		// written to the client, the third is free.
+		var bufs [3][]journal.Event
+		for i := 0; ; i = (i + 1) % len(bufs) {
+			r := journalRead{evs: bufs[i][:0]}
+			for {
+				ev, err := rd.Next(rctx)
+				if err != nil {
+					r.err = err
+					break
+				}
+				r.evs = append(r.evs, ev)
+				if ev.IsEnd() || len(r.evs) == flushEvery || !rd.Buffered() {
+					break
+				}
+			}
+			bufs[i] = r.evs
 			select {
-			case ch <- journalRead{ev, err}:
+			case ch <- r:
 			case <-rctx.Done():
 				return
 			}
-			if err != nil || ev.IsEnd() {
+			if r.err != nil || r.evs[len(r.evs)-1].IsEnd() {
 				return
 			}
 		}

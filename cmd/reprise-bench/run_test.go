@@ -32,7 +32,7 @@ func TestPhasesMeasure(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	last := lines[len(lines)-1]
-	for _, name := range []string{"throughput_ratio", "ttft_overhead_p50_ms", "resume_p99_ms", "replay_events_per_s",
+	for _, name := range []string{"throughput_ratio", "ttft_overhead_p50_ms", "resume_p99_ms", "replay_events_per_s", "replay_post_events_per_s",
 		"mix_added_p50_ms", "mix_added_p99_ms", "mix_cpu_ratio"} {
 		if !regexp.MustCompile(`\b` + name + `=-?[0-9]`).MatchString(last) {
 			t.Errorf("the summary has no figure for %s: %s", name, last)
