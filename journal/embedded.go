@@ -114,7 +114,7 @@ func startServer(cfg EmbeddedConfig) (*server.Server, error) {
 
 // Connect opens a client connection to the embedded server.
 func (e *Embedded) Connect(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.InProcessServer(e.Server)}
+	opts := append([]nats.Option{nats.Name(name), nats.InProcessServer(e.Server)}, ConnectOptions()...)
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("journal: connect embedded: %w", err)

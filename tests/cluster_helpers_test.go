@@ -107,7 +107,7 @@ func startInstance(tb testing.TB, name string, urls []string, upstream string, o
 		o.replicas = 3
 	}
 	nc, err := nats.Connect(strings.Join(urls, ","), nats.Name(name), nats.DontRandomize(),
-		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.Timeout(2*time.Second))
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.Timeout(2*time.Second), journal.ConnectOptions()[0])
 	if err != nil {
 		tb.Fatalf("%s: nats: %v", name, err)
 	}

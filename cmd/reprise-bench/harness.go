@@ -117,7 +117,7 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 		return nil, err
 	}
 	if cfg.natsTCP {
-		s.nc, err = nats.Connect(s.emb.Server.ClientURL(), nats.Name("reprise-bench"))
+		s.nc, err = nats.Connect(s.emb.Server.ClientURL(), append([]nats.Option{nats.Name("reprise-bench")}, journal.ConnectOptions()...)...)
 	} else {
 		s.nc, err = s.emb.Connect("reprise-bench")
 	}

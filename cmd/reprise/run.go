@@ -150,7 +150,7 @@ func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
 		// bounded: a cluster that cannot be reached is an error at start,
 		// not a proxy that waits for it without a word. Once connected,
 		// the client reconnects for ever.
-		opts := []nats.Option{nats.Name("reprise"), nats.MaxReconnects(-1), nats.Timeout(natsDialTimeout)}
+		opts := append([]nats.Option{nats.Name("reprise"), nats.MaxReconnects(-1), nats.Timeout(natsDialTimeout)}, journal.ConnectOptions()...)
 		if cfg.natsCreds != "" {
 			opts = append(opts, nats.UserCredentials(cfg.natsCreds))
 		}
