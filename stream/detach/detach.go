@@ -165,7 +165,7 @@ const maxTalk = 8 << 10
 // closed here, or the client sent more than maxTalk; then it calls gone.
 func (c *Conn) watch(gone func()) {
 	defer close(c.left)
-	var b [512]byte
+	var b [16]byte // it escapes (an interface's Read): a reader holds it while idle
 	for talked := 0; talked <= maxTalk; {
 		n, err := c.conn.Read(b[:])
 		if err != nil {
