@@ -59,7 +59,19 @@ type Config struct {
 	// OnAppend, when set, is told how long each stored message took to
 	// append (its retries included). It must not block. Default: none.
 	OnAppend func(time.Duration)
+	// Linger is how long a Writer may hold events already shown (Writer.
+	// AppendShown) for more to share their message: a live stream's
+	// tokens, tens of milliseconds apart, then cost one publish for
+	// several. Nothing waits on it that a reader is waiting for: an event
+	// shown only once stored (Append, End) is sent at once, with whatever
+	// lingers before it. Readers on other instances see lingering events
+	// up to Linger later. Default DefaultLinger; negative: none.
+	Linger time.Duration
 }
+
+// DefaultLinger is Config.Linger's default: about two tokens of a
+// 50-token/s stream.
+const DefaultLinger = 40 * time.Millisecond
 
 func (c *Config) fill() error {
 	if c.Stream == "" {
@@ -76,6 +88,12 @@ func (c *Config) fill() error {
 	}
 	if c.AppendTimeout == 0 {
 		c.AppendTimeout = DefaultAppendTimeout
+	}
+	switch {
+	case c.Linger == 0:
+		c.Linger = DefaultLinger
+	case c.Linger < 0:
+		c.Linger = 0
 	}
 	if c.TTL < time.Second {
 		return fmt.Errorf("%w: ttl %s below 1s", ErrInvalidOption, c.TTL)

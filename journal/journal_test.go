@@ -1262,3 +1262,71 @@ func TestProgress(t *testing.T) {
 		t.Fatalf("Progress after the end = %+v, %v; want 3 events, ended", p, err)
 	}
 }
+
+// TestWriterLingers: events shown before they are stored (AppendShown), a
+// few milliseconds apart like a live stream's tokens, share messages while
+// they linger; an event a caller waits to see stored (Append) goes at once,
+// with what lingers before it; without a linger each goes on its own.
+func TestWriterLingers(t *testing.T) {
+	const n = 20
+	for _, c := range []struct {
+		name    string
+		linger  time.Duration
+		maxMsgs uint64 // messages for the n shown events, the fence's included
+	}{
+		{"linger", 500 * time.Millisecond, 3},
+		{"none", -1, n},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nc := connect(t, startServer(t, t.TempDir()))
+			j := openJournal(t, nc, journal.Config{Memory: true, Linger: c.linger})
+			ctx := waitCtx(t, waitTimeout)
+			ref := journal.Ref{ID: "linger", Gen: 1}
+			stored := make(chan journal.Event, n+2)
+			w := j.NewWriter(ref, func(ev journal.Event) { stored <- ev })
+			var shown int
+			for range n {
+				if err := w.AppendShown(ctx, "", []byte("tok"), func(journal.Event) { shown++ }); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			if c.linger < 0 {
+				// Each is sent as soon as the one before it is stored: wait
+				// for them, so none shares a message by coming during a send.
+				for range n {
+					<-stored
+				}
+			}
+			msgs := storedCount(t, nc, ref)
+			if shown != n-1 { // the fence is shown once stored
+				t.Fatalf("shown %d events at once, want %d", shown, n-1)
+			}
+			// An urgent event does not wait for the linger, nor do those before it.
+			t0 := time.Now()
+			if err := w.Append(ctx, "", []byte("[DONE]")); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				ev := <-stored
+				if ev.Offset == n+1 {
+					break
+				}
+			}
+			if d := time.Since(t0); c.linger > 0 && d >= c.linger {
+				t.Fatalf("the urgent event was stored %s after its append: it lingered", d)
+			}
+			if err := w.End(ctx, journal.EndCompleted); err != nil {
+				t.Fatal(err)
+			}
+			checkNoRepeats(t, nc, ref)
+			if c.linger > 0 && msgs > c.maxMsgs {
+				t.Fatalf("%d messages stored for %d lingering events before the urgent one, want at most %d", msgs, n, c.maxMsgs)
+			}
+			if c.linger < 0 && msgs != n {
+				t.Fatalf("%d messages for %d events without a linger, want one each", msgs, n)
+			}
+			t.Logf("%d events shown before they were stored: %d messages", n, msgs)
+		})
+	}
+}

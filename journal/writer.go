@@ -69,6 +69,12 @@ type Writer struct {
 	stored uint64 // offset of the last stored event
 	seq    uint64 // sequence of the message that stored it: the next events' seek hint
 	err    error
+	// since is when the oldest queued event was queued, urgent the offset
+	// of the last queued event a caller waits to see stored (Append, End):
+	// lingering events wait for Config.Linger from since unless urgent is
+	// past stored.
+	since  time.Time
+	urgent uint64
 }
 
 // NewWriter starts a writer for ref. Call End or Abort to stop it.
@@ -191,6 +197,11 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 			ev.Seq = w.seq // the seek hint: the last message stored
 			if show != nil {
 				show(ev)
+			} else {
+				w.urgent = ev.Offset
+			}
+			if len(w.queue) == 0 {
+				w.since = time.Now()
 			}
 			w.queue = append(w.queue, ev)
 			w.qbytes += ev.Size()
@@ -233,8 +244,23 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 // stored or the writer fails.
 func (w *Writer) flush() {
 	defer close(w.done)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
 	for {
 		w.mu.Lock()
+		if wait := w.lingering(); wait > 0 {
+			w.mu.Unlock()
+			linger.Reset(wait)
+			select {
+			case <-linger.C:
+			case <-w.wake: // more to send, maybe urgent: look again
+				linger.Stop()
+			case <-w.ctx.Done():
+				return
+			}
+			continue
+		}
 		batch := w.take()
 		ended, stored := w.ended, w.stored
 		w.mu.Unlock()
@@ -249,6 +275,7 @@ func (w *Writer) flush() {
 				return
 			}
 		}
+		sent := time.Now()
 		seq, err := w.send(w.ctx, batch, w.lastSeq)
 		if err != nil {
 			w.fail(err)
@@ -263,10 +290,24 @@ func (w *Writer) flush() {
 		for _, ev := range batch {
 			w.qbytes -= ev.Size()
 		}
+		w.since = sent // what is left came during the send: it has waited since then at most
 		w.stored, w.seq = batch[len(batch)-1].Offset, seq
 		w.mu.Unlock()
 		signal(w.room)
 	}
+}
+
+// lingering is how much longer the queue may wait for more events to share
+// its message (Config.Linger): 0 once any of them is urgent, or the queue
+// has been waiting that long, or fills half a message or half the window.
+// The caller holds w.mu.
+func (w *Writer) lingering() time.Duration {
+	linger := w.j.cfg.Linger
+	if linger <= 0 || len(w.queue) == 0 || w.urgent > w.stored ||
+		len(w.queue) >= DefaultWindow/2 || w.qbytes >= min(windowBytes, w.j.maxFrame)/2 {
+		return 0
+	}
+	return time.Until(w.since.Add(linger))
 }
 
 // take copies the queue's head that fits one message: events of one seek

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -45,6 +46,8 @@ type stackConfig struct {
 	// memoryStorage journals in JetStream memory storage instead of files:
 	// an experiment.
 	memoryStorage bool
+	// linger is the journal's Config.Linger (0: none).
+	linger time.Duration
 }
 
 // stack is everything under test, in this process: the fake upstream, a
@@ -134,8 +137,8 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	defer cancel()
 	s.rep, err = proxy.New(ctx, proxy.Config{
 		NATS:     s.nc,
-		Journal:  journal.Config{Memory: cfg.memoryStorage}, // default: file storage, 24 h TTL, 1 replica
-		Owner:    "bench-" + resume.NewKey()[3:11],          // default lease
+		Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1)}, // file storage by default, 24 h TTL, 1 replica
+		Owner:    "bench-" + resume.NewKey()[3:11],                                          // default lease
 		Upstream: upURL,
 		Policy:   classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
 		HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReadersPerKey},
@@ -198,6 +201,20 @@ func (s *stack) deleteConsumers(ctx context.Context) (int, error) {
 		}
 	}
 	return len(names), nil
+}
+
+// journalMessages is how many messages the journal's stream has stored
+// since it was created (its last sequence).
+func (s *stack) journalMessages(ctx context.Context) (uint64, error) {
+	st, err := s.js.Stream(ctx, journal.DefaultStream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
 }
 
 // close stops reprise (failing generations still running after a short

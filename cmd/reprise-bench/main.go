@@ -32,6 +32,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/reprise-dev/reprise/journal"
 )
 
 var phases = []string{"memory", "throughput", "ttft", "resume", "replay", "mix"}
@@ -63,6 +65,7 @@ type options struct {
 	logLevel      string
 	natsTCP       bool
 	memStorage    bool
+	linger        time.Duration
 	out           io.Writer // the report (nil: standard output)
 
 	// memory child mode (internal)
@@ -100,6 +103,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.verbose, "v", false, "progress on stderr (and reprise's log from warnings up)")
 	fs.StringVar(&o.logLevel, "log-level", "", "reprise's log level on stderr: debug, info, warn, error (default error; warn with -v)")
 	fs.BoolVar(&o.memStorage, "journal-memory", false, "experiment: JetStream memory storage instead of file storage")
+	fs.DurationVar(&o.linger, "journal-linger", journal.DefaultLinger, "experiment: reprise's --journal-linger (0: none)")
 	fs.BoolVar(&o.natsTCP, "nats-tcp", false, "experiment: connect reprise to the embedded JetStream over loopback TCP instead of in-process, as cmd/reprise does")
 	fs.BoolVar(&o.memChild, "mem-child", false, "internal: run as the memory phase's client process")
 	fs.StringVar(&o.memChildURLs, "mem-child-urls", "", "internal")
@@ -272,7 +276,7 @@ func run(o options) error {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReadersPerKey: 1 << 20, natsTCP: o.natsTCP, memoryStorage: o.memStorage}, log)
+	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReadersPerKey: 1 << 20, natsTCP: o.natsTCP, memoryStorage: o.memStorage, linger: o.linger}, log)
 	if err != nil {
 		return err
 	}

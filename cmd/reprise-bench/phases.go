@@ -514,6 +514,7 @@ func (b *bench) mixRun(t target, m, r, tokens int, delay time.Duration) (*mixRes
 	kinds := map[string]int{} // why streams failed
 	var wg sync.WaitGroup
 	limit := b.o.mixDuration*2 + time.Minute
+	msgs0, _ := b.st.journalMessages(b.ctx)
 	gc0, gcCPU0 := gcStats()
 	cpu0, t0 := cpuTime(), time.Now()
 	for i := range m {
@@ -565,6 +566,9 @@ func (b *bench) mixRun(t target, m, r, tokens int, delay time.Duration) (*mixRes
 	res.gcCycles, res.gcCPU = gc1-gc0, gcCPU1-gcCPU0
 	if err := b.ctx.Err(); err != nil {
 		return nil, err
+	}
+	if msgs1, err := b.st.journalMessages(b.ctx); err == nil && t.name == b.rep.name {
+		res.journalMsgs = int(msgs1 - msgs0)
 	}
 	for kind, n := range kinds {
 		b.res.notes = append(b.res.notes, fmt.Sprintf("mix %d %s run %d: %d streams failed: %s", m, t.name, r+1, n, kind))

@@ -69,6 +69,7 @@ type memResult struct {
 
 type mixResult struct {
 	streams, events, errs int
+	journalMsgs           int // messages reprise stored meanwhile (its records' not counted)
 	wall, cpu             time.Duration
 	gcCycles              uint64
 	gcCPU                 time.Duration
@@ -95,6 +96,7 @@ func (m *mixResult) merge(o *mixResult) {
 	m.streams += o.streams
 	m.events += o.events
 	m.errs += o.errs
+	m.journalMsgs += o.journalMsgs
 	m.wall += o.wall
 	m.cpu += o.cpu
 	m.gcCycles += o.gcCycles
@@ -276,6 +278,9 @@ func (b *bench) report(w io.Writer) {
 			f(perEvent(p), 1), p.cpu.Seconds()/p.wall.Seconds(), f(perEvent(rp), 1), rp.cpu.Seconds()/rp.wall.Seconds(), f(cpu, 2), tcpu, metCPU)
 		fmt.Fprintf(w, "| %s: GC cycles (GC CPU s) | | %d (%.1f) | %d (%.1f) | | | |\n", title, p.gcCycles, p.gcCPU.Seconds(), rp.gcCycles, rp.gcCPU.Seconds())
 		fmt.Fprintf(w, "| %s: events received (failed streams) | | %d (%d) | %d (%d) | | | |\n", title, p.events, p.errs, rp.events, rp.errs)
+		if rp.events > 0 {
+			fmt.Fprintf(w, "| %s: journal messages per event received (--journal-linger %s) | | | %s | | | |\n", title, o.linger, f(float64(rp.journalMsgs)/float64(rp.events), 2))
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Load average (1, 5, 15 min) before → after each phase:")

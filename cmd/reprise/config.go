@@ -95,6 +95,7 @@ func newFlagSet(c *config, level *string, file *string) *flags {
 	fs.in(groupStorage).DurationVar(&p.Lease, "lease", resume.DefaultLease, "owner lease of a running generation; a dead owner's generation fails after it")
 	fs.in(groupStorage).DurationVar(&p.Journal.AppendTimeout, "journal-timeout", journal.DefaultAppendTimeout, "how long a generation keeps trying to journal its events through NATS reconnects and leader elections before it fails")
 	fs.in(groupStorage).IntVar(&p.Journal.Replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
+	fs.in(groupStorage).DurationVar(&p.Journal.Linger, "journal-linger", journal.DefaultLinger, "how long events already shown to the owner's readers may wait to share one journal message (fewer publishes per live token); other instances' readers see them up to that much later; 0: none")
 	fs.in(groupLimits).Int64Var(&p.HTTP.MaxBody, "max-body", stream.DefaultMaxBody, "request body limit in bytes (413 above)")
 	fs.in(groupLimits).IntVar(&p.Limits.MaxEventSize, "max-event-size", engine.DefaultMaxEventSize, "one upstream SSE event at most as sent, all its lines, bytes (larger: the generation fails); must fit one NATS message (max_payload less 4 KiB)")
 	fs.in(groupLimits).IntVar(&p.Limits.MaxStreamEvents, "max-stream-events", engine.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
@@ -182,6 +183,8 @@ func (c *config) validate(level string) error {
 	switch {
 	case p.Journal.TTL < p.MinTTL():
 		return fmt.Errorf("--ttl %s: must be at least %s (1m, and --max-generation plus --lease: a running generation's first events must not expire)", p.Journal.TTL, p.MinTTL())
+	case p.Journal.Linger < 0 || p.Journal.Linger > time.Second:
+		return fmt.Errorf("--journal-linger %s: 0 (none) up to 1s", p.Journal.Linger)
 	case p.Journal.AppendTimeout < time.Second:
 		return fmt.Errorf("--journal-timeout %s: must be at least 1s", p.Journal.AppendTimeout)
 	case p.Lease < 100*time.Millisecond:
@@ -212,6 +215,9 @@ func (c *config) validate(level string) error {
 	}
 	if p.HTTP.SDKRetryWindow == 0 {
 		p.HTTP.SDKRetryWindow = -1 // --sdk-retry-window 0 turns SDK retry absorption off
+	}
+	if p.Journal.Linger == 0 {
+		p.Journal.Linger = -1 // --journal-linger 0: none
 	}
 	p.Policy.RetryAmbiguous = p.UpstreamIdempotency
 	if _, err := classify.New(p.Policy, engine.DefaultClient(time.Second, time.Second)); err != nil {

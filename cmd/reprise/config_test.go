@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reprise-dev/reprise/journal"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -43,6 +45,9 @@ func TestParseConfig(t *testing.T) {
 		{"cancel-unread set", []string{"--cancel-unread", "5m"}, nil, func(c config) bool { return c.p.Limits.CancelUnread == 5*time.Minute }, false},
 		{"cancel-unread too short", []string{"--cancel-unread", "10ms"}, nil, nil, true},
 		{"journal timeout too short", []string{"--journal-timeout", "10ms"}, nil, nil, true},
+		{"journal linger default", nil, nil, func(c config) bool { return c.p.Journal.Linger == journal.DefaultLinger }, false},
+		{"journal linger off", []string{"--journal-linger", "0"}, nil, func(c config) bool { return c.p.Journal.Linger < 0 }, false},
+		{"journal linger too long", []string{"--journal-linger", "2s"}, nil, nil, true},
 		{"journal timeout from env", nil, map[string]string{"REPRISE_JOURNAL_TIMEOUT": "45s"}, func(c config) bool { return c.p.Journal.AppendTimeout == 45*time.Second }, false},
 		{"tenant generations follow the upstream concurrency", []string{"--upstream-concurrency", "900"}, nil, func(c config) bool { return c.p.Limits.MaxTenantGenerations == 900 }, false},
 		{"tenant generations default", nil, nil, func(c config) bool { return c.p.Limits.MaxTenantGenerations == 512 }, false},
