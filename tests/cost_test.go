@@ -18,12 +18,20 @@ const (
 	costCompletion = 2
 )
 
-func withPrices(tb testing.TB, guard ...cost.GuardConfig) envOption {
+// testPrices is the price table of costPrompt and costCompletion for every
+// mock model.
+func testPrices(tb testing.TB) *cost.Table {
 	tb.Helper()
 	tab, err := cost.New(map[string]cost.Price{"mock-*": {InputPer1M: costPrompt * 1e6, OutputPer1M: costCompletion * 1e6}})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return tab
+}
+
+func withPrices(tb testing.TB, guard ...cost.GuardConfig) envOption {
+	tb.Helper()
+	tab := testPrices(tb)
 	return withConfig(func(c *proxy.Config) {
 		c.Prices = tab
 		c.Policy.BaseDelay, c.Policy.MaxDelay = time.Millisecond, time.Millisecond

@@ -116,12 +116,51 @@ func (p *pump) attemptUsage(res resume.Result) {
 	if !logged || p.last == nil || res.Usage == nil && res.Cost == nil {
 		return
 	}
-	rec := *p.last
+	p.logAttempt(l, withUsage(*p.last, res))
+}
+
+// withUsage is rec with the usage and cost of res.
+func withUsage(rec Attempt, res resume.Result) Attempt {
 	if u := res.Usage; u != nil {
 		rec.PromptTokens, rec.CompletionTokens = &u.PromptTokens, &u.CompletionTokens
 	}
 	rec.Cost = res.Cost
-	p.logAttempt(l, rec)
+	return rec
+}
+
+// attemptUsageOf does for generation gen of id what attemptUsage does, on
+// an instance that did not run it (its result was salvaged): it logs the
+// generation's last attempt, as the attempt log has it, again with res's
+// usage and cost.
+func (e *Engine) attemptUsageOf(ctx context.Context, id string, gen uint64, res resume.Result) {
+	l, logged := e.cfg.Journal.(AttemptLog)
+	if !logged || res.Usage == nil && res.Cost == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	records, err := l.Attempts(ctx, id)
+	if err != nil {
+		e.cfg.Logger.Warn("attempt log: a salvaged generation's usage not logged", "key_id", id, "err", err)
+		return
+	}
+	var last *Attempt
+	for _, b := range MergeAttempts(records) {
+		var a Attempt
+		if json.Unmarshal(b, &a) == nil && a.Generation == gen {
+			last = &a
+		}
+	}
+	if last == nil {
+		return
+	}
+	b, err := json.Marshal(withUsage(*last, res))
+	if err == nil {
+		err = l.LogAttempt(id, b)
+	}
+	if err != nil {
+		e.cfg.Logger.Warn("attempt log: record lost", "key_id", id, "err", err)
+	}
 }
 
 // MergeAttempts returns an attempt log's records (JSON, oldest first) with

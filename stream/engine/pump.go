@@ -370,7 +370,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	defer idle.Stop()
 	lim := upstreamLimits{maxEvent: p.e.cfg.Limits.MaxEventSize, maxEvents: p.e.cfg.Limits.MaxStreamEvents, maxBytes: p.e.cfg.Limits.MaxStreamBytes}
 	named, first := false, true
-	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection) error {
+	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection, usage *resume.Usage) error {
 		// The upstream is idle only while it is read: time spent journaling
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()
@@ -386,6 +386,9 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 		}
 		if in.UsageOnly && p.hideUsage {
 			return nil // the record keeps it; no client asked
+		}
+		if in.Terminal && usage != nil {
+			p.keepUsage(ctx, *usage)
 		}
 		if !in.Terminal && !p.resumable() {
 			// Shown to this instance's readers before it is stored; the
@@ -403,6 +406,23 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
+}
+
+// keepUsageTimeout bounds keepUsage's record write.
+const keepUsageTimeout = 5 * time.Second
+
+// keepUsage stores the usage in the record before the terminal event is
+// stored (resume.Lease.KeepUsage): should this instance die before it
+// records the result, the instance that salvages the generation bills it.
+// One record write per streamed generation that reports usage, off the
+// per-event path. A failure costs only that (the terminal event is stored
+// all the same): a generation salvaged then is billed nothing.
+func (p *pump) keepUsage(ctx context.Context, u resume.Usage) {
+	ctx, cancel := context.WithTimeout(ctx, keepUsageTimeout)
+	defer cancel()
+	if err := p.g.Lease.KeepUsage(ctx, u); err != nil && !errors.Is(err, resume.ErrFenced) {
+		p.log.Warn("keeping the usage in the record failed", "gen", p.g.Ref.Gen, "err", err)
+	}
 }
 
 // preview shows an event handed to the journal to this instance's readers.

@@ -192,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	rm, err := resume.New(resume.Config{Store: j, Owner: owner(cfg.Owner), Lease: cfg.Lease, Salvage: engine.Salvage(j), Kept: engine.Kept(j)})
+	rm, err := resume.New(resume.Config{Store: j, Owner: owner(cfg.Owner), Lease: cfg.Lease, Kept: engine.Kept(j)})
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +252,8 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	rm.SetAdopter(eng) // a generation whose owner died is continued here when its upstream still runs it
+	rm.SetAdopter(eng)  // a generation whose owner died is continued here when its upstream still runs it
+	rm.SetSalvager(eng) // else completed when its journal holds its result, and billed here
 	if cfg.Limits.CancelUnread > 0 {
 		cfg.HTTP.ReadingSignal = cfg.Limits.CancelUnread / 4
 	}
