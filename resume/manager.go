@@ -192,6 +192,10 @@ type Request struct {
 	// written by versions before Fingerprint.
 	BytesFingerprint string
 	Stream           bool
+	// Tenant is the caller's tenant id: the record keeps its TenantHash,
+	// so that an instance that adopts the generation logs it as its owner
+	// did.
+	Tenant string
 	// Model is the model the request names ("" if none): the record keeps
 	// it from the start, so that a generation salvaged or adopted after its
 	// owner died is priced.
@@ -286,7 +290,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.Owner = m.cfg.Owner
 		rec.LeaseUntil = now.Add(m.cfg.Lease)
 		rec.Events, rec.Status, rec.ContentType, rec.Error, rec.Usage, rec.Upstream = 0, 0, "", "", nil, ""
-		rec.Model, rec.Cost, rec.Attached = req.Model, nil, 0
+		rec.Model, rec.Cost, rec.Attached, rec.Tenant = req.Model, nil, 0, TenantHash(req.Tenant)
 		rec.Stream = req.Stream
 		rec.UpdatedAt = now
 		rec.Attempt = newAttempt()
@@ -311,7 +315,7 @@ func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error
 	rec := Record{
 		Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, BytesFingerprint: req.BytesFingerprint, Generation: 1,
 		Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream, Model: req.Model,
-		CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(),
+		Tenant: TenantHash(req.Tenant), CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(),
 	}
 	nrev, created, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1241,5 +1242,37 @@ func TestLapseAfterLateRenewal(t *testing.T) {
 	lapse(t, clk, lease, m)
 	if got, err := m.Get(waitCtx(t), req.ID); err != nil || got.State != resume.Failed || got.Error != resume.OwnerLost {
 		t.Fatalf("Get a lease after the record changed = %+v, %v; want failed owner_lost", got, err)
+	}
+}
+
+// TestRecordTenantModel: a generation's record holds, from its start, its
+// tenant's hash (never the tenant id) and its request's model — in the
+// first generation and in a new one — and its owner's kept usage: what an
+// instance that adopts or salvages it needs.
+func TestRecordTenantModel(t *testing.T) {
+	store := newStore(t)
+	m := newManager(t, store, "owner-a", 0, nil)
+	req := request("tenant-model", "body")
+	req.Tenant, req.Model = "tenant-secret-id", "mock-1"
+	l := mustStart(t, m, req)
+	want := resume.TenantHash(req.Tenant)
+	raw, _, _, err := store.Get(waitCtx(t), req.ID)
+	if s := stored(t, store, req.ID); err != nil || s.Tenant != want || s.Model != "mock-1" || strings.Contains(string(raw), req.Tenant) {
+		t.Fatalf("record tenant %q model %q, want %q and mock-1, never the tenant id", s.Tenant, s.Model, want)
+	}
+	u := resume.Usage{PromptTokens: 2, CompletionTokens: 3, TotalTokens: 5}
+	if err := l.KeepUsage(waitCtx(t), u); err != nil {
+		t.Fatal(err)
+	}
+	if s := stored(t, store, req.ID); s.State != resume.InProgress || s.Usage == nil || *s.Usage != u {
+		t.Fatalf("record after KeepUsage %+v, want in progress with usage %+v", s, u)
+	}
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed}); err != nil {
+		t.Fatal(err)
+	}
+	req.Model = "mock-2"
+	mustStart(t, m, req)
+	if s := stored(t, store, req.ID); s.Generation != 2 || s.Tenant != want || s.Model != "mock-2" || s.Usage != nil {
+		t.Fatalf("generation 2's record %+v, want tenant %q, model mock-2, no usage", s, want)
 	}
 }

@@ -45,6 +45,8 @@ type Record struct {
 	// when it did. A generation in progress has it once its owner kept it
 	// (Lease.KeepUsage), just before its terminal event is stored.
 	Usage *Usage `json:"usage,omitempty"`
+	// Tenant is the TenantHash of the key's tenant, never the tenant id.
+	Tenant string `json:"tenant,omitempty"`
 	// Model is the model the generation's request named, from its start.
 	Model string `json:"model,omitempty"`
 	// Cost is what the generation cost by the price table, when known

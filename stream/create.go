@@ -71,7 +71,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
 	model := modelOf(body)
 	out, err := s.resume.Begin(bctx, resume.Request{
-		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp, Stream: stream, Model: model,
+		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp, Stream: stream, Model: model, Tenant: tenant,
 	})
 	cancel()
 	switch {

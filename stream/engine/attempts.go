@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"time"
 
@@ -62,25 +60,24 @@ type Attempt struct {
 // WARN line is logged (seed 000 §6.2: more than two).
 const warnAttempts = 2
 
-// tenantHash is what logs and the attempt log show of a tenant id.
-func tenantHash(tenant string) string {
-	h := sha256.Sum256([]byte(tenant))
-	return hex.EncodeToString(h[:8])
-}
-
 // observe returns the observer of the upstream attempts p makes toward up:
 // each is logged at info, added to the attempt log, and the key's attempt
 // past warnAttempts — its earlier generations' counted — is logged at WARN.
 func (p *pump) observe(ctx context.Context, up Upstream) func(classify.Attempt) {
 	l, logged := p.e.cfg.Journal.(AttemptLog)
 	return func(a classify.Attempt) {
-		if p.attempts == 0 && p.g.Ref.Gen > 1 && logged {
-			p.before = p.earlierAttempts(ctx, l)
+		if p.attempts == 0 && (p.g.Ref.Gen > 1 || p.adopted) && logged {
+			// An adopted generation's attempts go on from its dead owner's.
+			var this int
+			p.before, this = p.earlierAttempts(ctx, l)
+			if p.adopted {
+				p.attempts = this
+			}
 		}
 		p.trace.Attempt(a)
 		p.attempts++
 		rec := Attempt{
-			Key: p.g.Key, Tenant: tenantHash(p.g.Tenant), Generation: p.g.Ref.Gen, Attempt: p.attempts,
+			Key: p.g.Key, Tenant: p.tenant, Generation: p.g.Ref.Gen, Attempt: p.attempts,
 			Upstream: up.Name, Path: p.g.Path, Model: p.g.Model, Status: a.Status, Kind: a.KindName(), Code: a.Code,
 			DurationMS: ms(a.Duration), FirstByteMS: ms(a.FirstByte), At: time.Now().UTC(),
 		}
@@ -190,26 +187,30 @@ func MergeAttempts(records [][]byte) []json.RawMessage {
 }
 
 // earlierAttempts is how many upstream attempts the key's earlier
-// generations made, by its attempt log; 0 if the log does not answer within
-// a second (the WARN line may then come late or not at all).
-func (p *pump) earlierAttempts(ctx context.Context, l AttemptLog) int {
+// generations made, and this one so far (an adopted generation's dead
+// owner's), by its attempt log; 0 if the log does not answer within a
+// second (the WARN line may then come late or not at all).
+func (p *pump) earlierAttempts(ctx context.Context, l AttemptLog) (earlier, this int) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	records, err := l.Attempts(ctx, p.g.Ref.ID)
 	if err != nil {
 		p.log.Debug("attempt log: earlier attempts unknown", "err", err)
-		return 0
+		return 0, 0
 	}
-	n := 0
 	for _, b := range MergeAttempts(records) {
 		var a struct {
 			Generation uint64 `json:"generation"`
 		}
-		if json.Unmarshal(b, &a) == nil && a.Generation < p.g.Ref.Gen {
-			n++
+		switch {
+		case json.Unmarshal(b, &a) != nil:
+		case a.Generation < p.g.Ref.Gen:
+			earlier++
+		case a.Generation == p.g.Ref.Gen:
+			this++
 		}
 	}
-	return n
+	return earlier, this
 }
 
 // ms is d in milliseconds, to the microsecond.

@@ -45,7 +45,11 @@ type pump struct {
 	g        Generation
 	tail     *Tail
 	log      *slog.Logger
-	up       Upstream // the upstream being called, then the one that answered
+	// tenant is what logs and the attempt log show of the generation's
+	// tenant (resume.TenantHash): of Generation.Tenant, or for an adopted
+	// generation, whose caller may not be known, the record's.
+	tenant string
+	up     Upstream // the upstream being called, then the one that answered
 	// hideUsage: the client did not ask for the usage the upstream was
 	// asked for (UsageAsker); its UsageOnly events are not journaled.
 	hideUsage bool

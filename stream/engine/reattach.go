@@ -145,8 +145,8 @@ func (e *Engine) Adopt(ctx context.Context, id string, rec resume.Record, lease 
 	proto, _ := ProtocolOf(rec.Path)
 	caller, _ := ctx.Value(callerKey{}).(http.Header)
 	g := Generation{Key: rec.Key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: lease, Protocol: proto,
-		Stream: true, Path: rec.Path, Header: caller.Clone()}
-	p := &pump{e: e, g: g, tail: newTail(), log: e.cfg.Logger.With("key_id", id), adopted: true}
+		Model: rec.Model, Stream: true, Path: rec.Path, Header: caller.Clone()}
+	p := &pump{e: e, g: g, tail: newTail(), log: e.cfg.Logger.With("key_id", id), tenant: rec.Tenant, adopted: true}
 	if err := e.startPump(p); err != nil {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Journal.AppendTimeout()+10*time.Second)
