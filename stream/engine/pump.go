@@ -374,11 +374,23 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	defer idle.Stop()
 	lim := upstreamLimits{maxEvent: p.e.cfg.Limits.MaxEventSize, maxEvents: p.e.cfg.Limits.MaxStreamEvents, maxBytes: p.e.cfg.Limits.MaxStreamBytes}
 	named, first := false, true
+	namer, modelTries := p.g.Protocol.(ModelNamer)
+	tries := 0
+	if modelTries {
+		tries = modelEvents
+	}
 	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection, usage *resume.Usage) error {
 		// The upstream is idle only while it is read: time spent journaling
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()
 		defer idle.Reset(idleTimeout)
+		if modelTries && (tries > 0 || in.Terminal) {
+			tries--
+			if m, ok := namer.ResponseModel(typ, data); ok {
+				modelTries = false
+				p.trace.ResponseModel(m)
+			}
+		}
 		if first {
 			first = false
 			p.trace.FirstChunk()
@@ -411,6 +423,10 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
 }
+
+// modelEvents is how many of a stream's first events are asked for the
+// model that answered (ModelNamer), besides its terminal event.
+const modelEvents = 3
 
 // keepUsageTimeout bounds keepUsage's record write.
 const keepUsageTimeout = 5 * time.Second
@@ -490,6 +506,11 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 	res := resume.Result{State: resume.Completed, Status: resp.StatusCode, ContentType: ct}
 	if u, ok := p.g.Protocol.Result(ct, body); ok {
 		res.Usage = &u
+	}
+	if namer, ok := p.g.Protocol.(ModelNamer); ok {
+		if m, ok := namer.ResponseModel("", body); ok {
+			p.trace.ResponseModel(m)
+		}
 	}
 	return res
 }
