@@ -134,7 +134,7 @@ func (e *Engine) attemptUsageOf(ctx context.Context, id string, gen uint64, res 
 	if !logged || res.Usage == nil && res.Cost == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second) // the request that salvaged it may be gone
 	defer cancel()
 	records, err := l.Attempts(ctx, id)
 	if err != nil {
