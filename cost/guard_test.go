@@ -1,11 +1,15 @@
 package cost_test
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/reprise-dev/reprise/cost"
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/journal/journaltest"
 )
 
 type switchLog struct{ narrowed []bool }
@@ -85,4 +89,54 @@ func TestGuardOff(t *testing.T) {
 	if _, err := cost.NewGuard(cost.GuardConfig{Ratio: -1}); !errors.Is(err, cost.ErrInvalidGuard) {
 		t.Error("a negative ratio was accepted")
 	}
+}
+
+// TestGuardShare: guards that share their spend through the journal's
+// spend ledger (two instances on one JetStream) count the fleet's: each
+// spent under the daily budget, together over it, so both narrow; a day
+// later both widen again.
+func TestGuardShare(t *testing.T) {
+	j := journaltest.New(t, journal.Config{Memory: true})
+	var clock atomic.Int64
+	clock.Store(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	var guards []*cost.Guard
+	for _, name := range []string{"instance-a", "instance-b"} {
+		g, err := cost.NewGuard(cost.GuardConfig{DailyBudget: 10, Now: now, ShareEvery: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spend, err := j.Spend(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		var failures atomic.Int64
+		go func() {
+			defer close(done)
+			g.Share(ctx, spend, func(error) { failures.Add(1) })
+		}()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+			if n := failures.Load(); n != 0 {
+				t.Errorf("%s: %d exchanges failed", name, n)
+			}
+		})
+		guards = append(guards, g)
+	}
+	guards[0].Spent(6)
+	guards[1].Spent(6)
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	until("both guards to narrow on the fleet's 12", func() bool { return guards[0].Narrowed() && guards[1].Narrowed() })
+	clock.Add(int64(24*time.Hour + time.Minute))
+	until("both guards to widen a day later", func() bool { return !guards[0].Narrowed() && !guards[1].Narrowed() })
 }

@@ -4,7 +4,9 @@
 // It owns two JetStream assets: a stream holding one subject per
 // (stream id, generation), plus one per stream id for its attempt log
 // (opaque records of the upstream requests made for it), and a KV bucket
-// holding opaque record values. All expire after the configured TTL.
+// holding opaque record values. All expire after the configured TTL. With
+// the cost guard on, a third (Spend): a KV bucket of each instance's spend
+// per minute, kept a day and an hour.
 //
 // A generation is written as a chain of messages, each carrying the events
 // that arrived while the one before was being stored (a frame), each

@@ -7,7 +7,7 @@
 // create-if-absent and changed only by compare-and-set on its revision. The
 // instance that starts a generation holds a lease and heartbeats it; a
 // generation whose lease ran out is failed, and the key may generate afresh
-// — unless Config.Salvage finds it whole (the owner died after storing it),
+// — unless the Salvager finds it whole (the owner died after storing it),
 // then it is completed, or an Adopter (SetAdopter) can continue it, then it
 // is taken over: the same generation, under this instance's lease. A finished generation whose journal the TTL has
 // begun to remove (Config.Kept says so) is gone with its key: not found to

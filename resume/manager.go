@@ -45,13 +45,6 @@ type Config struct {
 	Lease time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// Salvage, when set, is asked about a generation whose owner's lease
-	// ran out before the generation is declared lost: an owner that died
-	// after storing the whole generation but before recording it leaves a
-	// result, not a failure. It returns the result to record and true, or
-	// false for a generation that did not complete. An error leaves the
-	// record as it is (Get and Begin return it).
-	Salvage func(ctx context.Context, id string, rec Record) (Result, bool, error)
 	// Kept, when set, is asked whether a finished generation (completed,
 	// failed or cancelled) is still whole in the journal. The TTL removes
 	// a generation's first events before its record, which was written at
@@ -78,15 +71,40 @@ type Adopter interface {
 	Adopt(ctx context.Context, id string, rec Record, lease *Lease)
 }
 
-// Manager makes the start/attach/replay decisions.
-type Manager struct {
-	cfg     Config
-	contact *contact // what this instance saw of the store (contact.go)
-	adopter Adopter  // nil: none is adopted
+// A Salvager settles a generation whose owner's lease ran out, before it
+// is declared lost: an owner that died after storing the whole generation
+// but before recording it leaves a result, not a failure. The engine
+// implements it.
+type Salvager interface {
+	// Salvage returns the result to record and true, or false for a
+	// generation that did not complete. An error leaves the record as it
+	// is (Get and Begin return it). It may be asked again about the same
+	// generation (the record changed meanwhile, another instance asked
+	// too): it must bill nothing.
+	Salvage(ctx context.Context, id string, rec Record) (Result, bool, error)
+	// Salvaged is told of a generation Salvage completed once this Manager
+	// stored its record so — once per generation over every instance —
+	// with the record stored and the number of duplicates that had
+	// attached to it: to report what it billed and they saved.
+	Salvaged(ctx context.Context, id string, rec Record, attached uint64)
 }
 
+// Manager makes the start/attach/replay decisions.
+type Manager struct {
+	cfg      Config
+	contact  *contact // what this instance saw of the store (contact.go)
+	adopter  Adopter  // nil: none is adopted
+	salvager Salvager // nil: none is salvaged
+}
+
+// SetSalvager makes s asked about every generation whose owner's lease ran
+// out and that is not adopted, before it is declared lost (Failed,
+// OwnerLost). Call it before the Manager is used. Default: none is
+// salvaged.
+func (m *Manager) SetSalvager(s Salvager) { m.salvager = s }
+
 // SetAdopter makes a asked first about every generation whose owner's lease
-// ran out (before Config.Salvage): one it can continue is taken over — the
+// ran out (before the Salvager): one it can continue is taken over — the
 // record stays in progress, this instance its owner under a fresh lease —
 // and handed to it; Get returns the record so, and Begin attaches to it.
 // Call it before the Manager is used. Default: none is adopted.
@@ -174,6 +192,14 @@ type Request struct {
 	// written by versions before Fingerprint.
 	BytesFingerprint string
 	Stream           bool
+	// Tenant is the caller's tenant id: the record keeps its TenantHash,
+	// so that an instance that adopts the generation logs it as its owner
+	// did.
+	Tenant string
+	// Model is the model the request names ("" if none): the record keeps
+	// it from the start, so that a generation salvaged or adopted after its
+	// owner died is priced.
+	Model string
 }
 
 // matches reports whether req is the request rec's key was first used
@@ -240,7 +266,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 			} else if ok {
 				return Outcome{Decision: Attach, Record: adopted}, nil
 			}
-			done, err := m.expire(ctx, req.ID, rec, now)
+			done, attached, err := m.expire(ctx, req.ID, rec, now)
 			if err != nil {
 				return Outcome{}, err
 			}
@@ -250,6 +276,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 				} else if !ok {
 					continue
 				}
+				m.salvager.Salvaged(ctx, req.ID, done, attached)
 				return Outcome{Decision: Replay, Record: done}, nil
 			}
 		}
@@ -263,7 +290,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.Owner = m.cfg.Owner
 		rec.LeaseUntil = now.Add(m.cfg.Lease)
 		rec.Events, rec.Status, rec.ContentType, rec.Error, rec.Usage, rec.Upstream = 0, 0, "", "", nil, ""
-		rec.Model, rec.Cost, rec.Attached = "", nil, 0
+		rec.Model, rec.Cost, rec.Attached, rec.Tenant = req.Model, nil, 0, TenantHash(req.Tenant)
 		rec.Stream = req.Stream
 		rec.UpdatedAt = now
 		rec.Attempt = newAttempt()
@@ -287,8 +314,8 @@ func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error
 	now := m.cfg.Now()
 	rec := Record{
 		Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, BytesFingerprint: req.BytesFingerprint, Generation: 1,
-		Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream,
-		CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(),
+		Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream, Model: req.Model,
+		Tenant: TenantHash(req.Tenant), CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(),
 	}
 	nrev, created, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
 	if err != nil {
@@ -334,7 +361,7 @@ func newAttempt() string {
 
 // Get returns a key's record. An in-progress record whose lease lapsed
 // (contact.go) is marked failed (Error OwnerLost) before it is returned — or completed,
-// when Config.Salvage finds the generation whole.
+// when the Salvager finds the generation whole.
 func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 	for range maxCAS {
 		val, rev, found, err := m.cfg.Store.Get(ctx, id)
@@ -362,12 +389,16 @@ func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
 		} else if ok {
 			return adopted, nil
 		}
-		if rec, err = m.expire(ctx, id, rec, now); err != nil {
+		rec, attached, err := m.expire(ctx, id, rec, now)
+		if err != nil {
 			return Record{}, err
 		}
 		if _, ok, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev); err != nil {
 			return Record{}, err
 		} else if ok {
+			if rec.State == Completed {
+				m.salvager.Salvaged(ctx, id, rec, attached)
+			}
 			return rec, nil
 		}
 	}
@@ -384,27 +415,32 @@ func (m *Manager) gone(ctx context.Context, id string, rec Record) bool {
 	return err == nil && !kept
 }
 
-// expire is what becomes of an expired generation: completed if Salvage
-// finds it whole, else failed with OwnerLost.
-func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Time) (Record, error) {
+// expire is what becomes of an expired generation: completed if the
+// Salvager finds it whole (billed as it reports, its attached duplicates
+// counted as saved: attached is their number), else failed with OwnerLost.
+func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Time) (done Record, attached uint64, err error) {
 	rec.UpdatedAt = now
-	if m.cfg.Salvage != nil {
-		res, ok, err := m.cfg.Salvage(ctx, id, rec)
+	if m.salvager != nil {
+		res, ok, err := m.salvager.Salvage(ctx, id, rec)
 		if err != nil {
-			return rec, fmt.Errorf("resume: salvage: %w", err)
+			return rec, 0, fmt.Errorf("resume: salvage: %w", err)
 		}
 		if ok {
 			rec.State, rec.Events, rec.Status, rec.ContentType, rec.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
-			rec.Usage = res.Usage
-			// Billed by its usage; unpriced (the price table is the
-			// engine's), and its attaches saved nothing known.
-			rec.bill(res.Usage, nil)
-			rec.save(rec.Attached, nil)
+			rec.Usage, rec.Cost = res.Usage, res.Cost
+			if res.Model != "" {
+				rec.Model = res.Model
+			}
+			rec.bill(res.Usage, res.Cost)
+			attached = rec.Attached
+			rec.save(rec.Attached, res.Cost)
 			rec.Attached = 0
 			rec.Owner, rec.LeaseUntil = "", time.Time{}
-			return rec, nil
+			return rec, attached, nil
 		}
 	}
-	rec.State, rec.Error = Failed, OwnerLost
-	return rec, nil
+	// The usage its owner kept (Lease.KeepUsage) is of a generation that
+	// did not complete: no result's.
+	rec.State, rec.Error, rec.Usage = Failed, OwnerLost, nil
+	return rec, 0, nil
 }

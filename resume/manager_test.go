@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -755,6 +756,23 @@ func ExampleManager_Begin() {
 	// replay 1 3
 }
 
+var (
+	salvagedUsage = resume.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}
+	salvagedCost  = 1.5
+)
+
+// salvager is a resume.Salvager of functions.
+type salvager struct {
+	salvage  func(resume.Record) (resume.Result, bool, error)
+	salvaged func(resume.Record)
+}
+
+func (s salvager) Salvage(_ context.Context, _ string, rec resume.Record) (resume.Result, bool, error) {
+	return s.salvage(rec)
+}
+
+func (s salvager) Salvaged(_ context.Context, _ string, rec resume.Record, _ uint64) { s.salvaged(rec) }
+
 // TestSalvage: an expired generation is asked about before it is declared
 // lost. Salvaged, Get records it completed and Begin replays it; not
 // salvaged, it is owner_lost as before; a failing salvage changes nothing.
@@ -772,7 +790,7 @@ func TestSalvage(t *testing.T) {
 		state resume.State
 		code  string
 	}{
-		{"whole", answer{res: resume.Result{State: resume.Completed, Events: 7, Status: 200, ContentType: "text/event-stream"}, ok: true}, resume.Completed, ""},
+		{"whole", answer{res: resume.Result{State: resume.Completed, Events: 7, Status: 200, ContentType: "text/event-stream", Usage: &salvagedUsage, Cost: &salvagedCost}, ok: true}, resume.Completed, ""},
 		{"incomplete", answer{}, resume.Failed, resume.OwnerLost},
 		{"journal unreachable", answer{err: errJournal}, resume.InProgress, ""},
 	} {
@@ -780,16 +798,18 @@ func TestSalvage(t *testing.T) {
 			t.Run(tc.name+" via "+via, func(t *testing.T) {
 				clk := newClock()
 				var asked []resume.Record
-				m, err := resume.New(resume.Config{
-					Store: store, Owner: "owner-a", Now: clk.Now,
-					Salvage: func(_ context.Context, _ string, rec resume.Record) (resume.Result, bool, error) {
-						asked = append(asked, rec)
-						return tc.ans.res, tc.ans.ok, tc.ans.err
-					},
-				})
+				m, err := resume.New(resume.Config{Store: store, Owner: "owner-a", Now: clk.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
+				var told []resume.Record
+				m.SetSalvager(salvager{
+					salvage: func(rec resume.Record) (resume.Result, bool, error) {
+						asked = append(asked, rec)
+						return tc.ans.res, tc.ans.ok, tc.ans.err
+					},
+					salvaged: func(rec resume.Record) { told = append(told, rec) },
+				})
 				req := request("salvage-"+tc.name+"-"+via, "body")
 				mustStart(t, m, req)
 				if _, err := m.Get(waitCtx(t), req.ID); err != nil || len(asked) != 0 {
@@ -838,6 +858,20 @@ func TestSalvage(t *testing.T) {
 				}
 				if tc.ans.ok && (s.Events != 7 || s.Status != 200 || s.ContentType != "text/event-stream" || s.Owner != "" || !s.LeaseUntil.IsZero()) {
 					t.Fatalf("stored salvaged record = %+v", s)
+				}
+				if !tc.ans.ok {
+					if len(told) != 0 {
+						t.Fatalf("Salvaged told of %+v, want nothing", told)
+					}
+					return
+				}
+				// Billed as Salvage priced it, once, and told once.
+				if s.Usage == nil || *s.Usage != salvagedUsage || s.Cost == nil || *s.Cost != salvagedCost ||
+					s.Billed == nil || s.Billed.Usage != salvagedUsage || s.Billed.Generations != 1 || *s.Billed.Cost != salvagedCost {
+					t.Fatalf("stored salvaged record usage %+v cost %v billed %+v, want %+v costing %v", s.Usage, s.Cost, s.Billed, salvagedUsage, salvagedCost)
+				}
+				if len(told) != 1 || told[0].State != resume.Completed || told[0].Billed == nil {
+					t.Fatalf("Salvaged told of %+v, want the completed record once", told)
 				}
 			})
 		}
@@ -1208,5 +1242,37 @@ func TestLapseAfterLateRenewal(t *testing.T) {
 	lapse(t, clk, lease, m)
 	if got, err := m.Get(waitCtx(t), req.ID); err != nil || got.State != resume.Failed || got.Error != resume.OwnerLost {
 		t.Fatalf("Get a lease after the record changed = %+v, %v; want failed owner_lost", got, err)
+	}
+}
+
+// TestRecordTenantModel: a generation's record holds, from its start, its
+// tenant's hash (never the tenant id) and its request's model — in the
+// first generation and in a new one — and its owner's kept usage: what an
+// instance that adopts or salvages it needs.
+func TestRecordTenantModel(t *testing.T) {
+	store := newStore(t)
+	m := newManager(t, store, "owner-a", 0, nil)
+	req := request("tenant-model", "body")
+	req.Tenant, req.Model = "tenant-secret-id", "mock-1"
+	l := mustStart(t, m, req)
+	want := resume.TenantHash(req.Tenant)
+	raw, _, _, err := store.Get(waitCtx(t), req.ID)
+	if s := stored(t, store, req.ID); err != nil || s.Tenant != want || s.Model != "mock-1" || strings.Contains(string(raw), req.Tenant) {
+		t.Fatalf("record tenant %q model %q, want %q and mock-1, never the tenant id", s.Tenant, s.Model, want)
+	}
+	u := resume.Usage{PromptTokens: 2, CompletionTokens: 3, TotalTokens: 5}
+	if err := l.KeepUsage(waitCtx(t), u); err != nil {
+		t.Fatal(err)
+	}
+	if s := stored(t, store, req.ID); s.State != resume.InProgress || s.Usage == nil || *s.Usage != u {
+		t.Fatalf("record after KeepUsage %+v, want in progress with usage %+v", s, u)
+	}
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed}); err != nil {
+		t.Fatal(err)
+	}
+	req.Model = "mock-2"
+	mustStart(t, m, req)
+	if s := stored(t, store, req.ID); s.Generation != 2 || s.Tenant != want || s.Model != "mock-2" || s.Usage != nil {
+		t.Fatalf("generation 2's record %+v, want tenant %q, model mock-2, no usage", s, want)
 	}
 }

@@ -42,9 +42,12 @@ type Record struct {
 	ContentType string    `json:"content_type,omitempty"`
 	Error       string    `json:"error,omitempty"`
 	// Usage is what the upstream reported the completed generation cost,
-	// when it did.
+	// when it did. A generation in progress has it once its owner kept it
+	// (Lease.KeepUsage), just before its terminal event is stored.
 	Usage *Usage `json:"usage,omitempty"`
-	// Model is the model the generation's request named.
+	// Tenant is the TenantHash of the key's tenant, never the tenant id.
+	Tenant string `json:"tenant,omitempty"`
+	// Model is the model the generation's request named, from its start.
 	Model string `json:"model,omitempty"`
 	// Cost is what the generation cost by the price table, when known
 	// (a failed generation's too).

@@ -69,8 +69,9 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	// client that left meanwhile would otherwise name a generation nobody
 	// runs (owner_lost once its lease ran out).
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
+	model := modelOf(body)
 	out, err := s.resume.Begin(bctx, resume.Request{
-		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp, Stream: stream,
+		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp, Stream: stream, Model: model, Tenant: tenant,
 	})
 	cancel()
 	switch {
@@ -90,7 +91,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		// Only a new generation takes one of the tenant's places; attaching
 		// and replaying cost the upstream nothing.
 		t, err = s.engine.Start(engine.Generation{
-			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto, Model: modelOf(body),
+			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto, Model: model,
 			Stream: stream, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body, Header: r.Header.Clone(),
 		})
 		if err != nil {

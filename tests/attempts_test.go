@@ -67,6 +67,21 @@ type attemptRecord struct {
 	Cost             *float64 `json:"cost"`
 }
 
+// attemptLog returns key's attempt log, read through url with header.
+func attemptLog(tb testing.TB, url, key string, header ...string) []attemptRecord {
+	tb.Helper()
+	resp := do(tb, "GET", url+"/v1/streams/"+key+"/attempts", "", header...)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var got struct {
+		Attempts []attemptRecord `json:"attempts"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &got) != nil {
+		tb.Fatalf("GET attempts: HTTP %d %s", resp.StatusCode, b)
+	}
+	return got.Attempts
+}
+
 // TestAttemptLog: a generation the fake model answers 503, 503, then 200
 // is one key with three upstream attempts: each is an info line of the log
 // and a record of GET /v1/streams/{key}/attempts (under the key's access

@@ -176,7 +176,7 @@ const bugDoneThenOwnerLost = "BUG: an owner that dies after journaling its gener
 	"twice) and replays then serve a different answer. Fix: before marking a generation owner_lost (stream ownerLost / " +
 	"handleStream / handleCreate via resume), look at the journal's last event (journal.Last): if it is the completed " +
 	"end marker or the terminal event, finish the record as completed with that event count instead (done: " +
-	"resume.Config.Salvage, stream.Salvage, journal.Seal)"
+	"resume.Salvager, engine.Engine.Salvage, journal.Seal)"
 
 // sameContent reports whether two event streams carry the same types and
 // data (ids aside).

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +19,20 @@ const (
 	costCompletion = 2
 )
 
-func withPrices(tb testing.TB, guard ...cost.GuardConfig) envOption {
+// testPrices is the price table of costPrompt and costCompletion for every
+// mock model.
+func testPrices(tb testing.TB) *cost.Table {
 	tb.Helper()
 	tab, err := cost.New(map[string]cost.Price{"mock-*": {InputPer1M: costPrompt * 1e6, OutputPer1M: costCompletion * 1e6}})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return tab
+}
+
+func withPrices(tb testing.TB, guard ...cost.GuardConfig) envOption {
+	tb.Helper()
+	tab := testPrices(tb)
 	return withConfig(func(c *proxy.Config) {
 		c.Prices = tab
 		c.Policy.BaseDelay, c.Policy.MaxDelay = time.Millisecond, time.Millisecond
@@ -185,4 +194,55 @@ func TestCostSDKRetry(t *testing.T) {
 	if got := metric(t, e, "reprise_cost_saved_total", "mock-*"); got != price {
 		t.Errorf("reprise_cost_saved_total = %v, want %v", got, price)
 	}
+}
+
+// TestCostGuardFleet: the cost guard counts the fleet's spend. Two
+// instances on one JetStream: once spend on the first passes the daily
+// budget, the second, which spent nothing, narrows its retries too — a
+// 503 through it goes to the client after one upstream request — and both
+// export it.
+func TestCostGuardFleet(t *testing.T) {
+	t.Parallel()
+	guard := cost.GuardConfig{DailyBudget: 1, ShareEvery: 50 * time.Millisecond}
+	e := newEnv(t, withNATSPort(), withPrices(t, guard))
+	b := startInstance(t, "fleet-b", []string{e.natsURL()}, e.llmSrv.URL, instanceOptions{replicas: 1, configure: func(c *proxy.Config) {
+		c.Prices, c.CostGuard = testPrices(t), guard
+		c.Policy.BaseDelay, c.Policy.MaxDelay = time.Millisecond, time.Millisecond
+	}})
+	if got := scraped(t, b.URL, "reprise_cost_guard_narrowed"); got != 0 {
+		t.Fatalf("the second instance narrowed before any spend: %v", got)
+	}
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=4]"), true), "Idempotency-Key", "k-fleet-spend"), -1)
+	waitState(t, e, "k-fleet-spend", "completed") // 4 completion tokens on the first instance: 8, over the budget of 1
+	pollUntil(t, 10*time.Second, "the second instance's guard to count the first's spend", func() bool {
+		return scraped(t, b.URL, "reprise_cost_guard_narrowed") == 1
+	})
+	prompt := uniquePrompt(t, "[status=503] [tokens=2]")
+	resp := do(t, "POST", b.URL+chatPath, chatBody(prompt, false), "Idempotency-Key", "k-fleet-503")
+	readBody(t, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("narrowed: status %d, want the upstream's 503 unretried", resp.StatusCode)
+	}
+	if led := testutil.Settled(t, e.LLM.Ledger(), prompt, 0); led.Requests != 1 {
+		t.Errorf("narrowed: %d upstream requests, want 1", led.Requests)
+	}
+	if got := metric(t, e, "reprise_cost_guard_narrowed", ""); got != 1 {
+		t.Errorf("the first instance: reprise_cost_guard_narrowed = %v, want 1", got)
+	}
+}
+
+// scraped is the value of the unlabelled series name on url's /metrics.
+func scraped(tb testing.TB, url, name string) float64 {
+	tb.Helper()
+	for line := range strings.Lines(readBody(tb, do(tb, "GET", url+"/metrics", ""))) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatalf("%s: %q: %v", name, line, err)
+			}
+			return f
+		}
+	}
+	tb.Fatalf("%s is not on %s/metrics", name, url)
+	return 0
 }

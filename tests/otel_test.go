@@ -195,7 +195,9 @@ func total(points []point) (value float64, count uint64) {
 // The token figures equal the fake model's ledger exactly, in v1.36.0's
 // names and, under OTEL_SEMCONV_STABILITY_OPT_IN, the latest ones; each
 // generation is a span (a child of the client's traceparent) with a child
-// per upstream attempt, whose trace context the upstream received.
+// per upstream attempt, whose trace context the upstream received. The
+// upstream answers with a dated snapshot of the model asked for: the
+// completed generation's span and metrics name it as gen_ai.response.model.
 func TestOTelGenAI(t *testing.T) {
 	for _, latest := range []bool{false, true} {
 		t.Run("latest="+strconv.FormatBool(latest), func(t *testing.T) { testOTelGenAI(t, latest) })
@@ -241,7 +243,8 @@ func testOTelGenAI(t *testing.T, latest bool) {
 
 	const key, failedKey = "k-otel", "k-otel-failed"
 	const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	prompt := uniquePrompt(t, "[status=503] [tokens=7]")
+	const respModel = "mock-1-2026-12-01"
+	prompt := uniquePrompt(t, "[status=503] [tokens=7] [model="+respModel+"]")
 	body := chatBody(prompt, true)
 	evs := readEvents(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", key,
 		"Traceparent", "00-"+clientTrace+"-"+clientSpan+"-01"), -1)
@@ -296,6 +299,13 @@ func testOTelGenAI(t *testing.T, latest bool) {
 	if _, n := total(recv.metric(duration, with())); n != 2 {
 		t.Errorf("%s: %d observations, want 2 (replay and resume add none)", duration, n)
 	}
+	// The answer named its model; the refused generation had no answer.
+	if _, n := total(recv.metric(duration, with("gen_ai.response.model", respModel, "error.type", ""))); n != 1 {
+		t.Errorf("%s with gen_ai.response.model %s: %d observations, want 1 (the completed generation): %v", duration, respModel, n, recv.metric(duration, nil))
+	}
+	if _, n := total(recv.metric(duration, with("gen_ai.response.model", ""))); n != 1 {
+		t.Errorf("%s without gen_ai.response.model: %d observations, want 1 (the failed generation)", duration, n)
+	}
 	var errType string // the failed generation's: the upstream's error code
 	for _, p := range recv.metric(duration, with()) {
 		if p.attrs["error.type"] != "" && p.count == 1 {
@@ -310,7 +320,7 @@ func testOTelGenAI(t *testing.T, latest bool) {
 			name string
 			want float64
 		}{{telemetry.MetricUsageInputTokens, in}, {telemetry.MetricUsageOutputTokens, out}} {
-			if got, _ := total(recv.metric(c.name, with("gen_ai.token.modality", "unknown"))); got != c.want {
+			if got, _ := total(recv.metric(c.name, with("gen_ai.token.modality", "unknown", "gen_ai.response.model", respModel))); got != c.want {
 				t.Errorf("%s = %v, want %v (the ledger)", c.name, got, c.want)
 			}
 		}
@@ -324,7 +334,7 @@ func testOTelGenAI(t *testing.T, latest bool) {
 			}
 		}
 		// Streamed and answered: the completed generation only.
-		if _, n := total(recv.metric(telemetry.MetricTimeToFirstChunk, with())); n != 1 {
+		if _, n := total(recv.metric(telemetry.MetricTimeToFirstChunk, with("gen_ai.response.model", respModel))); n != 1 {
 			t.Errorf("%s: %d observations, want 1 (the completed stream; the refused one had no chunk)", telemetry.MetricTimeToFirstChunk, n)
 		}
 		if p := recv.metric(telemetry.MetricTokenUsage, nil); len(p) != 0 {
@@ -332,7 +342,7 @@ func testOTelGenAI(t *testing.T, latest bool) {
 		}
 	} else {
 		for typ, want := range map[string]float64{"input": in, "output": out} {
-			if got, n := total(recv.metric(telemetry.MetricTokenUsage, with("gen_ai.token.type", typ))); got != want || n != 1 {
+			if got, n := total(recv.metric(telemetry.MetricTokenUsage, with("gen_ai.token.type", typ, "gen_ai.response.model", respModel))); got != want || n != 1 {
 				t.Errorf("%s{%s} = %v over %d, want %v (the ledger) over 1", telemetry.MetricTokenUsage, typ, got, n, want)
 			}
 		}
@@ -375,7 +385,7 @@ func testOTelGenAI(t *testing.T, latest bool) {
 		t.Errorf("generation span %q kind %v trace %x parent %x; want \"chat mock-1\", client, a child of the client's traceparent",
 			done.GetName(), done.GetKind(), done.GetTraceId(), done.GetParentSpanId())
 	}
-	wantDone := map[string]string{"reprise.outcome": "completed", "reprise.format": chatPath, "gen_ai.request.model": "mock-1",
+	wantDone := map[string]string{"reprise.outcome": "completed", "reprise.format": chatPath, "gen_ai.request.model": "mock-1", "gen_ai.response.model": respModel,
 		system: "openai", "gen_ai.usage.input_tokens": strconv.Itoa(int(in)), "gen_ai.usage.output_tokens": strconv.Itoa(int(out)),
 		"reprise.cost": strconv.FormatFloat(in*costPrompt+out*costCompletion, 'g', -1, 64)}
 	for k, v := range wantDone {
@@ -383,7 +393,7 @@ func testOTelGenAI(t *testing.T, latest bool) {
 			t.Errorf("completed generation span %s = %q, want %q", k, da[k], v)
 		}
 	}
-	if fa["reprise.outcome"] != "failed" || fa["error.type"] != errType || fail.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+	if fa["reprise.outcome"] != "failed" || fa["gen_ai.response.model"] != "" || fa["error.type"] != errType || fail.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR {
 		t.Errorf("failed generation span: %v status %v; want outcome failed, error.type %q, status error", fa, errType, fail.GetStatus())
 	}
 	if len(fail.GetParentSpanId()) != 0 {

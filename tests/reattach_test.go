@@ -57,7 +57,10 @@ func TestOwnerKilledReattach(t *testing.T) {
 		}
 		fake.ServeHTTP(w, r)
 	})
-	e := newEnv(t, withNATSPort(), withLease(time.Second), withUpstream(upstream), withConfig(func(c *proxy.Config) { c.UpstreamBackground = true }))
+	e := newEnv(t, withNATSPort(), withLease(time.Second), withUpstream(upstream), withConfig(func(c *proxy.Config) {
+		c.UpstreamBackground = true
+		c.Prices = testPrices(t)
+	}))
 	a := startProcess(t, e, "--upstream-background")
 	prompt := uniquePrompt(t, "[tokens=300] [delay=10ms]")
 	const bearer = "Bearer sk-reattach-caller"
@@ -100,11 +103,33 @@ func TestOwnerKilledReattach(t *testing.T) {
 	if want := strings.Join(mockllm.Content(prompt, 300, false), ""); text.String() != want {
 		t.Fatalf("text differs from what the upstream generated")
 	}
-	if st := testutil.WaitState(t, e.URL, "k-reattach", "completed", "Authorization", bearer); st.Generation != 1 {
+	st := testutil.WaitState(t, e.URL, "k-reattach", "completed", "Authorization", bearer)
+	if st.Generation != 1 {
 		t.Errorf("completed in generation %d, want 1", st.Generation)
 	}
 	if g := testutil.Settled(t, fake.Ledger(), prompt, 1); g.Generations != 1 || g.Completed != 1 {
 		t.Fatalf("ledger %+v, want one generation, completed", g)
+	}
+	// The adopter knows the generation's tenant and model from the record:
+	// its attempts are logged as the owner's were (the tenant's hash, the
+	// model, numbered on from the owner's), and it prices the generation.
+	gens := fake.Ledger().Generations(prompt)
+	price := float64(gens[0].PromptTokens)*costPrompt + float64(gens[0].Tokens)*costCompletion
+	if st.Cost == nil || *st.Cost != price {
+		t.Errorf("the adopted generation cost %v, want %v", st.Cost, price)
+	}
+	var recs []attemptRecord
+	testutil.Eventually(t, 10*time.Second, "the owner's and the adopter's attempts in the log", func() bool {
+		recs = attemptLog(t, e.URL, "k-reattach", "Authorization", bearer)
+		return len(recs) >= 2 && recs[len(recs)-1].PromptTokens != nil
+	})
+	for i, r := range recs {
+		if r.Tenant == "" || r.Tenant != recs[0].Tenant || r.Model != "mock-1" || r.Attempt != i+1 || r.Generation != 1 {
+			t.Errorf("attempt record %d = %+v, want attempt %d of generation 1, the tenant's hash as the first's (%q), model mock-1", i, r, i+1, recs[0].Tenant)
+		}
+	}
+	if r := recs[len(recs)-1]; r.Cost == nil || *r.Cost != price || r.Status != http.StatusOK {
+		t.Errorf("the adopter's attempt %+v, want the resume's 200 costing %v", r, price)
 	}
 	mu.Lock()
 	if len(resumedWith) == 0 || resumedWith[0] != bearer {

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"time"
 
@@ -62,25 +60,24 @@ type Attempt struct {
 // WARN line is logged (seed 000 §6.2: more than two).
 const warnAttempts = 2
 
-// tenantHash is what logs and the attempt log show of a tenant id.
-func tenantHash(tenant string) string {
-	h := sha256.Sum256([]byte(tenant))
-	return hex.EncodeToString(h[:8])
-}
-
 // observe returns the observer of the upstream attempts p makes toward up:
 // each is logged at info, added to the attempt log, and the key's attempt
 // past warnAttempts — its earlier generations' counted — is logged at WARN.
 func (p *pump) observe(ctx context.Context, up Upstream) func(classify.Attempt) {
 	l, logged := p.e.cfg.Journal.(AttemptLog)
 	return func(a classify.Attempt) {
-		if p.attempts == 0 && p.g.Ref.Gen > 1 && logged {
-			p.before = p.earlierAttempts(ctx, l)
+		if p.attempts == 0 && (p.g.Ref.Gen > 1 || p.adopted) && logged {
+			// An adopted generation's attempts go on from its dead owner's.
+			var this int
+			p.before, this = p.earlierAttempts(ctx, l)
+			if p.adopted {
+				p.attempts = this
+			}
 		}
 		p.trace.Attempt(a)
 		p.attempts++
 		rec := Attempt{
-			Key: p.g.Key, Tenant: tenantHash(p.g.Tenant), Generation: p.g.Ref.Gen, Attempt: p.attempts,
+			Key: p.g.Key, Tenant: p.tenant, Generation: p.g.Ref.Gen, Attempt: p.attempts,
 			Upstream: up.Name, Path: p.g.Path, Model: p.g.Model, Status: a.Status, Kind: a.KindName(), Code: a.Code,
 			DurationMS: ms(a.Duration), FirstByteMS: ms(a.FirstByte), At: time.Now().UTC(),
 		}
@@ -116,12 +113,51 @@ func (p *pump) attemptUsage(res resume.Result) {
 	if !logged || p.last == nil || res.Usage == nil && res.Cost == nil {
 		return
 	}
-	rec := *p.last
+	p.logAttempt(l, withUsage(*p.last, res))
+}
+
+// withUsage is rec with the usage and cost of res.
+func withUsage(rec Attempt, res resume.Result) Attempt {
 	if u := res.Usage; u != nil {
 		rec.PromptTokens, rec.CompletionTokens = &u.PromptTokens, &u.CompletionTokens
 	}
 	rec.Cost = res.Cost
-	p.logAttempt(l, rec)
+	return rec
+}
+
+// attemptUsageOf does for generation gen of id what attemptUsage does, on
+// an instance that did not run it (its result was salvaged): it logs the
+// generation's last attempt, as the attempt log has it, again with res's
+// usage and cost.
+func (e *Engine) attemptUsageOf(ctx context.Context, id string, gen uint64, res resume.Result) {
+	l, logged := e.cfg.Journal.(AttemptLog)
+	if !logged || res.Usage == nil && res.Cost == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second) // the request that salvaged it may be gone
+	defer cancel()
+	records, err := l.Attempts(ctx, id)
+	if err != nil {
+		e.cfg.Logger.Warn("attempt log: a salvaged generation's usage not logged", "key_id", id, "err", err)
+		return
+	}
+	var last *Attempt
+	for _, b := range MergeAttempts(records) {
+		var a Attempt
+		if json.Unmarshal(b, &a) == nil && a.Generation == gen {
+			last = &a
+		}
+	}
+	if last == nil {
+		return
+	}
+	b, err := json.Marshal(withUsage(*last, res))
+	if err == nil {
+		err = l.LogAttempt(id, b)
+	}
+	if err != nil {
+		e.cfg.Logger.Warn("attempt log: record lost", "key_id", id, "err", err)
+	}
 }
 
 // MergeAttempts returns an attempt log's records (JSON, oldest first) with
@@ -151,26 +187,30 @@ func MergeAttempts(records [][]byte) []json.RawMessage {
 }
 
 // earlierAttempts is how many upstream attempts the key's earlier
-// generations made, by its attempt log; 0 if the log does not answer within
-// a second (the WARN line may then come late or not at all).
-func (p *pump) earlierAttempts(ctx context.Context, l AttemptLog) int {
+// generations made, and this one so far (an adopted generation's dead
+// owner's), by its attempt log; 0 if the log does not answer within a
+// second (the WARN line may then come late or not at all).
+func (p *pump) earlierAttempts(ctx context.Context, l AttemptLog) (earlier, this int) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	records, err := l.Attempts(ctx, p.g.Ref.ID)
 	if err != nil {
 		p.log.Debug("attempt log: earlier attempts unknown", "err", err)
-		return 0
+		return 0, 0
 	}
-	n := 0
 	for _, b := range MergeAttempts(records) {
 		var a struct {
 			Generation uint64 `json:"generation"`
 		}
-		if json.Unmarshal(b, &a) == nil && a.Generation < p.g.Ref.Gen {
-			n++
+		switch {
+		case json.Unmarshal(b, &a) != nil:
+		case a.Generation < p.g.Ref.Gen:
+			earlier++
+		case a.Generation == p.g.Ref.Gen:
+			this++
 		}
 	}
-	return n
+	return earlier, this
 }
 
 // ms is d in milliseconds, to the microsecond.

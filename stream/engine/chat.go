@@ -60,6 +60,10 @@ func (Chat) AskUsage(body []byte) ([]byte, bool) {
 	return out, true
 }
 
+// ResponseModel implements ModelNamer: every chunk, and the answer, name
+// the model.
+func (Chat) ResponseModel(_ string, data []byte) (string, bool) { return namedModel(data, "") }
+
 // Whole implements Protocol: a JSON object.
 func (Chat) Whole(contentType string, body []byte) bool { return jsonObject(contentType, body) }
 

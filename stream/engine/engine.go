@@ -353,7 +353,7 @@ type Generation struct {
 // failed, so its readers end and the key may start afresh.
 func (e *Engine) Start(g Generation) (*Tail, error) {
 	t := newTail()
-	p := &pump{e: e, g: g, tail: t, log: e.cfg.Logger.With("key_id", g.Ref.ID)}
+	p := &pump{e: e, g: g, tail: t, log: e.cfg.Logger.With("key_id", g.Ref.ID), tenant: resume.TenantHash(g.Tenant)}
 	if a, ok := g.Protocol.(UsageAsker); ok && g.Stream {
 		p.g.Body, p.hideUsage = a.AskUsage(g.Body)
 	}

@@ -70,7 +70,7 @@ func FuzzReadUpstream(f *testing.F) {
 		var got []ev
 		var total int64
 		refused := false
-		n, _, err := readUpstream(bytes.NewReader(body), fuzzProto{}, lim, func(typ string, data []byte, _ Inspection) error {
+		n, _, err := readUpstream(bytes.NewReader(body), fuzzProto{}, lim, func(typ string, data []byte, _ Inspection, _ *resume.Usage) error {
 			if refused {
 				t.Fatal("readUpstream emitted after emit failed")
 			}

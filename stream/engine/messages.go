@@ -83,6 +83,12 @@ func (Messages) Inspect(typ string, data []byte) Inspection {
 	return Inspection{}
 }
 
+// ResponseModel implements ModelNamer: message_start (the first event)
+// carries the message, which names the model, as the answer does.
+func (Messages) ResponseModel(_ string, data []byte) (string, bool) {
+	return namedModel(data, "message")
+}
+
 // Whole implements Protocol: a JSON object.
 func (Messages) Whole(contentType string, body []byte) bool { return jsonObject(contentType, body) }
 

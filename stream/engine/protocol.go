@@ -67,6 +67,45 @@ type UsageAsker interface {
 	AskUsage(body []byte) ([]byte, bool)
 }
 
+// A ModelNamer is a Protocol whose answers name the model that answered —
+// which may not be the one the request named (a dated snapshot of it):
+// OpenTelemetry's gen_ai.response.model.
+type ModelNamer interface {
+	// ResponseModel reads the model an upstream event (typ, data) or a
+	// whole answer (typ "") names, if it names one. A stream's first
+	// events and its terminal one are asked, until one names it.
+	ResponseModel(typ string, data []byte) (string, bool)
+}
+
+// maxModelName bounds the response model reported (an upstream's string,
+// in a metric attribute).
+const maxModelName = 128
+
+// namedModel reads the model a JSON object names: at its top level (a
+// chunk or a whole answer), or in its field nest (an event that carries
+// the response object).
+func namedModel(data []byte, nest string) (string, bool) {
+	if !bytes.Contains(data, []byte(`"model"`)) {
+		return "", false
+	}
+	var v map[string]json.RawMessage
+	if json.Unmarshal(data, &v) != nil {
+		return "", false
+	}
+	raw := v["model"]
+	if inner, ok := v[nest]; ok && nest != "" {
+		var in map[string]json.RawMessage
+		if json.Unmarshal(inner, &in) == nil && in["model"] != nil {
+			raw = in["model"]
+		}
+	}
+	var m string
+	if json.Unmarshal(raw, &m) != nil || m == "" {
+		return "", false
+	}
+	return m[:min(len(m), maxModelName)], true
+}
+
 // Protocols lists the formats the engine serves, one per path.
 func Protocols() []Protocol { return []Protocol{Chat{}, Responses{}, Messages{}, Speech{}} }
 

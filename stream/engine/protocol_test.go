@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,5 +259,37 @@ func TestChatAskUsage(t *testing.T) {
 	}
 	if in := (Chat{}).Inspect("", []byte(`{"choices":[{"delta":{}}],"usage":{"prompt_tokens":2}}`)); in.UsageOnly {
 		t.Errorf("a chunk with choices is not usage only: %+v", in)
+	}
+}
+
+// TestResponseModel: each format's adapter reads the model its answer
+// names, in its first event or the whole answer; an event that names none
+// answers false.
+func TestResponseModel(t *testing.T) {
+	long := strings.Repeat("m", 300)
+	for _, tc := range []struct {
+		name  string
+		proto ModelNamer
+		typ   string
+		data  string
+		want  string
+	}{
+		{"chat chunk", Chat{}, "", `{"id":"c","object":"chat.completion.chunk","model":"gpt-4o-2024-08-06","choices":[]}`, "gpt-4o-2024-08-06"},
+		{"chat answer", Chat{}, "", `{"id":"c","object":"chat.completion","model":"gpt-4o-mini-2024-07-18","choices":[]}`, "gpt-4o-mini-2024-07-18"},
+		{"chat done", Chat{}, "", `[DONE]`, ""},
+		{"responses created", Responses{}, "response.created", `{"type":"response.created","response":{"id":"r","model":"gpt-4.1-2025-04-14"}}`, "gpt-4.1-2025-04-14"},
+		{"responses delta", Responses{}, "response.output_text.delta", `{"type":"response.output_text.delta","delta":"model"}`, ""},
+		{"responses answer", Responses{}, "", `{"id":"r","object":"response","model":"o3-2025-04-16"}`, "o3-2025-04-16"},
+		{"messages start", Messages{}, "message_start", `{"type":"message_start","message":{"id":"m","model":"claude-sonnet-4-5-20250929"}}`, "claude-sonnet-4-5-20250929"},
+		{"messages answer", Messages{}, "", `{"id":"m","type":"message","model":"claude-haiku-4-5"}`, "claude-haiku-4-5"},
+		{"not a string", Chat{}, "", `{"model":7}`, ""},
+		{"bounded", Chat{}, "", `{"model":"` + long + `"}`, long[:maxModelName]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.proto.ResponseModel(tc.typ, []byte(tc.data))
+			if got != tc.want || ok != (tc.want != "") {
+				t.Fatalf("ResponseModel = %q, %v; want %q", got, ok, tc.want)
+			}
+		})
 	}
 }

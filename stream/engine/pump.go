@@ -45,7 +45,11 @@ type pump struct {
 	g        Generation
 	tail     *Tail
 	log      *slog.Logger
-	up       Upstream // the upstream being called, then the one that answered
+	// tenant is what logs and the attempt log show of the generation's
+	// tenant (resume.TenantHash): of Generation.Tenant, or for an adopted
+	// generation, whose caller may not be known, the record's.
+	tenant string
+	up     Upstream // the upstream being called, then the one that answered
 	// hideUsage: the client did not ask for the usage the upstream was
 	// asked for (UsageAsker); its UsageOnly events are not journaled.
 	hideUsage bool
@@ -370,11 +374,23 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	defer idle.Stop()
 	lim := upstreamLimits{maxEvent: p.e.cfg.Limits.MaxEventSize, maxEvents: p.e.cfg.Limits.MaxStreamEvents, maxBytes: p.e.cfg.Limits.MaxStreamBytes}
 	named, first := false, true
-	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection) error {
+	namer, modelTries := p.g.Protocol.(ModelNamer)
+	tries := 0
+	if modelTries {
+		tries = modelEvents
+	}
+	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection, usage *resume.Usage) error {
 		// The upstream is idle only while it is read: time spent journaling
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()
 		defer idle.Reset(idleTimeout)
+		if modelTries && (tries > 0 || in.Terminal) {
+			tries--
+			if m, ok := namer.ResponseModel(typ, data); ok {
+				modelTries = false
+				p.trace.ResponseModel(m)
+			}
+		}
 		if first {
 			first = false
 			p.trace.FirstChunk()
@@ -386,6 +402,9 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 		}
 		if in.UsageOnly && p.hideUsage {
 			return nil // the record keeps it; no client asked
+		}
+		if in.Terminal && usage != nil {
+			p.keepUsage(ctx, *usage)
 		}
 		if !in.Terminal && !p.resumable() {
 			// Shown to this instance's readers before it is stored; the
@@ -403,6 +422,27 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
+}
+
+// modelEvents is how many of a stream's first events are asked for the
+// model that answered (ModelNamer), besides its terminal event.
+const modelEvents = 3
+
+// keepUsageTimeout bounds keepUsage's record write.
+const keepUsageTimeout = 5 * time.Second
+
+// keepUsage stores the usage in the record before the terminal event is
+// stored (resume.Lease.KeepUsage): should this instance die before it
+// records the result, the instance that salvages the generation bills it.
+// One record write per streamed generation that reports usage, off the
+// per-event path. A failure costs only that (the terminal event is stored
+// all the same): a generation salvaged then is billed nothing.
+func (p *pump) keepUsage(ctx context.Context, u resume.Usage) {
+	ctx, cancel := context.WithTimeout(ctx, keepUsageTimeout)
+	defer cancel()
+	if err := p.g.Lease.KeepUsage(ctx, u); err != nil && !errors.Is(err, resume.ErrFenced) {
+		p.log.Warn("keeping the usage in the record failed", "gen", p.g.Ref.Gen, "err", err)
+	}
 }
 
 // preview shows an event handed to the journal to this instance's readers.
@@ -466,6 +506,11 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 	res := resume.Result{State: resume.Completed, Status: resp.StatusCode, ContentType: ct}
 	if u, ok := p.g.Protocol.Result(ct, body); ok {
 		res.Usage = &u
+	}
+	if namer, ok := p.g.Protocol.(ModelNamer); ok {
+		if m, ok := namer.ResponseModel("", body); ok {
+			p.trace.ResponseModel(m)
+		}
 	}
 	return res
 }

@@ -145,8 +145,8 @@ func (e *Engine) Adopt(ctx context.Context, id string, rec resume.Record, lease 
 	proto, _ := ProtocolOf(rec.Path)
 	caller, _ := ctx.Value(callerKey{}).(http.Header)
 	g := Generation{Key: rec.Key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: lease, Protocol: proto,
-		Stream: true, Path: rec.Path, Header: caller.Clone()}
-	p := &pump{e: e, g: g, tail: newTail(), log: e.cfg.Logger.With("key_id", id), adopted: true}
+		Model: rec.Model, Stream: true, Path: rec.Path, Header: caller.Clone()}
+	p := &pump{e: e, g: g, tail: newTail(), log: e.cfg.Logger.With("key_id", id), tenant: rec.Tenant, adopted: true}
 	if err := e.startPump(p); err != nil {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Journal.AppendTimeout()+10*time.Second)
@@ -161,17 +161,19 @@ func (e *Engine) Adopt(ctx context.Context, id string, rec resume.Record, lease 
 // owner_lost.
 func (e *Engine) settle(ctx context.Context, g Generation) resume.Result {
 	res := resume.Result{State: resume.Failed, Error: apierr.OwnerLost}
-	if j, ok := e.cfg.Journal.(Sealer); ok {
-		got, done, err := Salvage(j)(ctx, g.Ref.ID, g.Lease.Record())
-		if err != nil {
-			e.cfg.Logger.Warn("settling an adopted generation", "key_id", g.Ref.ID, "err", err)
-		}
-		if done {
-			res = got
-		}
+	got, done, err := e.Salvage(ctx, g.Ref.ID, g.Lease.Record())
+	if err != nil {
+		e.cfg.Logger.Warn("settling an adopted generation", "key_id", g.Ref.ID, "err", err)
+	}
+	if done {
+		res = got
 	}
 	if err := g.Lease.Finish(ctx, res); err != nil {
 		e.cfg.Logger.Warn("finishing an adopted generation", "key_id", g.Ref.ID, "err", err)
+		return res
+	}
+	if done {
+		e.Salvaged(ctx, g.Ref.ID, g.Lease.Record(), g.Lease.Settled())
 	}
 	return res
 }

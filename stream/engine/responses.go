@@ -95,6 +95,13 @@ func (Responses) Inspect(typ string, data []byte) Inspection {
 	return Inspection{Failure: &e}
 }
 
+// ResponseModel implements ModelNamer: response.created (the first event)
+// and response.completed carry the response, which names the model, as
+// the answer does.
+func (Responses) ResponseModel(_ string, data []byte) (string, bool) {
+	return namedModel(data, "response")
+}
+
 // Whole implements Protocol: a JSON object.
 func (Responses) Whole(contentType string, body []byte) bool { return jsonObject(contentType, body) }
 

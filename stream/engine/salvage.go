@@ -15,43 +15,58 @@ type Sealer interface {
 	First(ctx context.Context, ref journal.Ref) (journal.Event, error)
 }
 
-// Salvage is the resume.Config.Salvage of a proxy journaling into j: it
-// settles, in the journal, how a streamed generation whose owner's lease ran
-// out ended. An owner that died after the upstream's terminal event was
+// Salvage implements resume.Salvager for a proxy journaling into a Sealer:
+// it settles, in the journal, how a streamed generation whose owner's lease
+// ran out ended. An owner that died after the upstream's terminal event was
 // stored (before or after its end marker) but before it recorded the result
 // left a complete generation: it is recorded completed — with its end
 // marker appended if the owner did not get to it — and replayed, never
-// generated again. Anything else is sealed with an owner_lost error and a
-// failed end marker, which fences the owner if it is in fact still running
-// (a NATS outage kept it from renewing its lease, say): it can no longer
-// store a terminal event its readers would take for a result the record
-// denies. Non-streamed answers are neither salvaged nor sealed: their status
-// and content type are only in the record, and nobody reads them before it.
-// The record's path names the format that decides what is terminal.
-func Salvage(j Sealer) func(context.Context, string, resume.Record) (resume.Result, bool, error) {
-	return func(ctx context.Context, id string, rec resume.Record) (resume.Result, bool, error) {
-		if !rec.Stream {
-			return resume.Result{}, false, nil
-		}
-		proto, _ := ProtocolOf(rec.Path) // nil: a format this build does not serve has nothing terminal
-		ref := journal.Ref{ID: id, Gen: rec.Generation}
-		end, err := j.Seal(ctx, ref, func(last journal.Event, found bool) []journal.Event {
-			if found && proto != nil && !reserved(last.Type) && proto.Inspect(last.Type, last.Data).Terminal {
-				return []journal.Event{{End: journal.EndCompleted}}
-			}
-			return []journal.Event{{Type: TypeError, Data: apierr.New(apierr.OwnerLost).BodyIn(ShapeOf(rec.Path))}, {End: journal.EndFailed}}
-		})
-		if err != nil {
-			return resume.Result{}, false, err
-		}
-		if end.End != journal.EndCompleted {
-			return resume.Result{}, false, nil
-		}
-		// A non-streamed answer (stored body chunks) completes too, but its
-		// status and content type are only in the record.
-		if first, err := j.First(ctx, ref); err != nil || first.Type == TypeBody {
-			return resume.Result{}, false, err
-		}
-		return resume.Result{State: resume.Completed, Events: end.Offset - 1, Status: http.StatusOK, ContentType: "text/event-stream"}, true, nil
+// generated again; it is priced by the usage its owner kept in the record
+// before it stored the terminal event (resume.Lease.KeepUsage), and billed
+// once its record is stored (Salvaged). Anything else is sealed with an
+// owner_lost error and a failed end marker, which fences the owner if it
+// is in fact still running (a NATS outage kept it from renewing its lease,
+// say): it can no longer store a terminal event its readers would take for
+// a result the record denies. Non-streamed answers are neither salvaged nor
+// sealed: their status and content type are only in the record, and nobody
+// reads them before it. The record's path names the format that decides
+// what is terminal.
+func (e *Engine) Salvage(ctx context.Context, id string, rec resume.Record) (resume.Result, bool, error) {
+	j, ok := e.cfg.Journal.(Sealer)
+	if !ok || !rec.Stream {
+		return resume.Result{}, false, nil
 	}
+	proto, _ := ProtocolOf(rec.Path) // nil: a format this build does not serve has nothing terminal
+	ref := journal.Ref{ID: id, Gen: rec.Generation}
+	end, err := j.Seal(ctx, ref, func(last journal.Event, found bool) []journal.Event {
+		if found && proto != nil && !reserved(last.Type) && proto.Inspect(last.Type, last.Data).Terminal {
+			return []journal.Event{{End: journal.EndCompleted}}
+		}
+		return []journal.Event{{Type: TypeError, Data: apierr.New(apierr.OwnerLost).BodyIn(ShapeOf(rec.Path))}, {End: journal.EndFailed}}
+	})
+	if err != nil {
+		return resume.Result{}, false, err
+	}
+	if end.End != journal.EndCompleted {
+		return resume.Result{}, false, nil
+	}
+	// A non-streamed answer (stored body chunks) completes too, but its
+	// status and content type are only in the record.
+	if first, err := j.First(ctx, ref); err != nil || first.Type == TypeBody {
+		return resume.Result{}, false, err
+	}
+	res := resume.Result{State: resume.Completed, Events: end.Offset - 1, Status: http.StatusOK, ContentType: "text/event-stream",
+		Usage: rec.Usage, Model: rec.Model}
+	e.price(&res)
+	return res, true, nil
+}
+
+// Salvaged implements resume.Salvager: a generation Salvage completed is
+// billed as its owner would have billed it (bill), and its attempt log's
+// last record gets its usage and cost (attemptUsage).
+func (e *Engine) Salvaged(ctx context.Context, id string, rec resume.Record, attached uint64) {
+	res := resume.Result{State: rec.State, Usage: rec.Usage, Model: rec.Model}
+	entry := e.price(&res) // as Salvage priced it
+	e.bill(res, entry, attached)
+	e.attemptUsageOf(ctx, id, rec.Generation, res)
 }

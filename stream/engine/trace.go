@@ -28,6 +28,10 @@ type Trace interface {
 	// FirstChunk is called as the first event of an upstream stream
 	// arrives (never for an answer that is not streamed).
 	FirstChunk()
+	// ResponseModel is called, at most once, with the model the upstream's
+	// answer names (ModelNamer) — before FirstChunk when its first event
+	// names it.
+	ResponseModel(model string)
 	// End is called once, as the generation ends: its outcome (one of
 	// Outcomes) and the result it recorded (usage, cost, error code).
 	End(outcome string, res resume.Result)
@@ -43,3 +47,4 @@ func (noTrace) Request(*http.Request, string) {}
 func (noTrace) Attempt(classify.Attempt)      {}
 func (noTrace) End(string, resume.Result)     {}
 func (noTrace) FirstChunk()                   {}
+func (noTrace) ResponseModel(string)          {}

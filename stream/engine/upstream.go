@@ -58,7 +58,8 @@ type upstreamLimits struct {
 }
 
 // readUpstream parses an upstream SSE body of format proto and hands every
-// event to emit, up to and including the terminal one. It returns nil only
+// event to emit, up to and including the terminal one, with the usage the
+// stream reported up to and including it (nil: none yet). It returns nil only
 // when the terminal event arrived; usage is what the stream reported, also
 // when it failed (the upstream bills what it generated);
 // anything else — a read error, a clean end without the terminal event, an
@@ -66,7 +67,7 @@ type upstreamLimits struct {
 // that is no error (a *reservedEvent, not emitted), an oversized or invalid
 // event, a limit — is an error, and the events already emitted are not a
 // result.
-func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(typ string, data []byte, in Inspection) error) (n int, usage *resume.Usage, err error) {
+func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(typ string, data []byte, in Inspection, usage *resume.Usage) error) (n int, usage *resume.Usage, err error) {
 	var bytes int64
 	for ev, rerr := range sse.Read(body, &sse.ReadConfig{MaxEventSize: lim.maxEvent}) {
 		if rerr != nil {
@@ -105,7 +106,7 @@ func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(
 			}
 			usage = &u
 		}
-		if err := emit(ev.Type, data, in); err != nil {
+		if err := emit(ev.Type, data, in, usage); err != nil {
 			return n, usage, err
 		}
 		n++

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/reprise-dev/reprise/resume"
 )
 
 // TestReadUpstreamReservedNames: an upstream event named as one of
@@ -36,7 +38,7 @@ func TestReadUpstreamReservedNames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := readUpstream(strings.NewReader(tc.body), tc.proto, upstreamLimits{maxEvent: 4096, maxEvents: 10, maxBytes: 4096},
-				func(typ string, _ []byte, _ Inspection) error {
+				func(typ string, _ []byte, _ Inspection, _ *resume.Usage) error {
 					if reserved(typ) {
 						t.Fatalf("emitted an event named %q", typ)
 					}

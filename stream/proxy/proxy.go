@@ -116,8 +116,9 @@ type Config struct {
 	// saved; reprise_cost_total). Default nil: no cost is known.
 	Prices *cost.Table
 	// CostGuard narrows every upstream's retries to connect failures while
-	// this instance's spend (by Prices) rises too fast or passes a daily
-	// budget. Default: off.
+	// the fleet's spend (by Prices; every instance on the JetStream shares
+	// its own, journal.Spend) rises too fast or passes a daily budget.
+	// Default: off.
 	CostGuard cost.GuardConfig
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
@@ -153,6 +154,7 @@ type Proxy struct {
 	log     *slog.Logger
 
 	stopCancels func() // stops listening for cancels asked elsewhere
+	stopShare   func() // stops the cost guard's exchange with the fleet
 
 	serving  sync.WaitGroup
 	stopOnce sync.Once
@@ -192,7 +194,8 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	rm, err := resume.New(resume.Config{Store: j, Owner: owner(cfg.Owner), Lease: cfg.Lease, Salvage: engine.Salvage(j), Kept: engine.Kept(j)})
+	name := owner(cfg.Owner)
+	rm, err := resume.New(resume.Config{Store: j, Owner: name, Lease: cfg.Lease, Kept: engine.Kept(j)})
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +255,8 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	rm.SetAdopter(eng) // a generation whose owner died is continued here when its upstream still runs it
+	rm.SetAdopter(eng)  // a generation whose owner died is continued here when its upstream still runs it
+	rm.SetSalvager(eng) // else completed when its journal holds its result, and billed here
 	if cfg.Limits.CancelUnread > 0 {
 		cfg.HTTP.ReadingSignal = cfg.Limits.CancelUnread / 4
 	}
@@ -279,7 +283,23 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if cfg.MaxHeaderBytes <= 0 {
 		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
-	p := &Proxy{journal: j, engine: eng, srv: srv, log: cfg.Logger, stopped: make(chan struct{}), stopCancels: stopCancels}
+	p := &Proxy{journal: j, engine: eng, srv: srv, log: cfg.Logger, stopped: make(chan struct{}), stopCancels: stopCancels, stopShare: func() {}}
+	if guard != nil {
+		// The guard counts the fleet's spend: every instance on this
+		// JetStream publishes its own and reads the others'.
+		spend, err := j.Spend(octx, name)
+		if err != nil {
+			stopCancels()
+			return nil, err
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			guard.Share(ctx, spend, func(err error) { cfg.Logger.Warn("cost guard: the fleet's spend was not exchanged", "err", err) })
+		}()
+		p.stopShare = func() { stop(); <-done }
+	}
 	p.hs = &http.Server{
 		Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: cfg.MaxHeaderBytes, TLSConfig: cfg.TLS,
@@ -362,6 +382,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.engine.Shutdown(ctx)
 	if err == nil {
 		p.stopCancels() // nothing runs here any more
+		p.stopShare()
 	}
 	// Readers still attached follow generations that are now complete in
 	// the journal, or run elsewhere; they can resume anywhere else.

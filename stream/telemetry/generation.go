@@ -32,6 +32,7 @@ type run struct {
 	n              int        // upstream requests made
 	addr, upstream string     // the latest upstream request's host and upstream name
 	port           int
+	model          string // the model the upstream's answer named
 }
 
 // Begin starts the span of a generation (engine.Tracer): a child of the
@@ -60,6 +61,9 @@ func (r *run) genAI() []attribute.KeyValue {
 	}
 	if r.g.Model != "" {
 		attrs = append(attrs, keyRequestModel.String(r.g.Model))
+	}
+	if r.model != "" {
+		attrs = append(attrs, keyResponseModel.String(r.model))
 	}
 	return attrs
 }
@@ -138,6 +142,15 @@ func (r *run) FirstChunk() {
 	d := time.Since(r.start).Seconds()
 	r.t.inst.firstChunk.Record(r.ctx, d, metric.WithAttributes(append(r.genAI(), r.server()...)...))
 	r.span.SetAttributes(keyFirstChunk.Float64(d))
+}
+
+// ResponseModel notes the model the upstream's answer named: an attribute
+// of the generation's span and of the metrics recorded from now on.
+func (r *run) ResponseModel(model string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.model = model
+	r.span.SetAttributes(keyResponseModel.String(model))
 }
 
 // End records the generation's GenAI metrics and ends its span.

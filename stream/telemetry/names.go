@@ -15,6 +15,7 @@ const (
 	keySystem        = attribute.Key("gen_ai.system")        // v1.36.0 and before
 	keyProvider      = attribute.Key("gen_ai.provider.name") // since v1.37.0
 	keyRequestModel  = attribute.Key("gen_ai.request.model")
+	keyResponseModel = attribute.Key("gen_ai.response.model")
 	keyTokenType     = attribute.Key("gen_ai.token.type")     // v1.36.0: input, output
 	keyTokenModality = attribute.Key("gen_ai.token.modality") // inference usage counters
 	keyInputTokens   = attribute.Key("gen_ai.usage.input_tokens")

@@ -15,6 +15,8 @@ const (
 	MaxDelay = time.Minute
 	// MaxStatuses caps the length of the status directive list.
 	MaxStatuses = 1000
+	// MaxModel caps the model directive's length.
+	MaxModel = 64
 )
 
 // Directives are the controls parsed from a prompt. Integer fields use -1 for
@@ -49,6 +51,10 @@ type Directives struct {
 	// and ends the stream cleanly, as an API that fails mid-generation
 	// does; -1 means never.
 	ErrorAfter int
+	// Model, when set, is the model the answer names instead of the
+	// request's, as a provider names the dated snapshot that answered
+	// (at most MaxModel bytes).
+	Model string
 }
 
 // ParseDirectives extracts directives from bracketed segments anywhere in the
@@ -59,6 +65,7 @@ type Directives struct {
 //
 //	tokens=N  delay=DUR  abort_after=N  status=C1,C2,...
 //	retry_after=S  retry_after_ms=M  hang  hang_after=N  error_after=N
+//	model=NAME
 func ParseDirectives(prompt string) Directives {
 	d := Directives{Tokens: -1, Delay: -1, AbortAfter: -1, RetryAfter: -1, RetryAfterMS: -1, HangAfter: -1, ErrorAfter: -1}
 	for _, segment := range bracketSegments(prompt) {
@@ -126,6 +133,10 @@ func (d *Directives) apply(key, value string) {
 	case "error_after":
 		if n, ok := parseCount(value); ok {
 			d.ErrorAfter = n
+		}
+	case "model":
+		if value != "" {
+			d.Model = value[:min(len(value), MaxModel)]
 		}
 	}
 }

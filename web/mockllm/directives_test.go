@@ -39,6 +39,7 @@ func TestParseDirectives(t *testing.T) {
 		{"nested [[tokens=2] and unclosed [tokens=9", with(func(d *mockllm.Directives) { d.Tokens = 2 })},
 		{"[status=503,oops,200]", with(func(d *mockllm.Directives) { d.Statuses = []int{503, 0, 200} })},
 		{"[hang=false]", unset()},
+		{"[model=mock-1-2026-12-01]", with(func(d *mockllm.Directives) { d.Model = "mock-1-2026-12-01" })},
 	}
 	for _, tt := range tests {
 		if got := mockllm.ParseDirectives(tt.prompt); !reflect.DeepEqual(got, tt.want) {

@@ -61,6 +61,9 @@ func (s *Server) serveText(w http.ResponseWriter, r *http.Request, f textFormat)
 		reportUsage: f.streamUsage == nil || f.streamUsage(body),
 	}
 	rec.prompt(countWords(prompt))
+	if d.Model != "" {
+		job.model = d.Model
+	}
 	if job.model == "" {
 		job.model = DefaultModel
 	}

@@ -1,0 +1,101 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// spendTTL is how long an instance's spend entry is kept after its last
+// write: longer than the day and hour the cost guard looks back.
+const spendTTL = 26 * time.Hour
+
+// Spend is the fleet's spend ledger (cost.Fleet): a KV bucket beside the
+// records where each instance keeps its own spend per minute under its own
+// key — no two instances write one key, so nothing contends — and reads
+// every other instance's.
+type Spend struct {
+	kv  jetstream.KeyValue
+	key string
+}
+
+// Spend opens the fleet's spend ledger (creating its bucket, the records
+// bucket's name with a _spend suffix) for the instance named instance.
+func (j *Journal) Spend(ctx context.Context, instance string) (*Spend, error) {
+	storage := jetstream.FileStorage
+	if j.cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	bucket := j.cfg.Bucket + "_spend"
+	kv, err := j.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "reprise: each instance's spend per minute, for the fleet's cost guard",
+		History:     1,
+		TTL:         spendTTL,
+		Storage:     storage,
+		Replicas:    j.cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
+	}
+	return &Spend{kv: kv, key: spendKey(instance)}, nil
+}
+
+// spendKey is instance as a KV key: characters keys do not allow become _.
+func spendKey(instance string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, instance)
+}
+
+// Publish stores this instance's spend per minute (Unix minutes).
+func (s *Spend) Publish(ctx context.Context, minutes map[int64]float64) error {
+	b, err := json.Marshal(minutes)
+	if err == nil {
+		_, err = s.kv.Put(ctx, s.key, b)
+	}
+	if err != nil {
+		return fmt.Errorf("journal: publish spend: %w", err)
+	}
+	return nil
+}
+
+// Others returns every other instance's spend per minute, summed.
+func (s *Spend) Others(ctx context.Context) (map[int64]float64, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("journal: read spend: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	sum := map[int64]float64{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("journal: read spend: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("journal: read spend: the watch ended")
+			}
+			if e == nil { // every current entry was delivered
+				return sum, nil
+			}
+			if e.Key() == s.key {
+				continue
+			}
+			var minutes map[int64]float64
+			if json.Unmarshal(e.Value(), &minutes) != nil {
+				continue // not an instance's: ignored
+			}
+			for m, v := range minutes {
+				sum[m] += v
+			}
+		}
+	}
+}
