@@ -1262,3 +1262,33 @@ func TestProgress(t *testing.T) {
 		t.Fatalf("Progress after the end = %+v, %v; want 3 events, ended", p, err)
 	}
 }
+
+// TestRecordsOnTheirOwnConnection: with Config.Records, the key records
+// go over that connection and nothing else does: the events' connection
+// carries none of them (so a lease renewal never queues behind events),
+// and a record is read and written even while the events' connection is
+// closed.
+func TestRecordsOnTheirOwnConnection(t *testing.T) {
+	srv := startServer(t, t.TempDir())
+	nc, rc := connect(t, srv), connect(t, srv)
+	j := openJournal(t, nc, journal.Config{Memory: true, Records: rc})
+	ctx := waitCtx(t, waitTimeout)
+	events, records := nc.Stats().OutMsgs, rc.Stats().OutMsgs
+	rev, created, err := j.Create(ctx, "rec", []byte("a"))
+	if err != nil || !created {
+		t.Fatalf("create: %v %v", created, err)
+	}
+	if _, ok, err := j.Update(ctx, "rec", []byte("b"), rev); err != nil || !ok {
+		t.Fatalf("update: %v %v", ok, err)
+	}
+	if got := nc.Stats().OutMsgs - events; got != 0 {
+		t.Fatalf("%d record messages went over the events' connection", got)
+	}
+	if got := rc.Stats().OutMsgs - records; got < 2 {
+		t.Fatalf("%d record messages went over the records' connection, want 2", got)
+	}
+	nc.Close()
+	if v, _, found, err := j.Get(ctx, "rec"); err != nil || !found || string(v) != "b" {
+		t.Fatalf("get with the events' connection closed: %q %v %v", v, found, err)
+	}
+}
