@@ -110,6 +110,7 @@ type Journal struct {
 	// maxEvent is the largest event (type and data) one message holds.
 	maxEvent int
 	live     *hub // the topics this instance's readers follow
+	lag      lag  // this instance's writers, for Lag
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
 	appendErrors                              atomic.Uint64
@@ -178,6 +179,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	}
 	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload()), maxEvent: eventLimit(nc.MaxPayload())}
 	j.live = &hub{j: j, topics: map[string]*topic{}}
+	j.lag.writers = map[*Writer]struct{}{}
 	return j, nil
 }
 

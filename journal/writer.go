@@ -62,18 +62,21 @@ type Writer struct {
 	lastSeq uint64 // sequence of the last stored message (the flusher's)
 	base    uint64 // the offset written after: 0, or NewWriterAfter's
 
-	mu     sync.Mutex
-	queue  []Event // appended, not yet stored
-	qbytes int
-	ended  bool
-	stored uint64 // offset of the last stored event
-	seq    uint64 // sequence of the message that stored it: the next events' seek hint
-	err    error
+	mu       sync.Mutex
+	queue    []Event     // appended, not yet stored
+	queuedAt []time.Time // when each of queue was appended (Lag)
+	fenceAt  time.Time   // when the fence in flight was appended; zero: none
+	qbytes   int
+	ended    bool
+	stored   uint64 // offset of the last stored event
+	seq      uint64 // sequence of the message that stored it: the next events' seek hint
+	err      error
 }
 
 // NewWriter starts a writer for ref. Call End or Abort to stop it.
 func (j *Journal) NewWriter(ref Ref, sink func(Event)) *Writer {
 	w := j.newWriter(ref, sink)
+	j.lag.add(w)
 	go w.flush()
 	return w
 }
@@ -193,6 +196,7 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 				show(ev)
 			}
 			w.queue = append(w.queue, ev)
+			w.queuedAt = append(w.queuedAt, time.Now())
 			w.qbytes += ev.Size()
 			w.ended = ev.IsEnd()
 			w.mu.Unlock()
@@ -214,6 +218,9 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 // fence. Nothing else is sent before it is stored, so a writer that loses
 // the race stores nothing.
 func (w *Writer) first(ctx context.Context, ev Event) error {
+	w.mu.Lock()
+	w.fenceAt = time.Now()
+	w.mu.Unlock()
 	seq, err := w.send(ctx, []Event{ev}, w.lastSeq)
 	if err != nil {
 		w.fail(err)
@@ -223,6 +230,7 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 	ev.Seq = seq
 	w.mu.Lock()
 	w.stored, w.seq, w.ended = ev.Offset, seq, ev.IsEnd()
+	w.fenceAt = time.Time{}
 	w.mu.Unlock()
 	w.sink(ev)
 	signal(w.wake)
@@ -233,6 +241,7 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 // stored or the writer fails.
 func (w *Writer) flush() {
 	defer close(w.done)
+	defer w.j.lag.remove(w)
 	for {
 		w.mu.Lock()
 		batch := w.take()
@@ -260,6 +269,7 @@ func (w *Writer) flush() {
 		}
 		w.mu.Lock()
 		w.queue = w.queue[len(batch):]
+		w.queuedAt = w.queuedAt[len(batch):]
 		for _, ev := range batch {
 			w.qbytes -= ev.Size()
 		}
@@ -411,6 +421,7 @@ func (j *Journal) NewWriterAfter(ctx context.Context, ref Ref, sink func(Event))
 	last := f.events[len(f.events)-1]
 	w := j.newWriter(ref, sink)
 	w.base, w.next, w.stored, w.lastSeq, w.seq = last.Offset, last.Offset, last.Offset, f.seq, f.seq
+	j.lag.add(w)
 	go w.flush()
 	return w, last, nil
 }

@@ -192,6 +192,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.WatchLag(j.Lag)
 	rm, err := resume.New(resume.Config{Store: j, Owner: owner(cfg.Owner), Lease: cfg.Lease, Salvage: engine.Salvage(j), Kept: engine.Kept(j)})
 	if err != nil {
 		return nil, err
