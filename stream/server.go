@@ -35,7 +35,7 @@ const (
 	DefaultMaxWSMessage        = 4 << 10
 	// DefaultShedLag is how far behind the journal may be before new
 	// generations are refused (Settings.ShedLag).
-	DefaultShedLag = time.Second
+	DefaultShedLag = 500 * time.Millisecond
 	// DefaultSDKRetryWindow is how long a keyless request's SDK retries attach to it.
 	DefaultSDKRetryWindow = 10 * time.Minute
 	// DefaultSSERetry: browsers wait 3 s by default before an EventSource
@@ -83,7 +83,7 @@ type Settings struct {
 	// resumes and readers are served as ever. An instance past saturation
 	// so stops taking on work before its running generations suffer
 	// (appends that time out, leases that lapse). 0 takes the default,
-	// negative disables. Default DefaultShedLag (1 s).
+	// negative disables. Default DefaultShedLag (500 ms).
 	ShedLag time.Duration
 	// CORSOrigins are the origins whose pages may call the proxy from a
 	// browser ("*" for any; scheme://host[:port], one "*" allowed in the

@@ -48,7 +48,7 @@ func TestParseConfig(t *testing.T) {
 		{"tenant generations default", nil, nil, func(c config) bool { return c.p.Limits.MaxTenantGenerations == 512 }, false},
 		{"tenant generations set", []string{"--max-tenant-generations", "8"}, nil, func(c config) bool { return c.p.Limits.MaxTenantGenerations == 8 }, false},
 		{"tenant generations negative", []string{"--max-tenant-generations", "-1"}, nil, nil, true},
-		{"shed lag default", nil, nil, func(c config) bool { return c.p.HTTP.ShedLag == time.Second }, false},
+		{"shed lag default", nil, nil, func(c config) bool { return c.p.HTTP.ShedLag == 500*time.Millisecond }, false},
 		{"shed lag from env", nil, map[string]string{"REPRISE_SHED_LAG": "250ms"}, func(c config) bool { return c.p.HTTP.ShedLag == 250*time.Millisecond }, false},
 		{"shed lag 0 turns shedding off", []string{"--shed-lag", "0"}, nil, func(c config) bool { return c.p.HTTP.ShedLag < 0 }, false},
 		{"shed lag negative", []string{"--shed-lag", "-1s"}, nil, nil, true},
