@@ -67,6 +67,14 @@ type Config struct {
 	// lingers before it. Readers on other instances see lingering events
 	// up to Linger later. Default DefaultLinger; negative: none.
 	Linger time.Duration
+	// Records, when set, is the connection the key records (Get, Create,
+	// Update: the resume decisions and the owners' lease renewals) go
+	// over. On a connection of their own they do not queue behind the
+	// events this instance publishes — in the client's buffers and the
+	// server's reading of one connection — so a lease is renewed on time
+	// while the events are behind. Open does not close it. Default: the
+	// journal's connection.
+	Records *nats.Conn
 }
 
 // DefaultLinger is Config.Linger's default: about two tokens of a
@@ -120,6 +128,7 @@ type Journal struct {
 	// maxEvent is the largest event (type and data) one message holds.
 	maxEvent int
 	live     *hub // the topics this instance's readers follow
+	lag      lag  // this instance's writers, for Lag
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
 	appendErrors                              atomic.Uint64
@@ -196,8 +205,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Records != nil {
+		if kv, err = recordsOn(ctx, cfg.Records, cfg.Bucket); err != nil {
+			return nil, err
+		}
+	}
 	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload()), maxEvent: eventLimit(nc.MaxPayload())}
 	j.live = &hub{j: j, topics: map[string]*topic{}}
+	j.lag.writers = map[*Writer]struct{}{}
 	return j, nil
 }
 
@@ -232,6 +247,21 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jet
 		return nil, nil, fmt.Errorf("journal: bucket %s: %w", cfg.Bucket, err)
 	}
 	return st, kv, nil
+}
+
+// recordsOn binds the bucket on nc, the connection of Config.Records.
+func recordsOn(ctx context.Context, nc *nats.Conn, bucket string) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("journal: records connection: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("journal: bucket %s on the records connection: %w", bucket, err)
+	}
+	return kv, nil
 }
 
 // frameLimit is maxFrame for a server whose max_payload is payload.

@@ -1299,6 +1299,9 @@ func TestWriterLingers(t *testing.T) {
 				}
 			}
 			msgs := storedCount(t, nc, ref)
+			if lag := j.Lag(); c.linger > 0 && lag != 0 {
+				t.Fatalf("lag %s while events linger within Linger: only what waits past it is behind", lag)
+			}
 			if shown != n-1 { // the fence is shown once stored
 				t.Fatalf("shown %d events at once, want %d", shown, n-1)
 			}
@@ -1328,5 +1331,35 @@ func TestWriterLingers(t *testing.T) {
 			}
 			t.Logf("%d events shown before they were stored: %d messages", n, msgs)
 		})
+	}
+}
+
+// TestRecordsOnTheirOwnConnection: with Config.Records, the key records
+// go over that connection and nothing else does: the events' connection
+// carries none of them (so a lease renewal never queues behind events),
+// and a record is read and written even while the events' connection is
+// closed.
+func TestRecordsOnTheirOwnConnection(t *testing.T) {
+	srv := startServer(t, t.TempDir())
+	nc, rc := connect(t, srv), connect(t, srv)
+	j := openJournal(t, nc, journal.Config{Memory: true, Records: rc})
+	ctx := waitCtx(t, waitTimeout)
+	events, records := nc.Stats().OutMsgs, rc.Stats().OutMsgs
+	rev, created, err := j.Create(ctx, "rec", []byte("a"))
+	if err != nil || !created {
+		t.Fatalf("create: %v %v", created, err)
+	}
+	if _, ok, err := j.Update(ctx, "rec", []byte("b"), rev); err != nil || !ok {
+		t.Fatalf("update: %v %v", ok, err)
+	}
+	if got := nc.Stats().OutMsgs - events; got != 0 {
+		t.Fatalf("%d record messages went over the events' connection", got)
+	}
+	if got := rc.Stats().OutMsgs - records; got < 2 {
+		t.Fatalf("%d record messages went over the records' connection, want 2", got)
+	}
+	nc.Close()
+	if v, _, found, err := j.Get(ctx, "rec"); err != nil || !found || string(v) != "b" {
+		t.Fatalf("get with the events' connection closed: %q %v %v", v, found, err)
 	}
 }

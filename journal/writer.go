@@ -62,24 +62,25 @@ type Writer struct {
 	lastSeq uint64 // sequence of the last stored message (the flusher's)
 	base    uint64 // the offset written after: 0, or NewWriterAfter's
 
-	mu     sync.Mutex
-	queue  []Event // appended, not yet stored
-	qbytes int
-	ended  bool
-	stored uint64 // offset of the last stored event
-	seq    uint64 // sequence of the message that stored it: the next events' seek hint
-	err    error
-	// since is when the oldest queued event was queued, urgent the offset
-	// of the last queued event a caller waits to see stored (Append, End):
-	// lingering events wait for Config.Linger from since unless urgent is
-	// past stored.
-	since  time.Time
+	mu       sync.Mutex
+	queue    []Event     // appended, not yet stored
+	queuedAt []time.Time // when each of queue was appended (Lag, Config.Linger)
+	fenceAt  time.Time   // when the fence in flight was appended; zero: none
+	qbytes   int
+	ended    bool
+	stored   uint64 // offset of the last stored event
+	seq      uint64 // sequence of the message that stored it: the next events' seek hint
+	err      error
+	// urgent is the offset of the last queued event a caller waits to see
+	// stored (Append, End): queued events linger (Config.Linger) only
+	// while it is stored.
 	urgent uint64
 }
 
 // NewWriter starts a writer for ref. Call End or Abort to stop it.
 func (j *Journal) NewWriter(ref Ref, sink func(Event)) *Writer {
 	w := j.newWriter(ref, sink)
+	j.lag.add(w)
 	go w.flush()
 	return w
 }
@@ -200,10 +201,8 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 			} else {
 				w.urgent = ev.Offset
 			}
-			if len(w.queue) == 0 {
-				w.since = time.Now()
-			}
 			w.queue = append(w.queue, ev)
+			w.queuedAt = append(w.queuedAt, time.Now())
 			w.qbytes += ev.Size()
 			w.ended = ev.IsEnd()
 			w.mu.Unlock()
@@ -225,6 +224,9 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 // fence. Nothing else is sent before it is stored, so a writer that loses
 // the race stores nothing.
 func (w *Writer) first(ctx context.Context, ev Event) error {
+	w.mu.Lock()
+	w.fenceAt = time.Now()
+	w.mu.Unlock()
 	seq, err := w.send(ctx, []Event{ev}, w.lastSeq)
 	if err != nil {
 		w.fail(err)
@@ -234,6 +236,7 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 	ev.Seq = seq
 	w.mu.Lock()
 	w.stored, w.seq, w.ended = ev.Offset, seq, ev.IsEnd()
+	w.fenceAt = time.Time{}
 	w.mu.Unlock()
 	w.sink(ev)
 	signal(w.wake)
@@ -244,6 +247,7 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 // stored or the writer fails.
 func (w *Writer) flush() {
 	defer close(w.done)
+	defer w.j.lag.remove(w)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	defer linger.Stop()
@@ -275,7 +279,6 @@ func (w *Writer) flush() {
 				return
 			}
 		}
-		sent := time.Now()
 		seq, err := w.send(w.ctx, batch, w.lastSeq)
 		if err != nil {
 			w.fail(err)
@@ -287,10 +290,10 @@ func (w *Writer) flush() {
 		}
 		w.mu.Lock()
 		w.queue = w.queue[len(batch):]
+		w.queuedAt = w.queuedAt[len(batch):]
 		for _, ev := range batch {
 			w.qbytes -= ev.Size()
 		}
-		w.since = sent // what is left came during the send: it has waited since then at most
 		w.stored, w.seq = batch[len(batch)-1].Offset, seq
 		w.mu.Unlock()
 		signal(w.room)
@@ -307,7 +310,7 @@ func (w *Writer) lingering() time.Duration {
 		len(w.queue) >= DefaultWindow/2 || w.qbytes >= min(windowBytes, w.j.maxFrame)/2 {
 		return 0
 	}
-	return time.Until(w.since.Add(linger))
+	return time.Until(w.queuedAt[0].Add(linger))
 }
 
 // take copies the queue's head that fits one message: events of one seek
@@ -452,6 +455,7 @@ func (j *Journal) NewWriterAfter(ctx context.Context, ref Ref, sink func(Event))
 	last := f.events[len(f.events)-1]
 	w := j.newWriter(ref, sink)
 	w.base, w.next, w.stored, w.lastSeq, w.seq = last.Offset, last.Offset, last.Offset, f.seq, f.seq
+	j.lag.add(w)
 	go w.flush()
 	return w, last, nil
 }

@@ -65,6 +65,9 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	}
 	noteKey(r, key)
 	id := resume.StreamID(tenant, key)
+	if s.shed(w, r, id, !sdkRetry && r.Header.Get("Idempotency-Key") == "") {
+		return
+	}
 	// The decision is not the client's to cut short: a record created for a
 	// client that left meanwhile would otherwise name a generation nobody
 	// runs (owner_lost once its lease ran out).

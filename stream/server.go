@@ -33,6 +33,9 @@ const (
 	// taking what the others need.
 	DefaultMaxReadersPerTenant = 2048
 	DefaultMaxWSMessage        = 4 << 10
+	// DefaultShedLag is how far behind the journal may be before new
+	// generations are refused (Settings.ShedLag).
+	DefaultShedLag = 500 * time.Millisecond
 	// DefaultSDKRetryWindow is how long a keyless request's SDK retries attach to it.
 	DefaultSDKRetryWindow = 10 * time.Minute
 	// DefaultSSERetry: browsers wait 3 s by default before an EventSource
@@ -73,6 +76,15 @@ type Settings struct {
 	// body sent within this window attaches to it. 0 takes the default,
 	// negative disables. Default DefaultSDKRetryWindow (10 min).
 	SDKRetryWindow time.Duration
+	// ShedLag: while the journal is behind by more than this
+	// (journal.Journal.Lag: the oldest event appended here and not yet
+	// acknowledged), a request that would start a new generation is
+	// refused with 429 overloaded and a Retry-After; attaches, replays,
+	// resumes and readers are served as ever. An instance past saturation
+	// so stops taking on work before its running generations suffer
+	// (appends that time out, leases that lapse). 0 takes the default,
+	// negative disables. Default DefaultShedLag (500 ms).
+	ShedLag time.Duration
 	// CORSOrigins are the origins whose pages may call the proxy from a
 	// browser ("*" for any; scheme://host[:port], one "*" allowed in the
 	// host). Default none: no CORS headers, preflights are not answered.
@@ -94,6 +106,9 @@ func (s *Settings) fill() {
 	setDefault(&s.SSERetry, DefaultSSERetry)
 	if s.SDKRetryWindow == 0 {
 		s.SDKRetryWindow = DefaultSDKRetryWindow
+	}
+	if s.ShedLag == 0 {
+		s.ShedLag = DefaultShedLag
 	}
 }
 
@@ -143,6 +158,7 @@ type Server struct {
 	closeReaders context.CancelFunc
 
 	lost          lostChecks // ownerLost's answers, shared by a generation's readers
+	lag           lagGauge   // the journal's lag, measured at most every lagEvery
 	mu            sync.Mutex
 	readers       map[string]int // connected readers per key id
 	tenantReaders map[string]int // connected readers per tenant
@@ -167,6 +183,7 @@ func New(cfg Config) (*Server, error) {
 		tenantReaders: map[string]int{},
 	}
 	s.closing, s.closeReaders = context.WithCancel(context.Background())
+	s.lag.measure = cfg.Journal.Lag
 	s.routes()
 	var err error
 	if s.handler, err = withCORS(s.cfg.CORSOrigins, s.mux); err != nil {

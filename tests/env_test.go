@@ -33,6 +33,7 @@ type env struct {
 
 	emb  *journal.Embedded
 	nc   *nats.Conn
+	rc   *nats.Conn // the key records' connection, as cmd/reprise has one
 	p    *proxy.Proxy
 	reg  *prometheus.Registry
 	addr string // the proxy's listen address
@@ -126,7 +127,11 @@ func (e *env) startNATS() {
 	if err != nil {
 		e.tb.Fatal(err)
 	}
-	e.emb, e.nc = emb, nc
+	rc, err := emb.Connect("reprise-test-records")
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	e.emb, e.nc, e.rc = emb, nc, rc
 }
 
 // natsURL is the embedded server's client URL (withNATSPort only).
@@ -142,6 +147,7 @@ func (e *env) startProxy() {
 		HTTP: stream.Settings{AttachWait: e.opt.attachWait, Heartbeat: 500 * time.Millisecond},
 	}
 	cfg.UpstreamBackground = e.opt.background
+	cfg.Journal.Records = e.rc
 	if e.opt.journal != nil {
 		e.opt.journal(&cfg.Journal)
 	}
@@ -204,6 +210,7 @@ func (e *env) restart() {
 	e.tb.Helper()
 	e.stopProxy()
 	e.nc.Close()
+	e.rc.Close()
 	e.emb.Shutdown()
 	e.startNATS()
 	e.startProxy()
@@ -212,5 +219,6 @@ func (e *env) restart() {
 func (e *env) close() {
 	e.stopProxy()
 	e.nc.Close()
+	e.rc.Close()
 	e.emb.Shutdown()
 }

@@ -106,9 +106,24 @@ func (c *loadClient) ok(resp *http.Response, err error) (*http.Response, error) 
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		resp.Body.Close()
-		return nil, fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		return nil, &statusError{status: resp.StatusCode, body: strings.TrimSpace(string(b))}
 	}
 	return resp, nil
+}
+
+// statusError is an answer other than 200.
+type statusError struct {
+	status int
+	body   string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("status %d: %s", e.status, e.body) }
+
+// shed reports whether err is reprise refusing a new generation while it
+// is behind (429 overloaded): load shed, not a stream that failed.
+func shed(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.status == http.StatusTooManyRequests && strings.Contains(se.body, `"overloaded"`)
 }
 
 // sseReader reads an event stream line by line, without allocating per line.

@@ -66,6 +66,7 @@ type stack struct {
 
 	emb    *journal.Embedded
 	nc     *nats.Conn
+	rc     *nats.Conn // the key records' (journal.Config.Records)
 	js     jetstream.JetStream
 	rep    *proxy.Proxy
 	reg    *prometheus.Registry
@@ -119,12 +120,16 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	if s.emb, err = journal.StartEmbedded(ec); err != nil {
 		return nil, err
 	}
-	if cfg.natsTCP {
-		s.nc, err = nats.Connect(s.emb.Server.ClientURL(), append([]nats.Option{nats.Name("reprise-bench")}, journal.ConnectOptions()...)...)
-	} else {
-		s.nc, err = s.emb.Connect("reprise-bench")
+	connect := func(name string) (*nats.Conn, error) {
+		if cfg.natsTCP {
+			return nats.Connect(s.emb.Server.ClientURL(), append([]nats.Option{nats.Name(name)}, journal.ConnectOptions()...)...)
+		}
+		return s.emb.Connect(name)
 	}
-	if err != nil {
+	if s.nc, err = connect("reprise-bench"); err != nil {
+		return nil, err
+	}
+	if s.rc, err = connect("reprise-bench-records"); err != nil {
 		return nil, err
 	}
 	if s.js, err = jetstream.New(s.nc); err != nil {
@@ -137,8 +142,8 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	defer cancel()
 	s.rep, err = proxy.New(ctx, proxy.Config{
 		NATS:     s.nc,
-		Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1)}, // file storage by default, 24 h TTL, 1 replica
-		Owner:    "bench-" + resume.NewKey()[3:11],                                          // default lease
+		Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), Records: s.rc}, // file storage by default, 24 h TTL, 1 replica
+		Owner:    "bench-" + resume.NewKey()[3:11],                                                         // default lease
 		Upstream: upURL,
 		Policy:   classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
 		HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReadersPerKey},
@@ -238,6 +243,9 @@ func (s *stack) close() {
 			_ = hs.Close()
 		}
 		cancel()
+	}
+	if s.rc != nil {
+		s.rc.Close()
 	}
 	if s.nc != nil {
 		s.nc.Close()

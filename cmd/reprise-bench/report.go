@@ -70,6 +70,7 @@ type memResult struct {
 type mixResult struct {
 	streams, events, errs int
 	journalMsgs           int // messages reprise stored meanwhile (its records' not counted)
+	shed                  int // refused with 429 overloaded: not started, not failed
 	wall, cpu             time.Duration
 	gcCycles              uint64
 	gcCPU                 time.Duration
@@ -97,6 +98,7 @@ func (m *mixResult) merge(o *mixResult) {
 	m.events += o.events
 	m.errs += o.errs
 	m.journalMsgs += o.journalMsgs
+	m.shed += o.shed
 	m.wall += o.wall
 	m.cpu += o.cpu
 	m.gcCycles += o.gcCycles
@@ -277,7 +279,7 @@ func (b *bench) report(w io.Writer) {
 		fmt.Fprintf(w, "| %s: process CPU per event (µs; cores busy on average) | | %s (%.2f) | %s (%.2f) | ×%s | %s | %s |\n", title,
 			f(perEvent(p), 1), p.cpu.Seconds()/p.wall.Seconds(), f(perEvent(rp), 1), rp.cpu.Seconds()/rp.wall.Seconds(), f(cpu, 2), tcpu, metCPU)
 		fmt.Fprintf(w, "| %s: GC cycles (GC CPU s) | | %d (%.1f) | %d (%.1f) | | | |\n", title, p.gcCycles, p.gcCPU.Seconds(), rp.gcCycles, rp.gcCPU.Seconds())
-		fmt.Fprintf(w, "| %s: events received (failed streams) | | %d (%d) | %d (%d) | | | |\n", title, p.events, p.errs, rp.events, rp.errs)
+		fmt.Fprintf(w, "| %s: events received (failed streams; shed with 429) | | %d (%d; %d) | %d (%d; %d) | | | |\n", title, p.events, p.errs, p.shed, rp.events, rp.errs, rp.shed)
 		if rp.events > 0 {
 			fmt.Fprintf(w, "| %s: journal messages per event received (--journal-linger %s) | | | %s | | | |\n", title, o.linger, f(float64(rp.journalMsgs)/float64(rp.events), 2))
 		}

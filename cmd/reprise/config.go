@@ -105,6 +105,7 @@ func newFlagSet(c *config, level *string, file *string) *flags {
 	fs.in(groupLimits).IntVar(&p.HTTP.MaxReadersPerTenant, "max-readers-per-tenant", stream.DefaultMaxReadersPerTenant, "concurrent readers of one tenant's keys on this instance (429 above)")
 	fs.in(groupLimits).Int64Var(&p.HTTP.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
 	fs.in(groupLimits).DurationVar(&p.HTTP.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "each write to a reader (an event, a keep-alive) must finish within this, else the reader is cut (visibly) and resumes; the time between events does not count")
+	fs.in(groupLimits).DurationVar(&p.HTTP.ShedLag, "shed-lag", stream.DefaultShedLag, "while the journal is this far behind (its oldest event not yet acknowledged), refuse new generations with 429 overloaded and Retry-After; running generations, duplicates, replays and resumes are served; 0 turns it off")
 	fs.in(groupLimits).IntVar(&p.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "request header bytes at most (431 above)")
 	fs.in(groupAuth).StringVar((*string)(&p.Auth.Mode), "auth", string(auth.Passthrough), "passthrough (the caller's bearer goes upstream), static (callers use --proxy-keys; the upstream gets --upstream-key) or none (one anonymous tenant)")
 	fs.in(groupAuth).StringVar(&p.Auth.TenantHeader, "tenant-header", "", "derive the tenant from this header instead of the bearer token")
@@ -195,6 +196,8 @@ func (c *config) validate(level string) error {
 		return fmt.Errorf("--cancel-unread %s: 0 (never) or at least 1s", p.Limits.CancelUnread)
 	case p.HTTP.SDKRetryWindow < 0:
 		return errors.New("--sdk-retry-window must not be negative")
+	case p.HTTP.ShedLag < 0:
+		return errors.New("--shed-lag must not be negative")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return errors.New("--tls-cert and --tls-key go together")
 	case p.HTTP.MaxBody <= 0 || p.Limits.MaxEventSize <= 0 || p.Limits.MaxStreamEvents <= 0 || p.Limits.MaxStreamBytes <= 0 ||
@@ -218,6 +221,9 @@ func (c *config) validate(level string) error {
 	}
 	if p.Journal.Linger == 0 {
 		p.Journal.Linger = -1 // --journal-linger 0: none
+	}
+	if p.HTTP.ShedLag == 0 {
+		p.HTTP.ShedLag = -1 // --shed-lag 0 turns load shedding off
 	}
 	p.Policy.RetryAmbiguous = p.UpstreamIdempotency
 	if _, err := classify.New(p.Policy, engine.DefaultClient(time.Second, time.Second)); err != nil {

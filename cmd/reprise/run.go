@@ -42,11 +42,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		}
 	}
 	warnUnknownEnv(log, cfg.environ, read)
-	nc, closeNATS, err := connectNATS(cfg, log)
+	nc, records, closeNATS, err := connectNATS(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeNATS()
+	pc.Journal.Records = records // lease renewals never wait behind the events
 	if pc.Auth.Secret, err = loadSecret(cfg); err != nil {
 		return err
 	}
@@ -144,7 +145,10 @@ func pageURL(a net.Addr) string {
 	return "http://" + a.String() + "/"
 }
 
-func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
+// connectNATS connects to NATS twice: for the events, and for the key
+// records (journal.Config.Records), so that the owners' lease renewals do
+// not queue behind the events of a loaded instance.
+func connectNATS(cfg config, log *slog.Logger) (events, records *nats.Conn, closeAll func(), err error) {
 	if cfg.nats != "" {
 		// The first connection is tried once per server, each dial
 		// bounded: a cluster that cannot be reached is an error at start,
@@ -159,31 +163,42 @@ func connectNATS(cfg config, log *slog.Logger) (*nats.Conn, func(), error) {
 		}
 		nc, err := nats.Connect(cfg.nats, opts...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w", redactURLs(cfg.nats), err)
+			return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s: %w", redactURLs(cfg.nats), err)
 		}
-		return nc, func() { _ = nc.Drain() }, nil
+		rc, err := nats.Connect(cfg.nats, append(opts, nats.Name("reprise-records"))...)
+		if err != nil {
+			nc.Close()
+			return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s: %w", redactURLs(cfg.nats), err)
+		}
+		return nc, rc, func() { _ = nc.Drain(); _ = rc.Drain() }, nil
 	}
 	dir := filepath.Join(cfg.data, "jetstream")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("data dir: %w", err)
+		return nil, nil, nil, fmt.Errorf("data dir: %w", err)
 	}
 	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
 	if errors.Is(err, journal.ErrStoreInUse) {
 		// Both would start, each blind to what the other stores: a key
 		// completed on one would be unknown to the other, and generated
 		// again.
-		return nil, nil, fmt.Errorf("--data %s: another reprise is running on this directory (%w); give each instance its own --data, or run several on one NATS cluster with --nats", cfg.data, err)
+		return nil, nil, nil, fmt.Errorf("--data %s: another reprise is running on this directory (%w); give each instance its own --data, or run several on one NATS cluster with --nats", cfg.data, err)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	nc, err := emb.Connect("reprise")
 	if err != nil {
 		emb.Shutdown()
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	rc, err := emb.Connect("reprise-records")
+	if err != nil {
+		nc.Close()
+		emb.Shutdown()
+		return nil, nil, nil, err
 	}
 	log.Debug("embedded JetStream started", "dir", dir)
-	return nc, func() { _ = nc.Drain(); nc.Close(); emb.Shutdown() }, nil
+	return nc, rc, func() { _ = nc.Drain(); _ = rc.Drain(); nc.Close(); rc.Close(); emb.Shutdown() }, nil
 }
 
 // natsDialTimeout bounds connecting to each server of --nats at start.

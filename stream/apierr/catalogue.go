@@ -29,6 +29,10 @@ const (
 	Unavailable        = "journal_unavailable"
 	ShuttingDown       = "shutting_down"
 	NoStreaming        = "streaming_unsupported"
+	// Overloaded refuses a new generation while the instance's journal is
+	// behind (stream.Settings.ShedLag); attaches, replays and resumes are
+	// still served.
+	Overloaded = "overloaded"
 	// OriginNotAllowed answers a CORS preflight from an origin that is
 	// not in --cors-origins.
 	OriginNotAllowed = "cors_origin_not_allowed"
@@ -75,6 +79,7 @@ var catalogue = map[string]Error{
 	Unavailable:        {Status: http.StatusServiceUnavailable, Message: "the journal is not available", RetryAfter: 1},
 	ShuttingDown:       {Status: http.StatusServiceUnavailable, Message: "this instance is shutting down", RetryAfter: 1},
 	NoStreaming:        {Status: http.StatusInternalServerError, Message: "the connection cannot stream"},
+	Overloaded:         {Status: http.StatusTooManyRequests, Message: "this instance is behind on its running generations and refuses new ones for now; retry after Retry-After (running generations, their readers, replays and resumes are served)", RetryAfter: 1},
 	OriginNotAllowed:   {Status: http.StatusForbidden, Message: "this origin may not call the proxy from a browser; add it to --cors-origins"},
 
 	OwnerLost:      {Status: http.StatusBadGateway, Message: "the instance running this generation stopped before it completed"},

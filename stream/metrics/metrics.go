@@ -14,6 +14,7 @@ package metrics
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,6 +64,8 @@ type Metrics struct {
 	firstToken  prometheus.Histogram // client time to first event of a generation it started
 	resumeFirst prometheus.Histogram // resume to first event
 	appendTime  prometheus.Histogram // journal append latency
+	shed        prometheus.Counter   // new generations refused while behind
+	lag         atomic.Pointer[func() time.Duration]
 
 	costs *costMetrics // tokens, cost and cost saved, the cost guard: cost.go
 
@@ -126,9 +129,20 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 			Name: "reprise_journal_append_seconds", Help: "Time to store one journal message in JetStream, its retries included.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reprise_generations_shed_total", Help: "New generations refused (429 overloaded) because the journal was behind by more than the shed lag.",
+		}),
 	}
+	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "reprise_journal_lag_seconds", Help: "Age of the oldest event appended on this instance that JetStream has not acknowledged yet (0: none waits).",
+	}, func() float64 {
+		if f := m.lag.Load(); f != nil {
+			return (*f)().Seconds()
+		}
+		return 0
+	})
 	reg.MustRegister(m.decisions, m.duplicates, m.resumes, m.generations, m.events, m.running, m.readers, m.requests,
-		m.attempts, m.retries, m.retried, m.firstByte, m.firstToken, m.resumeFirst, m.appendTime)
+		m.attempts, m.retries, m.retried, m.firstByte, m.firstToken, m.resumeFirst, m.appendTime, m.shed, lag)
 	initLabels(m.decisions, decisions...)
 	initLabels(m.duplicates, HowAttach, HowReplay, HowSDKRetry)
 	initLabels(m.resumes, TransportSSE, TransportWebSocket, TransportRange)
@@ -194,6 +208,13 @@ func (m *Metrics) ResumeFirstEvent(d time.Duration) { m.resumeFirst.Observe(d.Se
 // JournalAppend observes how long a journal message took to store: the
 // journal's Config.OnAppend.
 func (m *Metrics) JournalAppend(d time.Duration) { m.appendTime.Observe(d.Seconds()) }
+
+// WatchLag exports lag (journal.Journal.Lag), read at each scrape, as
+// reprise_journal_lag_seconds; 0 until it is called.
+func (m *Metrics) WatchLag(lag func() time.Duration) { m.lag.Store(&lag) }
+
+// Shed counts a new generation refused because the journal was behind.
+func (m *Metrics) Shed() { m.shed.Inc() }
 
 // GenerationStarted counts a generation this instance runs now.
 func (m *Metrics) GenerationStarted() { m.running.Inc() }

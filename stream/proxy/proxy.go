@@ -194,6 +194,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.WatchLag(j.Lag)
 	name := owner(cfg.Owner)
 	rm, err := resume.New(resume.Config{Store: j, Owner: name, Lease: cfg.Lease, Kept: engine.Kept(j)})
 	if err != nil {
