@@ -399,7 +399,7 @@ func (s *chaosSuite) runner(t *testing.T, seed uint64) *chaoscore.Runner {
 		Ledger: chaoscore.LocalLedger(s.ledger),
 		Rules: chaoscore.Rules{
 			Breaks:   s.breakCodes,
-			Refusals: []string{"journal_unavailable", "shutting_down"},
+			Refusals: []string{"journal_unavailable", "shutting_down", "overloaded"},
 			Content:  mockContent,
 		},
 		Shape:     s.shape,

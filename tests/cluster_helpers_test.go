@@ -81,6 +81,7 @@ func startNATSServer(tb testing.TB) *journal.Embedded {
 type instance struct {
 	name string
 	nc   *nats.Conn
+	rc   *nats.Conn // the key records'
 	p    *proxy.Proxy
 	addr string
 	URL  string
@@ -106,20 +107,26 @@ func startInstance(tb testing.TB, name string, urls []string, upstream string, o
 	if o.replicas == 0 {
 		o.replicas = 3
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.Name(name), nats.DontRandomize(),
-		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.Timeout(2*time.Second), journal.ConnectOptions()[0])
-	if err != nil {
-		tb.Fatalf("%s: nats: %v", name, err)
+	// Two connections, as cmd/reprise opens them: the events', and the
+	// key records' (lease renewals never queue behind events).
+	connect := func(name string) *nats.Conn {
+		nc, err := nats.Connect(strings.Join(urls, ","), append([]nats.Option{nats.Name(name), nats.DontRandomize(),
+			nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond), nats.Timeout(2 * time.Second)}, journal.ConnectOptions()...)...)
+		if err != nil {
+			tb.Fatalf("%s: nats: %v", name, err)
+		}
+		return nc
 	}
+	nc, rc := connect(name), connect(name+"-records")
 	up, _ := url.Parse(upstream)
 	cfg := proxy.Config{
-		NATS: nc, Journal: journal.Config{Replicas: o.replicas}, Owner: name, Lease: o.lease, Upstream: up,
+		NATS: nc, Journal: journal.Config{Replicas: o.replicas, Records: rc}, Owner: name, Lease: o.lease, Upstream: up,
 		Auth: auth.Config{Secret: testSecret}, Logger: testLogger(), HTTP: stream.Settings{Heartbeat: 500 * time.Millisecond},
 	}
 	if o.configure != nil {
 		o.configure(&cfg)
 	}
-	in := &instance{name: name, nc: nc, grace: o.grace, lenient: o.lenient}
+	in := &instance{name: name, nc: nc, rc: rc, grace: o.grace, lenient: o.lenient}
 	in.p, in.addr, in.URL = serveProxy(tb, cfg) // proxy.New waits for the meta leader if it is still electing
 	if in.grace == 0 {
 		in.grace = 10 * time.Second
@@ -137,6 +144,7 @@ func (in *instance) stop(tb testing.TB) {
 	in.done = true
 	stopProxy(tb, in.p, in.grace, in.lenient)
 	in.nc.Close()
+	in.rc.Close()
 }
 
 // startReprise runs the reprise binary with args (plus a loopback listen

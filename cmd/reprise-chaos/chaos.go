@@ -63,7 +63,7 @@ func (c config) shape() chaoscore.Shape {
 // when a check reaches it.
 var rules = chaoscore.Rules{
 	Breaks:           []string{"owner_lost", "upstream_interrupted", "journal_failure"},
-	Refusals:         []string{"too_many_generations", "upstream_saturated", "too_many_readers", "shutting_down"},
+	Refusals:         []string{"too_many_generations", "upstream_saturated", "too_many_readers", "shutting_down", "overloaded"},
 	ThrottleStatuses: []int{http.StatusTooManyRequests, http.StatusServiceUnavailable},
 	RetryLinks:       true,
 	BreaksSeen:       true,
