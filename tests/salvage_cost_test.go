@@ -72,6 +72,7 @@ func TestCostSalvaged(t *testing.T) {
 						}
 						died.Store(true)
 						doomed.Load().nc.Close()
+						doomed.Load().rc.Close() // the records too, or its lease lives on
 					}
 				},
 			})
