@@ -45,6 +45,9 @@ window.stream = async (base, prompt) => {
     while ((i = buf.indexOf("\n\n")) >= 0) {
       const ev = buf.slice(0, i);
       buf = buf.slice(i + 2);
+      // A heartbeat (": ping", after 500 ms without an event: a loaded
+      // machine) is no event; SDKs skip it too.
+      if (ev.split("\n").every((line) => line.startsWith(":"))) continue;
       events++;
       for (const line of ev.split("\n")) {
         if (!line.startsWith("data: ")) continue;

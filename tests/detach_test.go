@@ -150,7 +150,10 @@ func TestDetachedClose(t *testing.T) {
 	if !a.Close || !b.Close {
 		t.Fatal("the readers were not detached")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// Long enough for the short generation to end on a loaded machine (CI
+	// saw appends stall for more than a second), far shorter than the
+	// long one's 50 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
 	if err := e.p.Shutdown(ctx); err == nil {

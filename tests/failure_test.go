@@ -294,10 +294,12 @@ func TestTenantLimitSparesAttach(t *testing.T) {
 // instance right after the stored ones — the record counts only the
 // stored events, the owner client's last cursor resumes elsewhere to the
 // same failure, and the key generates afresh once the journal takes
-// messages again.
+// messages again. The journal timeout is 3 s: short, for the failure to
+// come soon, yet above the stalls of a loaded CI machine (1 s was not,
+// for the second generation).
 func TestJournalFailure(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withNATSPort(), withJournal(func(c *journal.Config) { c.AppendTimeout = time.Second }))
+	e := newEnv(t, withNATSPort(), withJournal(func(c *journal.Config) { c.AppendTimeout = 3 * time.Second }))
 	b := startInstance(t, "B", []string{e.natsURL()}, e.llmSrv.URL, instanceOptions{replicas: 1})
 	prompt := uniquePrompt(t, "[tokens=40] [delay=30ms]")
 	ctx := waitCtx(t, 30*time.Second)
