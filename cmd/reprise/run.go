@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/reprise-dev/reprise/cost"
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/stream/telemetry"

@@ -29,11 +29,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/reprise-dev/reprise/classify"
-	"github.com/reprise-dev/reprise/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
 	"github.com/reprise-dev/reprise/stream/auth"
+	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/metrics"
 )

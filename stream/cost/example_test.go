@@ -3,7 +3,7 @@ package cost_test
 import (
 	"fmt"
 
-	"github.com/reprise-dev/reprise/cost"
+	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/resume"
 )
 

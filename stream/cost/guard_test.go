@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/cost"
+	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/journal/journaltest"
 )

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/reprise-dev/reprise/cost"
+	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/resume"
 )
 
@@ -80,7 +80,7 @@ func TestLoad(t *testing.T) {
 
 // TestExampleFile: the documented example loads.
 func TestExampleFile(t *testing.T) {
-	tab, err := cost.Load("../docs/prices.example.json")
+	tab, err := cost.Load("../../docs/prices.example.json")
 	if err != nil {
 		t.Fatal(err)
 	}
