@@ -3,8 +3,8 @@ package cost_test
 import (
 	"fmt"
 
-	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/cost"
 )
 
 func ExampleTable_Cost() {

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/journal/journaltest"
+	"github.com/reprise-dev/reprise/stream/cost"
 )
 
 type switchLog struct{ narrowed []bool }

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/cost"
 )
 
 func TestCost(t *testing.T) {
