@@ -227,9 +227,14 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 	timed := s.timed(r)
 	if r.Method == http.MethodGet {
 		if c := s.detached.Take(w, r); c != nil {
-			caller := r.Header.Clone() // the request is over for net/http
+			var caller http.Header // for an adoption only: a copy costs an idle reader ~0.5 KB
+			if s.engine.Adopts(rec.Path) {
+				caller = r.Header.Clone() // the request is over for net/http
+			}
 			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
-				ctx = engine.WithCaller(ctx, caller)
+				if caller != nil {
+					ctx = engine.WithCaller(ctx, caller)
+				}
 				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout, s.cfg.SSERetry)
 				if out == nil {
 					return // a detached connection always streams

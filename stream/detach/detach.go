@@ -176,7 +176,14 @@ func (c *Conn) watch(gone func()) {
 	gone()
 }
 
-func (c *Conn) Header() http.Header { return c.header }
+// Header is the response's header until the head is sent; after that,
+// as http.ResponseWriter says, changing it has no effect.
+func (c *Conn) Header() http.Header {
+	if c.header == nil {
+		return http.Header{}
+	}
+	return c.header
+}
 
 func (c *Conn) WriteHeader(status int) {
 	if c.status == 0 {
@@ -231,4 +238,5 @@ func (c *Conn) writeHead() {
 	}
 	_ = c.header.Write(b)
 	_, _ = b.WriteString("\r\n") // a write error shows at the flush
+	c.header = nil               // sent: an idle reader does not keep it
 }

@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// TestGroup: a taken connection carries the handler's headers and what
-// serve writes, delimited by closing; Close cuts a response still running
+// TestGroup: a taken connection carries the handler's headers (a change
+// after the head is sent has no effect) and what serve writes, delimited
+// by closing; Close cuts a response still running
 // once its context ends; after Close nothing more is taken.
 func TestGroup(t *testing.T) {
 	g := NewGroup()
@@ -27,6 +28,7 @@ func TestGroup(t *testing.T) {
 		g.Go(c, func(ctx context.Context, w http.ResponseWriter) {
 			_, _ = io.WriteString(w, "first\n")
 			_ = w.(interface{ FlushError() error }).FlushError()
+			w.Header().Set("X-Test", "changed after the head") // no effect, as on net/http
 			if r.URL.Path == "/forever" {
 				<-ctx.Done()
 				return

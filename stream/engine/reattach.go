@@ -126,6 +126,11 @@ func (e *Engine) Adoptable(ctx context.Context, id string, rec resume.Record) bo
 	return err == nil
 }
 
+// Adopts reports whether a generation of path whose owner died can be
+// adopted here (an upstream serving it runs background mode): only then
+// does a request need to carry its caller's headers (WithCaller).
+func (e *Engine) Adopts(path string) bool { return len(e.backgrounds(path)) > 0 }
+
 // callerKey is the context key of WithCaller's headers.
 type callerKey struct{}
 
