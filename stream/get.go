@@ -256,7 +256,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 		}
 	}
 	defer release()
-	out, err := newSSEWriter(w, r, s.cfg.WriteTimeout, s.cfg.SSERetry)
+	bw := batched(w)
+	defer bw.FlushError() //nolint:errcheck // gives the buffer back; a write error was seen already
+	out, err := newSSEWriter(bw, r, s.cfg.WriteTimeout, s.cfg.SSERetry)
 	if err != nil {
 		failFor(w, rec, apierr.New(apierr.NoStreaming))
 		return

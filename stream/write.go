@@ -1,9 +1,11 @@
 package stream
 
 import (
+	"bufio"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -48,6 +50,52 @@ func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout, retry time.Du
 	sw := &sseWriter{sess: sess, rc: http.NewResponseController(w), timeout: timeout, retry: retry}
 	return sw, sw.flush() // send the headers now: the client knows it is attached
 }
+
+// batchWriter buffers an event stream that net/http serves (a POST's
+// answer, any reader over HTTP/2) between flushes in a pooled 32 KiB
+// buffer, so that a replay reaches net/http in large writes — one chunk
+// and one write to the socket per 32 KiB, not per 4 KiB, net/http's own
+// buffer. The buffer is borrowed at the first write after a flush and
+// given back at the flush: an idle stream holds none. (A detached
+// connection buffers the same way itself.)
+type batchWriter struct {
+	http.ResponseWriter
+	rc  *http.ResponseController
+	buf *bufio.Writer
+}
+
+var batchBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}
+
+func batched(w http.ResponseWriter) *batchWriter {
+	return &batchWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
+}
+
+func (b *batchWriter) Write(p []byte) (int, error) {
+	if b.buf == nil {
+		b.buf = batchBufs.Get().(*bufio.Writer)
+		b.buf.Reset(b.ResponseWriter)
+	}
+	return b.buf.Write(p)
+}
+
+// FlushError writes out what is buffered, gives the buffer back, and
+// flushes net/http's response (go-sse and http.ResponseController find it
+// by name).
+func (b *batchWriter) FlushError() error {
+	if b.buf != nil {
+		err := b.buf.Flush()
+		b.buf.Reset(nil)
+		batchBufs.Put(b.buf)
+		b.buf = nil
+		if err != nil {
+			return err
+		}
+	}
+	return b.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach net/http's writer (deadlines).
+func (b *batchWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
 // deadline gives the write that follows at least half the write timeout,
 // renewing the connection's deadline only when less is left: renewing it

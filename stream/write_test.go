@@ -1,7 +1,9 @@
 package stream
 
 import (
+	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +68,48 @@ func TestSSEWriterData(t *testing.T) {
 		if got := rec.Body.String(); got != tc.want {
 			t.Errorf("event %q %q: wrote %q, want %q", tc.typ, tc.data, got, tc.want)
 		}
+	}
+}
+
+// countingWriter is a ResponseRecorder that counts the writes reaching it.
+type countingWriter struct {
+	*httptest.ResponseRecorder
+	writes int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.writes++
+	return c.ResponseRecorder.Write(p)
+}
+
+// TestBatchWriter: an event stream served by net/http reaches it in writes
+// of the batch buffer's size, not one per event, with the same bytes; a
+// flush writes out the rest and gives the buffer back.
+func TestBatchWriter(t *testing.T) {
+	plain, counted := &countingWriter{ResponseRecorder: httptest.NewRecorder()}, &countingWriter{ResponseRecorder: httptest.NewRecorder()}
+	bw := batched(counted)
+	for _, w := range []http.ResponseWriter{plain, bw} {
+		out, err := newSSEWriter(w, httptest.NewRequest("POST", "/v1/chat/completions", nil), time.Second, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 1000 {
+			if err := out.send("1-"+strconv.Itoa(i+1)+"-1", journal.Event{Offset: uint64(i + 1), Data: []byte(strings.Repeat("x", 100))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := out.flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size := plain.Body.Len()
+	if counted.Body.String() != plain.Body.String() {
+		t.Fatalf("the batched stream differs from the plain one (%d and %d bytes)", counted.Body.Len(), size)
+	}
+	if want := size/(32<<10) + 2; plain.writes < 1000 || counted.writes > want {
+		t.Errorf("%d bytes in %d writes batched (want at most %d), %d plain", size, counted.writes, want, plain.writes)
+	}
+	if bw.buf != nil {
+		t.Error("the flush kept the buffer")
 	}
 }
