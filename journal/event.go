@@ -120,6 +120,13 @@ func (f frame) last() uint64 { return f.events[len(f.events)-1].Offset }
 // decode reads a stored message; ok is false for anything that is not a
 // well-formed frame (or single event). Data slices alias data.
 func decode(h nats.Header, data []byte, seq uint64) (f frame, ok bool) {
+	return decodeFrom(h, data, seq, 0)
+}
+
+// decodeFrom is decode keeping only the events from offset from on, the
+// message's last event and its end marker: a resume into a message packed
+// with thousands of events makes none of the ones before its cursor.
+func decodeFrom(h nats.Header, data []byte, seq, from uint64) (f frame, ok bool) {
 	off, err := strconv.ParseUint(h.Get(hdrOffset), 10, 64)
 	if err != nil || off == 0 {
 		return frame{}, false
@@ -149,7 +156,11 @@ func decode(h nats.Header, data []byte, seq uint64) (f frame, ok bool) {
 	if elems == 0 || off-1 > math.MaxUint64-elems {
 		return frame{}, false
 	}
-	evs := make([]Event, 0, n+1)
+	skip := uint64(0)
+	if from > off && n > 0 {
+		skip = min(from-off, n-1) // the last is kept: a reader past a failed end gets it (the reason)
+	}
+	evs := make([]Event, 0, n-skip+1)
 	for i := range n {
 		typ, rest, ok := field(data)
 		if !ok {
@@ -159,7 +170,9 @@ func decode(h nats.Header, data []byte, seq uint64) (f frame, ok bool) {
 		if !ok {
 			return frame{}, false
 		}
-		evs = append(evs, Event{Offset: off + i, Seq: seq, Type: string(typ), Data: val})
+		if i >= skip {
+			evs = append(evs, Event{Offset: off + i, Seq: seq, Type: string(typ), Data: val})
+		}
 		data = rest
 	}
 	if len(data) != 0 {

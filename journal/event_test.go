@@ -12,8 +12,9 @@ import (
 // FuzzDecode: decode never panics; what it accepts is a run of events at
 // contiguous offsets from Reprise-Off, the end marker only last, every
 // event with the message's sequence or, when the frame names one, its
-// hint (a sequence before the message's); and encode then decode gives
-// back the same events.
+// hint (a sequence before the message's); decodeFrom keeps the events
+// from its offset on, the last event and the end marker; and encode then
+// decode gives back the same events.
 func FuzzDecode(f *testing.F) {
 	f.Add("1", "2", "", "", []byte("\x01t\x01a\x00\x00"), uint64(7))
 	f.Add("3", "0", "completed", "", []byte{}, uint64(1))
@@ -62,6 +63,24 @@ func FuzzDecode(f *testing.F) {
 			}
 			if ev.IsEnd() && (ev.End != end || ev.Type != "" || len(ev.Data) != 0 && count != "") {
 				t.Fatalf("end marker = %+v", ev)
+			}
+		}
+		// From an offset in or around the frame: the events from there on,
+		// the last event and the end marker, as decode has them.
+		if count != "" {
+			from := first - 1 + seq%uint64(len(fr.events)+2)
+			part, ok := decodeFrom(h, data, seq, from)
+			var want []Event
+			for i, ev := range fr.events {
+				last := i == len(fr.events)-1 || i == len(fr.events)-2 && fr.events[i+1].IsEnd()
+				if ev.Offset >= from || last || ev.IsEnd() {
+					want = append(want, ev)
+				}
+			}
+			if !ok || !slices.EqualFunc(part.events, want, func(a, b Event) bool {
+				return a.Offset == b.Offset && a.Type == b.Type && bytes.Equal(a.Data, b.Data) && a.End == b.End && a.Seq == b.Seq
+			}) {
+				t.Fatalf("decodeFrom %d: %+v, want %+v", from, part.events, want)
 			}
 		}
 		evs := slices.Clone(fr.events)

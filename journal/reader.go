@@ -235,7 +235,9 @@ func (r *Reader) get(ctx context.Context) (evs [][]Event, n int, err error) {
 		n++
 		r.got++
 		r.seq, r.next = m.Sequence, m.Sequence+1
-		f, _ := decode(m.Header, m.Data, m.Sequence)
+		// Events before the reader's position are not made, but the one at
+		// it is: Next looks at it (a failed generation's stored reason).
+		f, _ := decodeFrom(m.Header, m.Data, m.Sequence, r.after)
 		evs = append(evs, f.events)
 	}
 	switch {
