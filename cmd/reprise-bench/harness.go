@@ -102,13 +102,7 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	}
 	upURL, _ := url.Parse(s.UpURL)
 
-	// The pass-through: a plain reverse proxy, flushing every write, with
-	// the same upstream transport settings as reprise.
-	rp := httputil.NewSingleHostReverseProxy(upURL)
-	rp.FlushInterval = -1
-	rp.Transport = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout).Transport
-	rp.ErrorLog = stdlog.New(io.Discard, "", 0) // clients check what they got
-	if s.pass, s.PassURL, err = serve(rp); err != nil {
+	if s.pass, s.PassURL, err = serve(passThrough(upURL)); err != nil {
 		return nil, err
 	}
 
@@ -160,6 +154,31 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	go func() { _ = s.rep.Serve(ln) }()
 	s.RepURL = "http://" + ln.Addr().String()
 	return s, nil
+}
+
+// passThrough is the pass-through: a plain reverse proxy, flushing every
+// write, with the same upstream transport settings as reprise.
+//
+// Its handler runs full duplex. Without it, net/http's HTTP/1 server
+// consumes and closes the request body when the handler starts its answer
+// (golang/go#15527, #40747), while the reverse proxy's transport may still
+// be reading that body: after it sent a Content-Length body's bytes
+// upstream, it reads once more to see EOF. When the upstream's answer comes
+// first (it has the whole body), that read finds the body closed ("invalid
+// Read on closed Body"), the transport drops the upstream connection as a
+// write failure, the answer's copy fails (use of closed network
+// connection) and the client gets a cut stream (unexpected EOF): 1-5 of 200
+// streams in a mix. And an answer to a body the client is still sending
+// stalls: the server reads the body to its end before the answer's headers.
+func passThrough(upURL *url.URL) http.Handler {
+	rp := httputil.NewSingleHostReverseProxy(upURL)
+	rp.FlushInterval = -1
+	rp.Transport = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout).Transport
+	rp.ErrorLog = stdlog.New(io.Discard, "", 0) // clients check what they got
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex() // an error on HTTP/2, which is full duplex anyway
+		rp.ServeHTTP(w, r)
+	})
 }
 
 // readers is reprise's gauge of connected stream readers (tail + journal).
