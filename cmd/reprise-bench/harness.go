@@ -3,11 +3,17 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"io"
 	stdlog "log"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -71,6 +77,11 @@ type stack struct {
 	rep    *proxy.Proxy
 	reg    *prometheus.Registry
 	RepURL string
+	// RepTLSURL is the same instance over TLS (HTTP/2 or HTTP/1.1), served
+	// by repTLS, with the certificate RepCA (DER).
+	repTLS    *http.Server
+	RepTLSURL string
+	RepCA     []byte
 }
 
 func serve(h http.Handler) (*http.Server, string, error) {
@@ -102,13 +113,7 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	}
 	upURL, _ := url.Parse(s.UpURL)
 
-	// The pass-through: a plain reverse proxy, flushing every write, with
-	// the same upstream transport settings as reprise.
-	rp := httputil.NewSingleHostReverseProxy(upURL)
-	rp.FlushInterval = -1
-	rp.Transport = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout).Transport
-	rp.ErrorLog = stdlog.New(io.Discard, "", 0) // clients check what they got
-	if s.pass, s.PassURL, err = serve(rp); err != nil {
+	if s.pass, s.PassURL, err = serve(passThrough(upURL)); err != nil {
 		return nil, err
 	}
 
@@ -159,7 +164,83 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	}
 	go func() { _ = s.rep.Serve(ln) }()
 	s.RepURL = "http://" + ln.Addr().String()
+
+	// The same instance over TLS on a second listener, with a certificate
+	// made here: reprise serves HTTP/2 only over TLS (the memory phase's h2
+	// readers). Proxy.Serve serves TLS only with Config.TLS, for all its
+	// listeners (given a TLS listener without it, it ends asking for
+	// certificate files: net/http's HTTP/2 setup in the first Serve gave
+	// its server an empty TLS config), so this is an http.Server of the
+	// bench's with the proxy as its handler and proxy.New's server
+	// settings; its HTTP/2 has
+	// net/http's defaults, as the proxy's (proxy.New sets none): 250
+	// concurrent streams per connection.
+	cert, der, err := selfSigned()
+	if err != nil {
+		return nil, err
+	}
+	s.RepCA = der
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.repTLS = &http.Server{
+		Handler: s.rep, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	go func() { _ = s.repTLS.ServeTLS(tln, "", "") }()
+	s.RepTLSURL = "https://" + tln.Addr().String()
 	return s, nil
+}
+
+// selfSigned makes a certificate for 127.0.0.1, valid for a day, and
+// returns it with its DER form (for a client to trust).
+func selfSigned() (tls.Certificate, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "reprise-bench"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		IsCA:         true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, der, nil
+}
+
+// passThrough is the pass-through: a plain reverse proxy, flushing every
+// write, with the same upstream transport settings as reprise.
+//
+// Its handler runs full duplex. Without it, net/http's HTTP/1 server
+// consumes and closes the request body when the handler starts its answer
+// (golang/go#15527, #40747), while the reverse proxy's transport may still
+// be reading that body: after it sent a Content-Length body's bytes
+// upstream, it reads once more to see EOF. When the upstream's answer comes
+// first (it has the whole body), that read finds the body closed ("invalid
+// Read on closed Body"), the transport drops the upstream connection as a
+// write failure, the answer's copy fails (use of closed network
+// connection) and the client gets a cut stream (unexpected EOF): 1-5 of 200
+// streams in a mix. And an answer to a body the client is still sending
+// stalls: the server reads the body to its end before the answer's headers.
+func passThrough(upURL *url.URL) http.Handler {
+	rp := httputil.NewSingleHostReverseProxy(upURL)
+	rp.FlushInterval = -1
+	rp.Transport = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout).Transport
+	rp.ErrorLog = stdlog.New(io.Discard, "", 0) // clients check what they got
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex() // an error on HTTP/2, which is full duplex anyway
+		rp.ServeHTTP(w, r)
+	})
 }
 
 // readers is reprise's gauge of connected stream readers (tail + journal).
@@ -225,6 +306,9 @@ func (s *stack) journalMessages(ctx context.Context) (uint64, error) {
 // close stops reprise (failing generations still running after a short
 // grace), the servers and JetStream, and removes the data directory.
 func (s *stack) close() {
+	if s.repTLS != nil { // its readers end with their connections
+		_ = s.repTLS.Close()
+	}
 	if s.rep != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		if s.rep.Shutdown(ctx) != nil { // generations still running were cancelled: let them record it

@@ -73,6 +73,7 @@ type options struct {
 	memChildURLs      string
 	memChildN         int
 	memChildTransport string
+	memChildCA        string // base64 DER of the certificate the h2 clients trust
 }
 
 func parseOptions(args []string) (options, error) {
@@ -89,7 +90,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.resumePause, "resume-pause", 0, "resume: pause between the drop (once reprise let the reader go) and the reconnect")
 	fs.IntVar(&o.replayEvents, "replay-events", 100_000, "replay: events of the completed stream")
 	mem := fs.String("mem-clients", "", "memory: idle client counts (default 1000,10000; short 1000)")
-	memTransports := fs.String("mem-transports", "sse,websocket", "memory: how the idle clients read: sse, websocket (comma-separated, each measured apart)")
+	memTransports := fs.String("mem-transports", "sse,websocket,h2", "memory: how the idle clients read: sse (HTTP/1), websocket, h2 (SSE over HTTP/2 on TLS, many readers per connection) (comma-separated, each measured apart)")
 	fs.IntVar(&o.memStreams, "mem-streams", 4, "memory: slow live streams the idle clients attach to")
 	memRuns := fs.Int("mem-runs", 0, "memory: rounds per client count; the median is reported (default 3, short 1)")
 	mixStreams := fs.String("mix-streams", "", "mix: concurrent stream counts, one mix each (default 200,1000,2000; short 200); the summary's mix figures are the first's")
@@ -109,6 +110,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.memChildURLs, "mem-child-urls", "", "internal")
 	fs.IntVar(&o.memChildN, "mem-child-n", 0, "internal")
 	fs.StringVar(&o.memChildTransport, "mem-child-transport", "sse", "internal")
+	fs.StringVar(&o.memChildCA, "mem-child-ca", "", "internal")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -158,11 +160,11 @@ func parseOptions(args []string) (options, error) {
 	}
 	for t := range strings.SplitSeq(*memTransports, ",") {
 		switch t = strings.TrimSpace(t); t {
-		case "sse", "websocket":
+		case "sse", "websocket", "h2":
 			o.memTransports = append(o.memTransports, t)
 		case "":
 		default:
-			return o, fmt.Errorf("--mem-transports: unknown transport %q (sse, websocket)", t)
+			return o, fmt.Errorf("--mem-transports: unknown transport %q (sse, websocket, h2)", t)
 		}
 	}
 	if *mixStreams == "" {

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -24,9 +27,9 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// memory attaches N idle clients (SSE, then WebSocket) to a few slow live
-// streams and reads
-// this process's VmRSS before and after. The clients run in a child process
+// memory attaches N idle clients (SSE over HTTP/1, WebSocket, SSE over
+// HTTP/2 on TLS) to a few slow live streams and reads this process's VmRSS
+// before and after. The clients run in a child process
 // (this binary with --mem-child), so the RSS delta is reprise's side of the
 // connections only: the socket, net/http's connection state and buffers,
 // the reader goroutine, the SSE writer.
@@ -62,7 +65,7 @@ func (b *bench) memory() error {
 }
 
 // memClients measures each client count of the memory phase with clients
-// reading over transport (sse or websocket).
+// reading over transport (sse, websocket or h2).
 func (b *bench) memClients(exe string, locs []string, transport string) error {
 	for _, n := range b.o.memClients {
 		var rounds []*memResult
@@ -129,7 +132,17 @@ func (b *bench) memRound(exe string, locs []string, n int, transport string) (*m
 
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "--mem-child", "--mem-child-n", strconv.Itoa(n), "--mem-child-urls", strings.Join(locs, ","), "--mem-child-transport", transport)
+	args := []string{"--mem-child", "--mem-child-n", strconv.Itoa(n), "--mem-child-transport", transport}
+	if transport == "h2" { // the same streams on reprise's TLS listener
+		tlsLocs := make([]string, len(locs))
+		for i, l := range locs {
+			tlsLocs[i] = b.st.RepTLSURL + strings.TrimPrefix(l, b.st.RepURL)
+		}
+		locs = tlsLocs
+		args = append(args, "--mem-child-ca", base64.StdEncoding.EncodeToString(b.st.RepCA))
+	}
+	args = append(args, "--mem-child-urls", strings.Join(locs, ","))
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -179,7 +192,7 @@ func (b *bench) memRound(exe string, locs []string, n int, transport string) (*m
 	res := &memResult{n: n, transport: transport}
 	var failed int
 	var childRSS int64
-	if _, err := fmt.Sscanf(ready, "ready %d %d %d", &res.reached, &failed, &childRSS); err != nil {
+	if _, err := fmt.Sscanf(ready, "ready %d %d %d %d", &res.reached, &failed, &childRSS, &res.conns); err != nil {
 		stopChild()
 		return nil, fmt.Errorf("client process said %q", ready)
 	}
@@ -219,31 +232,62 @@ func (b *bench) memRound(exe string, locs []string, n int, transport string) (*m
 }
 
 // memChild is the client process of the memory phase: it attaches n SSE
-// (or WebSocket) clients round-robin to the given stream URLs, prints
-// "ready <connected> <failed> <VmRSS kB>", and holds them until its stdin
-// closes.
+// (or WebSocket, or SSE over HTTP/2) clients round-robin to the given
+// stream URLs, prints "ready <connected> <failed> <VmRSS kB> <connections
+// dialed>", and holds them until its stdin closes.
 func memChild(o options) error {
 	raiseNoFile()
 	urls := strings.Split(o.memChildURLs, ",")
 	if o.memChildN < 1 || len(urls) == 0 || urls[0] == "" {
 		return fmt.Errorf("--mem-child needs --mem-child-n and --mem-child-urls")
 	}
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+	var dials atomic.Int64
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+	}
+	tr := &http.Transport{
+		DialContext:           dial,
 		ResponseHeaderTimeout: 30 * time.Second,
 		DisableCompression:    true,
 		ReadBufferSize:        1 << 10,
 		WriteBufferSize:       1 << 10,
-	}}
+	}
+	h2 := o.memChildTransport == "h2"
+	if h2 {
+		// HTTP/2 over TLS trusting the bench's certificate: the readers
+		// share connections, up to the server's concurrent streams each.
+		der, err := base64.StdEncoding.DecodeString(o.memChildCA)
+		if err != nil {
+			return fmt.Errorf("--mem-child-ca: %w", err)
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("--mem-child-ca: %w", err)
+		}
+		roots := x509.NewCertPool()
+		roots.AddCert(cert)
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		tr.ForceAttemptHTTP2 = true
+	}
+	hc := &http.Client{Transport: tr}
 	ws := &websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1 << 10, WriteBufferSize: 1 << 10,
-		NetDialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
+		NetDialContext: dial}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { // the parent closes stdin to end this process
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	sem := make(chan struct{}, 64) // bounded connect concurrency (the listen backlog)
+	connecting := 64 // bounded connect concurrency (the listen backlog)
+	if h2 {
+		// One at a time: a request that finds every connection full (or
+		// none yet) dials a new one, so concurrent ones would each dial
+		// theirs; one by one, each connection takes the server's
+		// concurrent streams before the next is dialed.
+		connecting = 1
+	}
+	sem := make(chan struct{}, connecting)
 	var connected, failed atomic.Int64
 	var attached sync.WaitGroup
 	deadline := time.Now().Add(2 * time.Minute)
@@ -291,6 +335,10 @@ func memChild(o options) error {
 				resp.Body.Close()
 				err = fmt.Errorf("status %d", resp.StatusCode)
 			}
+			if err == nil && h2 && resp.ProtoMajor != 2 {
+				resp.Body.Close()
+				err = fmt.Errorf("%s, not HTTP/2", resp.Proto)
+			}
 			if err != nil {
 				firstErr.CompareAndSwap(nil, &err)
 				failed.Add(1)
@@ -312,7 +360,7 @@ func memChild(o options) error {
 	if e := firstErr.Load(); e != nil {
 		fmt.Fprintf(os.Stderr, "reprise-bench (client process): %d clients failed, first: %v\n", failed.Load(), *e)
 	}
-	fmt.Printf("ready %d %d %d\n", connected.Load(), failed.Load(), rssKB())
+	fmt.Printf("ready %d %d %d %d\n", connected.Load(), failed.Load(), rssKB(), dials.Load())
 	<-ctx.Done()
 	return nil
 }

@@ -57,8 +57,9 @@ func (p *pctRuns) add(xs []float64) {
 }
 
 type memResult struct {
-	transport                 string // sse or websocket
+	transport                 string // sse, websocket or h2
 	n, reached, serverReaders int
+	conns                     int // connections the client process dialed
 	rssBeforeKB, rssAfterKB   int64
 	perClientKB               float64
 	heapKB, stackKB           float64
@@ -298,8 +299,8 @@ func (b *bench) report(w io.Writer) {
 			for _, v := range m.rounds {
 				rs = append(rs, f(v, 1))
 			}
-			fmt.Fprintf(w, "- %d %s clients: reached %d (reprise counted %d readers); VmRSS %d → %d kB in the median round; KB per client in each round: %s; the client process used %.1f KB per client\n",
-				m.n, transportName(m.transport), m.reached, m.serverReaders, m.rssBeforeKB, m.rssAfterKB, strings.Join(rs, ", "), m.childKB)
+			fmt.Fprintf(w, "- %d %s clients: reached %d on %d connections (reprise counted %d readers); VmRSS %d → %d kB in the median round; KB per client in each round: %s; the client process used %.1f KB per client\n",
+				m.n, transportName(m.transport), m.reached, m.conns, m.serverReaders, m.rssBeforeKB, m.rssAfterKB, strings.Join(rs, ", "), m.childKB)
 		}
 	}
 	if r.replayGen > 0 {
@@ -322,8 +323,11 @@ func (b *bench) report(w io.Writer) {
 
 // transportName is how the report names a memory phase's transport.
 func transportName(t string) string {
-	if t == "websocket" {
+	switch t {
+	case "websocket":
 		return "WebSocket"
+	case "h2":
+		return "SSE over HTTP/2 (TLS)"
 	}
 	return "SSE (HTTP/1)"
 }

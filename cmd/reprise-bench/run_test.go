@@ -2,14 +2,34 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// TestPhasesMeasure runs the throughput, time-to-first-token, resume,
-// replay and mix phases at a tiny size: each must measure (a phase whose
+// TestMain runs this test binary as the memory phase's client process when
+// the phase starts it so (it starts os.Executable with --mem-child).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "--mem-child" {
+		o, err := parseOptions(os.Args[1:])
+		if err == nil {
+			err = memChild(o)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "reprise-bench (client process):", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestPhasesMeasure runs the memory (its HTTP/2 readers), throughput,
+// time-to-first-token, resume, replay and mix phases at a tiny size: each
+// must measure (a phase whose
 // expectations no longer match reprise, as when a chat stream lost its
 // usage chunk, made the report say n/a and went unnoticed), and the
 // summary line carries every figure.
@@ -18,7 +38,7 @@ func TestPhasesMeasure(t *testing.T) {
 		t.Skip("starts the benchmark's whole stack")
 	}
 	o, err := parseOptions([]string{
-		"-short", "-only", "throughput,ttft,resume,replay,mix", "-runs", "1", "-concurrency", "2", "-tp-streams", "2",
+		"-short", "-only", "memory,throughput,ttft,resume,replay,mix", "-mem-clients", "20", "-mem-transports", "h2", "-mem-streams", "2", "-runs", "1", "-concurrency", "2", "-tp-streams", "2",
 		"-tp-tokens", "20", "-ttft-samples", "5", "-resume-events", "100", "-resume-samples", "3", "-replay-events", "500",
 		"-mix-streams", "3,5", "-mix-duration", "1s", "-timeout", "2m",
 	})
@@ -38,6 +58,13 @@ func TestPhasesMeasure(t *testing.T) {
 			t.Errorf("the summary has no figure for %s: %s", name, last)
 		}
 	}
+	// The h2 readers share one connection (the server takes 250 streams on each).
+	if !regexp.MustCompile(`RSS per idle SSE over HTTP/2 \(TLS\) client, 20 clients[^|]*\| \| \| -?[0-9]`).MatchString(out.String()) {
+		t.Errorf("the report has no figure for 20 HTTP/2 readers:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "20 SSE over HTTP/2 (TLS) clients: reached 20 on 1 connections") {
+		t.Errorf("the 20 HTTP/2 readers did not all attach on one connection:\n%s", out.String())
+	}
 	for _, m := range []string{"mix: 3 streams", "mix: 5 streams"} {
 		if !strings.Contains(out.String(), m) {
 			t.Errorf("the report has no %q rows", m)
@@ -53,8 +80,8 @@ func TestOptionsTransportsAndMixes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.memTransports, []string{"sse", "websocket"}) || !slices.Equal(o.mixStreams, []int{200, 1000, 2000}) {
-		t.Errorf("defaults: transports %v, mixes %v; want [sse websocket], [200 1000 2000]", o.memTransports, o.mixStreams)
+	if !slices.Equal(o.memTransports, []string{"sse", "websocket", "h2"}) || !slices.Equal(o.mixStreams, []int{200, 1000, 2000}) {
+		t.Errorf("defaults: transports %v, mixes %v; want [sse websocket h2], [200 1000 2000]", o.memTransports, o.mixStreams)
 	}
 	if o, err = parseOptions([]string{"-short"}); err != nil || !slices.Equal(o.mixStreams, []int{200}) {
 		t.Errorf("-short: mixes %v, %v; want [200]", o.mixStreams, err)
