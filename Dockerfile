@@ -17,4 +17,8 @@ COPY --from=build /out/reprise /out/mockllm /out/healthcheck /usr/local/bin/
 USER 65532:65532
 WORKDIR /home/nonroot
 EXPOSE 8080
+# Goroutines start with the smallest stack, not the running average: an idle
+# reader's parked goroutines then hold ~6 KB of stack, not ~8 (docs/scaling.md,
+# Memory). Runtime settings have no //go:debug form; the environment sets it.
+ENV GODEBUG=adaptivestackstart=0
 ENTRYPOINT ["/usr/local/bin/reprise"]
