@@ -300,8 +300,13 @@ func tellCut(out *sseWriter, rec resume.Record) {
 var detachedRequest = &http.Request{}
 
 // upgrader lends its 16 KiB write buffers from a pool while a frame is
-// written, so an idle WebSocket reader holds none.
-var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 16 << 10, WriteBufferPool: &sync.Pool{}}
+// written, so an idle WebSocket reader holds none; its read buffer is the
+// smallest that holds a control frame's payload (125 bytes, gorilla's
+// floor): a client sends nothing else a reader uses, and a larger message
+// (ignored) is read through it directly. With a read buffer size and a
+// write buffer pool set, gorilla keeps neither of net/http's hijacked
+// bufio buffers.
+var upgrader = websocket.Upgrader{ReadBufferSize: 128, WriteBufferSize: 16 << 10, WriteBufferPool: &sync.Pool{}}
 
 // serveWS answers with one JSON text frame per event.
 //

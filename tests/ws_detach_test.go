@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // A WebSocket reader is served, once upgraded, on a goroutine the server's
@@ -152,4 +154,33 @@ func wsGoroutines() (handlers, followers int) {
 		}
 	}
 	return handlers, followers
+}
+
+// TestWebSocketPlaceHeld: a detached WebSocket reader holds its reader
+// place until it ends, and gives it back when its client closes.
+func TestWebSocketPlaceHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withAbandon(), withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
+	key := "k-ws-place"
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=400] [delay=50ms]"), true), "Idempotency-Key", key), 1)
+	first := dialWS(t, e, key)
+	_ = first.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := first.ReadMessage(); err != nil {
+		t.Fatal(err)
+	}
+	url := "ws" + strings.TrimPrefix(e.URL, "http") + "/v1/streams/" + key
+	if _, resp, err := websocket.DefaultDialer.Dial(url, nil); err == nil || resp == nil || resp.StatusCode != 429 {
+		t.Fatalf("a second reader while the first is served: %v, %v; want 429", err, resp)
+	}
+	_ = first.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		conn, resp, err := websocket.DefaultDialer.Dial(url, nil)
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if resp == nil || resp.StatusCode != 429 || time.Now().After(deadline) {
+			t.Fatalf("after the first reader's client closed: %v, %v; want its place back", err, resp)
+		}
+	}
 }
