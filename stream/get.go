@@ -300,26 +300,60 @@ func tellCut(out *sseWriter, rec resume.Record) {
 var detachedRequest = &http.Request{}
 
 // upgrader lends its 16 KiB write buffers from a pool while a frame is
-// written, so an idle WebSocket reader holds none.
-var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 16 << 10, WriteBufferPool: &sync.Pool{}}
+// written, so an idle WebSocket reader holds none; its read buffer is the
+// smallest that holds a control frame's payload (125 bytes, gorilla's
+// floor): a client sends nothing else a reader uses, and a larger message
+// (ignored) is read through it directly. With a read buffer size and a
+// write buffer pool set, gorilla keeps neither of net/http's hijacked
+// bufio buffers.
+var upgrader = websocket.Upgrader{ReadBufferSize: 128, WriteBufferSize: 16 << 10, WriteBufferPool: &sync.Pool{}}
 
 // serveWS answers with one JSON text frame per event.
+//
+// Once the connection is upgraded the reader is served on a goroutine of
+// its own that the server's detach group tracks, as a detached SSE reader
+// is: the handler returns, and net/http frees what it held for the request
+// (its buffers, the request, the handler's stack). The group's context
+// cuts the reader when Close's own ends; a goroutine reading control
+// frames ends it when the client closes or errors.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, cur resume.Position) {
 	release, ok := s.takeReader(tenant, id)
 	if !ok {
 		failFor(w, rec, apierr.New(apierr.TooManyReaders))
 		return
 	}
-	defer release()
 	conn, err := upgrader.Upgrade(w, r, w.Header())
 	if err != nil {
+		release()
 		return // the upgrader answered the client
 	}
-	defer func() { _ = conn.Close() }()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	var caller http.Header // for an adoption only: a copy costs an idle reader ~0.5 KB
+	if s.engine.Adopts(rec.Path) {
+		caller = r.Header.Clone() // the request is over for net/http
+	}
 	conn.SetReadLimit(s.cfg.MaxWSMessage)
+	out := s.timed(r)(&wsWriter{conn: conn, timeout: s.cfg.WriteTimeout})
+	serve := func(ctx context.Context) {
+		defer release()
+		if caller != nil {
+			ctx = engine.WithCaller(ctx, caller)
+		}
+		s.followWS(ctx, conn, out, id, rec, cur)
+	}
+	if !s.detached.Track(serve) {
+		serve(r.Context()) // Close has begun: the handler serves it, as before
+	}
+}
+
+// followWS writes rec's generation after cur to out on conn, then a close
+// frame, and closes conn; it returns once conn's reading goroutine has.
+func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWriter, id string, rec resume.Record, cur resume.Position) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	left := make(chan struct{})
+	defer func() { _ = conn.Close(); <-left }()
 	go func() { // read control frames; a close or error ends the stream
+		defer close(left)
 		defer cancel()
 		for {
 			if _, _, err := conn.ReadMessage(); err != nil {
@@ -327,8 +361,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id stri
 			}
 		}
 	}()
-	out := &wsWriter{conn: conn, timeout: s.cfg.WriteTimeout}
-	err = s.follow(ctx, s.timed(r)(out), id, rec, cur)
+	err := s.follow(ctx, out, id, rec, cur)
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "end of stream")
 	if err != nil {
 		msg = websocket.FormatCloseMessage(websocket.CloseGoingAway, "stream interrupted")

@@ -18,6 +18,8 @@
 // request on the same kept-alive connection, and a new TCP (and TLS)
 // handshake per request would cost more than the memory saved.
 // HTTP/2 connections cannot be taken over and are served by net/http.
+// A WebSocket reader, whose connection its library takes over, is served
+// the same way, on a goroutine the Group tracks (Track).
 //
 // It owns the connections it takes and their response framing; it knows
 // nothing of what is streamed on them.
@@ -122,6 +124,25 @@ func (d *Group) Go(c *Conn, serve func(ctx context.Context, w http.ResponseWrite
 			_ = c.FlushError()
 		}
 	}()
+}
+
+// Track serves, in a goroutine of its own, a response on a connection
+// taken over by someone else (a WebSocket its library hijacked), so that
+// Close ends it too: Close waits for serve to return and, once Close's own
+// context ends, cuts it by ending ctx, the Group's (one for all, so a
+// reader pays nothing for it). serve must then return promptly: it closes
+// its connection, which ends any goroutine reading it. False, and serve is
+// not run, once Close has begun: then the caller serves the response
+// itself.
+func (d *Group) Track(serve func(ctx context.Context)) bool {
+	if !d.add() {
+		return false
+	}
+	go func() {
+		defer d.wg.Done()
+		serve(d.ctx)
+	}()
+	return true
 }
 
 // Abort ends the response as broken: the connection is reset (a TCP RST,

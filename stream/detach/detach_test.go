@@ -81,3 +81,60 @@ func TestGroup(t *testing.T) {
 		t.Fatalf("after Close: %d, close %v; want net/http's own answer", after.StatusCode, after.Close)
 	}
 }
+
+// TestGroupTrack: a tracked response runs on its own goroutine; Close
+// waits for one that ends on its own, cuts one still running once its
+// context ends (serve sees ctx end, and Close returns only after serve
+// has), and after Close nothing more is tracked.
+func TestGroupTrack(t *testing.T) {
+	g := NewGroup()
+	finish := make(chan struct{})
+	finished := make(chan struct{})
+	cut := make(chan struct{})
+	var cutReturned bool
+	if !g.Track(func(ctx context.Context) {
+		defer close(finished)
+		select {
+		case <-finish: // ends on its own, before Close's context ends
+		case <-ctx.Done():
+			t.Error("a response that ends on its own was cut")
+		}
+	}) {
+		t.Fatal("Track refused before Close")
+	}
+	if !g.Track(func(ctx context.Context) {
+		<-ctx.Done()
+		close(cut)
+		time.Sleep(50 * time.Millisecond) // Close waits for serve to return
+		cutReturned = true
+	}) {
+		t.Fatal("Track refused before Close")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	go func() { time.Sleep(50 * time.Millisecond); close(finish) }()
+	start := time.Now()
+	g.Close(ctx)
+	took := time.Since(start)
+	select {
+	case <-finished:
+	default:
+		t.Fatal("Close returned before the finishing response did")
+	}
+	select {
+	case <-cut:
+	default:
+		t.Fatal("the running response's ctx did not end")
+	}
+	if !cutReturned {
+		t.Fatal("Close returned before the cut response's serve did")
+	}
+	if took < 250*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("Close took %s: want its context's 300ms, then the cut", took)
+	}
+	if g.Track(func(context.Context) { t.Error("served after Close") }) {
+		t.Fatal("Track took a response after Close")
+	}
+	time.Sleep(20 * time.Millisecond) // a wrongly started serve would report by now
+}
