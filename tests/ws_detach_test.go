@@ -163,12 +163,24 @@ func TestWebSocketPlaceHeld(t *testing.T) {
 	e := newEnv(t, withAbandon(), withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
 	key := "k-ws-place"
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=400] [delay=50ms]"), true), "Idempotency-Key", key), 1)
-	first := dialWS(t, e, key)
+	url := "ws" + strings.TrimPrefix(e.URL, "http") + "/v1/streams/" + key
+	// The POSTing client left: its place comes back once its handler saw it
+	// go (a moment, on a loaded machine).
+	var first *websocket.Conn
+	for deadline := time.Now().Add(5 * time.Second); first == nil; time.Sleep(20 * time.Millisecond) {
+		conn, resp, err := websocket.DefaultDialer.Dial(url, nil)
+		switch {
+		case err == nil:
+			first = conn
+			t.Cleanup(func() { conn.Close() })
+		case resp == nil || resp.StatusCode != 429 || time.Now().After(deadline):
+			t.Fatalf("the first reader: %v, %v", err, resp)
+		}
+	}
 	_ = first.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, _, err := first.ReadMessage(); err != nil {
 		t.Fatal(err)
 	}
-	url := "ws" + strings.TrimPrefix(e.URL, "http") + "/v1/streams/" + key
 	if _, resp, err := websocket.DefaultDialer.Dial(url, nil); err == nil || resp == nil || resp.StatusCode != 429 {
 		t.Fatalf("a second reader while the first is served: %v, %v; want 429", err, resp)
 	}
