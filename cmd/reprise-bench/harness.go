@@ -43,9 +43,10 @@ type stackConfig struct {
 	// upstreamConcurrency replaces classify.DefaultMaxConcurrent (512): the
 	// mix runs 2,000 generations at once.
 	upstreamConcurrency int
-	// maxReadersPerKey replaces stream.DefaultMaxReadersPerKey (32): the
-	// memory phase attaches thousands of clients to a few streams.
-	maxReadersPerKey int
+	// maxReaders replaces stream.DefaultMaxReadersPerKey (32) and
+	// DefaultMaxReadersPerTenant (2,048): the memory phase attaches
+	// thousands of one tenant's clients to a few streams.
+	maxReaders int
 	// natsTCP connects reprise to the embedded server over loopback TCP
 	// instead of in-process (net.Pipe), as cmd/reprise does: an experiment.
 	natsTCP bool
@@ -151,7 +152,7 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 		Owner:    "bench-" + resume.NewKey()[3:11],                                                         // default lease
 		Upstream: upURL,
 		Policy:   classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
-		HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReadersPerKey},
+		HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders},
 		Auth:     auth.Config{Secret: secret, Mode: auth.Passthrough}, // the default; the tenant comes from the bearer token
 		Logger:   log, Registerer: s.reg,
 	})

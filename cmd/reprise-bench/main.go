@@ -278,7 +278,7 @@ func run(o options) error {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReadersPerKey: 1 << 20, natsTCP: o.natsTCP, memoryStorage: o.memStorage, linger: o.linger}, log)
+	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReaders: 1 << 20, natsTCP: o.natsTCP, memoryStorage: o.memStorage, linger: o.linger}, log)
 	if err != nil {
 		return err
 	}
