@@ -255,6 +255,9 @@ type bench struct {
 	readerBase int // reprise's readers before a resume run
 }
 
+// defaultMemProfileRate is the heap sampling rate outside the memory phase.
+var defaultMemProfileRate = runtime.MemProfileRate
+
 func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
