@@ -150,9 +150,20 @@ func TestDetachedClose(t *testing.T) {
 	if !a.Close || !b.Close {
 		t.Fatal("the readers were not detached")
 	}
-	// Long enough for the short generation to end on a loaded machine (CI
-	// saw appends stall for more than a second), far shorter than the
-	// long one's 50 s.
+	shutdownPastLong(t, e)
+	checkComplete(t, readEvents(t, a, -1), short, 5) // finished on its own
+	evs := readEvents(t, b, -1)                      // cut: no [DONE]
+	if len(evs) == 0 || evs[len(evs)-1].Data == "[DONE]" {
+		t.Fatalf("the long reader got %d events ending %+v, want a cut stream", len(evs), evs[len(evs)-1])
+	}
+}
+
+// shutdownPastLong shuts e's proxy down with a 5 s context — long enough
+// for a short generation to end on a loaded machine (CI saw appends stall
+// for more than a second), far shorter than a long one's 50 s — and checks
+// that Shutdown waited for its context and said it had to cut.
+func shutdownPastLong(t *testing.T, e *env) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -161,11 +172,6 @@ func TestDetachedClose(t *testing.T) {
 	}
 	if took := time.Since(start); took < time.Second {
 		t.Fatalf("Shutdown returned after %s, before its context ended, with a reader of a long generation", took)
-	}
-	checkComplete(t, readEvents(t, a, -1), short, 5) // finished on its own
-	evs := readEvents(t, b, -1)                      // cut: no [DONE]
-	if len(evs) == 0 || evs[len(evs)-1].Data == "[DONE]" {
-		t.Fatalf("the long reader got %d events ending %+v, want a cut stream", len(evs), evs[len(evs)-1])
 	}
 }
 

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"context"
 	"runtime"
 	"strings"
 	"testing"
@@ -65,17 +64,7 @@ func TestWebSocketShutdownCut(t *testing.T) {
 	}
 	a := dialWS(t, e, "k-ws-close-short")
 	b := dialWS(t, e, "k-ws-close-long")
-	// As TestDetachedClose: long enough for the short generation to end
-	// on a loaded machine, far shorter than the long one's 50 s.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	if err := e.p.Shutdown(ctx); err == nil {
-		t.Fatal("Shutdown returned no error with a generation still running at the end of its context")
-	}
-	if took := time.Since(start); took < time.Second {
-		t.Fatalf("Shutdown returned after %s, before its context ended, with a reader of a long generation", took)
-	}
+	shutdownPastLong(t, e)
 	data, err := readWS(t, a, 10*time.Second)
 	if !websocket.IsCloseError(err, websocket.CloseNormalClosure) || len(data) == 0 || data[len(data)-1] != "[DONE]" {
 		t.Fatalf("the short reader: %d frames ending %q, then %v; want [DONE] and a normal closure", len(data), last(data), err)
