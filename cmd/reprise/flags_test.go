@@ -209,3 +209,31 @@ func TestConfigFileUnknownSetting(t *testing.T) {
 		t.Errorf("%v, want the nearest setting named", err)
 	}
 }
+
+// TestFlagsDocumented: every flag has a row in the README's tables or in
+// docs/retries.md's (the call policy's), where its meaning and default are
+// written down.
+func TestFlagsDocumented(t *testing.T) {
+	var docs strings.Builder
+	for _, f := range []string{"../../README.md", "../../docs/retries.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs.Write(b)
+	}
+	var rows []string
+	for line := range strings.Lines(docs.String()) {
+		if strings.HasPrefix(line, "| `--") {
+			rows = append(rows, line[:strings.Index(line[1:], "|")+1]) // the first cell: the flags it is about
+		}
+	}
+	newFlagSet(&config{}, new(string), new(string)).VisitAll(func(f *flag.Flag) {
+		for _, r := range rows {
+			if strings.Contains(r, "`--"+f.Name+"`") || strings.Contains(r, "`--"+f.Name+" ") {
+				return
+			}
+		}
+		t.Errorf("--%s has no row in README.md or docs/retries.md", f.Name)
+	})
+}
