@@ -169,6 +169,11 @@ func TestCostGuard(t *testing.T) {
 	}
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=4]"), true), "Idempotency-Key", "k-guard-spend"), -1)
 	waitState(t, e, "k-guard-spend", "completed") // 4 completion tokens: 8, over the budget of 1
+	// The spend is counted once the generation is billed, a moment after
+	// its record says completed (CI once sent the 503 in between).
+	pollUntil(t, 10*time.Second, "the guard to count the spend", func() bool {
+		return metric(t, e, "reprise_cost_guard_narrowed", "") == 1
+	})
 	checkNarrowed(t, e, e.URL, "k-guard-503")
 	if got := metric(t, e, "reprise_cost_guard_narrowed", ""); got != 1 {
 		t.Errorf("reprise_cost_guard_narrowed = %v, want 1", got)
