@@ -138,7 +138,11 @@ type callerKey struct{}
 // generation that request finds its owner lost and adopts (Adopt) asks the
 // upstream with that caller's credential (Decorator) — the dead owner's
 // caller's is gone with it, and a caller of the key is one of its tenant.
+// A nil h leaves ctx as it is.
 func WithCaller(ctx context.Context, h http.Header) context.Context {
+	if h == nil {
+		return ctx
+	}
 	return context.WithValue(ctx, callerKey{}, h)
 }
 
