@@ -207,6 +207,17 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	return err
 }
 
+// Abandon stops renewing the lease without recording a result: its owner
+// cannot tell how the generation ended (the journal could not be settled).
+// The record is left to run out, and whoever then finds it lapsed settles
+// it (the Salvager seals the journal and records what it holds).
+func (l *Lease) Abandon() {
+	l.halt()
+	l.mu.Lock()
+	l.done = true
+	l.mu.Unlock()
+}
+
 // Settled is the number of duplicates that attached to the generation
 // while it ran, counted into the record's Saved by Finish.
 func (l *Lease) Settled() uint64 {
