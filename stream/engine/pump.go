@@ -388,11 +388,15 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	if modelTries {
 		tries = modelEvents
 	}
+	var content int64 // events that carried content (Inspection.Content)
 	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection, usage *resume.Usage) error {
 		// The upstream is idle only while it is read: time spent journaling
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()
 		defer idle.Reset(idleTimeout)
+		if in.Content {
+			content++
+		}
 		if modelTries && (tries > 0 || in.Terminal) {
 			tries--
 			if m, ok := namer.ResponseModel(typ, data); ok {
@@ -430,7 +434,13 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	e := p.streamError(ctx, streamCtx, w, err)
 	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
-	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
+	res := resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
+	if est, ok := p.g.Protocol.(Estimator); ok {
+		// The upstream bills what it generated before the stream broke,
+		// though it reported none or part of it: never shown as 0.
+		res.Usage, res.Basis = estimated(est, p.g.Body, usage, content)
+	}
+	return res
 }
 
 // modelEvents is how many of a stream's first events are asked for the
