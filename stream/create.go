@@ -493,8 +493,9 @@ func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, tena
 // serveResult writes a finished non-streamed generation from the journal.
 func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
 	ref := journal.Ref{ID: id, Gen: rec.Generation}
-	if rec.State != resume.Completed && !s.ended(r.Context(), ref) {
-		// No end will be stored (its owner died before its answer — a
+	if rec.State == resume.Cancelled || rec.State != resume.Completed && !s.ended(r.Context(), ref) {
+		// Cancelled: no result, whatever its journal holds. Or no end
+		// will be stored (its owner died before its answer — a
 		// non-streamed generation is not sealed — or the journal failed
 		// it): reading would wait for it. The record says how it ended.
 		failFor(w, rec, recordError(rec))
