@@ -200,6 +200,9 @@ type Request struct {
 	// it from the start, so that a generation salvaged or adopted after its
 	// owner died is priced.
 	Model string
+	// Content is the ContentID of a keyless request ("" for a key the
+	// client sent): the record keeps it (Record.Content).
+	Content string
 }
 
 // matches reports whether req is the request rec's key was first used
@@ -292,6 +295,9 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.Events, rec.Status, rec.ContentType, rec.Error, rec.Usage, rec.Upstream = 0, 0, "", "", nil, ""
 		rec.Model, rec.Cost, rec.Attached, rec.Tenant = req.Model, nil, 0, TenantHash(req.Tenant)
 		rec.Stream = req.Stream
+		if req.Content != "" {
+			rec.Content = req.Content
+		}
 		rec.UpdatedAt = now
 		rec.Attempt = newAttempt()
 		nrev, ok, err := m.cfg.Store.Update(ctx, req.ID, rec.encode(), rev)
@@ -315,7 +321,7 @@ func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error
 	rec := Record{
 		Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, BytesFingerprint: req.BytesFingerprint, Generation: 1,
 		Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream, Model: req.Model,
-		Tenant: TenantHash(req.Tenant), CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(),
+		Tenant: TenantHash(req.Tenant), CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(), Content: req.Content,
 	}
 	nrev, created, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
 	if err != nil {

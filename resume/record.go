@@ -61,7 +61,11 @@ type Record struct {
 	// generation: Finish moves them into Saved, once its cost is known.
 	Attached uint64 `json:"attached,omitempty"`
 	// Upstream names the upstream that answered the generation.
-	Upstream  string    `json:"upstream,omitempty"`
+	Upstream string `json:"upstream,omitempty"`
+	// Content is the ContentID of the keyless request the key was made
+	// for, "" for a key a client sent: a reader that receives the result
+	// tells the keyless index so (Manager.Received).
+	Content   string    `json:"content,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

@@ -57,26 +57,40 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		return
 	}
 	fp, bfp := resume.Fingerprint(requestPath(r), body), resume.BytesFingerprint(requestPath(r), body)
-	sdkRetry := false
+	var kl *keyless
 	if key == "" {
-		// An SDK retry sends the same bytes: by theirs, it finds its key
-		// on instances of versions before canonical fingerprints too.
-		key, sdkRetry = s.keyless(r, tenant, bfp)
+		if kl = s.keyless(r, tenant, fp); kl != nil {
+			key = kl.key
+		} else {
+			key = resume.NewKey()
+		}
+	}
+	// A keyless request new to the shedding has a fresh key; whether it is a
+	// retry is asked only when shedding would refuse it.
+	if s.shed(w, r, func() (string, bool) {
+		if kl != nil {
+			kl.settle()
+			key = kl.key
+		}
+		return resume.StreamID(tenant, key), kl != nil && !kl.retry || kl == nil && r.Header.Get("Idempotency-Key") == ""
+	}) {
+		return
+	}
+	model := modelOf(body)
+	out, err := s.decide(r, tenant, key, fp, bfp, stream, model, kl)
+	var rc *receipt
+	returned := false
+	if kl != nil {
+		key = kl.key
+		r, rc = withReceipt(r)
+		defer func() {
+			if out.Decision != 0 && !rc.delivered(r, returned) {
+				s.leaveBehind(kl)
+			}
+		}()
 	}
 	noteKey(r, key)
 	id := resume.StreamID(tenant, key)
-	if s.shed(w, r, id, !sdkRetry && r.Header.Get("Idempotency-Key") == "") {
-		return
-	}
-	// The decision is not the client's to cut short: a record created for a
-	// client that left meanwhile would otherwise name a generation nobody
-	// runs (owner_lost once its lease ran out).
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
-	model := modelOf(body)
-	out, err := s.resume.Begin(bctx, resume.Request{
-		ID: id, Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp, Stream: stream, Model: model, Tenant: tenant,
-	})
-	cancel()
 	switch {
 	case errors.Is(err, resume.ErrMismatch):
 		s.metrics.Decision("mismatch")
@@ -103,7 +117,10 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		}
 	}
 	s.metrics.Decision(out.Decision.String())
-	if how := duplicateHow(out.Decision, sdkRetry); how != "" {
+	if kl != nil && kl.retry {
+		s.metrics.Decision("retry")
+	}
+	if how := duplicateHow(out.Decision, kl != nil && kl.retry); how != "" {
 		s.metrics.Duplicate(how)
 	}
 	if out.Decision == resume.Start {
@@ -118,6 +135,35 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		s.duplicate(id, rec) // one with a cursor is the same client resuming
 	}
 	s.answer(w, r, tenant, key, out, t, cur)
+	returned = true
+}
+
+// decide asks resume what a POST may do with key. A keyless request (kl
+// not nil) is decided on its fresh key while its retry is looked up; if it
+// turns out to be a retry, the fresh key is withdrawn and the request is
+// decided again on the key it claimed.
+func (s *Server) decide(r *http.Request, tenant, key, fp, bfp string, stream bool, model string, kl *keyless) (resume.Outcome, error) {
+	// The decision is not the client's to cut short: a record created for a
+	// client that left meanwhile would otherwise name a generation nobody
+	// runs (owner_lost once its lease ran out).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
+	defer cancel()
+	req := resume.Request{
+		ID: resume.StreamID(tenant, key), Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp,
+		Stream: stream, Model: model, Tenant: tenant,
+	}
+	if kl != nil {
+		req.Content = kl.cid
+	}
+	out, err := s.resume.Begin(ctx, req)
+	if kl == nil || !kl.settle() {
+		return out, err
+	}
+	if err == nil {
+		s.withdraw(out)
+	}
+	req.Key, req.ID = kl.key, resume.StreamID(tenant, kl.key)
+	return s.resume.Begin(ctx, req)
 }
 
 // duplicate counts what a request that attached or replayed did not cost
@@ -313,27 +359,6 @@ func respondAsync(r *http.Request) bool {
 		}
 	}
 	return false
-}
-
-// keyless picks the key of a request that came without one. An SDK retry
-// (X-Stainless-Retry-Count ≥ 1) of a body the same tenant sent within the
-// window gets that request's key, so it attaches or replays instead of
-// generating again; any other request gets a fresh key, remembered for its
-// own retries. Fresh requests are never deduplicated by content.
-func (s *Server) keyless(r *http.Request, tenant, fp string) (key string, sdkRetry bool) {
-	cid := resume.ContentID(tenant, fp)
-	if n, err := strconv.Atoi(r.Header.Get("X-Stainless-Retry-Count")); err == nil && n >= 1 && s.cfg.SDKRetryWindow > 0 {
-		key, ok, err := s.resume.LookupContent(r.Context(), cid, s.cfg.SDKRetryWindow)
-		if err == nil && ok {
-			s.metrics.Decision("sdk_retry")
-			return key, true
-		}
-	}
-	key = resume.NewKey()
-	if err := s.resume.RememberContent(r.Context(), cid, key); err != nil {
-		s.log.Warn("remembering a keyless request failed; its SDK retries will generate again", "err", err)
-	}
-	return key, false
 }
 
 // readCreate validates a POST of format proto and returns its body and

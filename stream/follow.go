@@ -27,6 +27,14 @@ type eventWriter interface {
 // live until its end marker. A cursor in an older generation gets a reset
 // first. The caller has validated cur.Gen <= rec.Generation.
 func (s *Server) follow(ctx context.Context, out eventWriter, id string, rec resume.Record, cur resume.Position) error {
+	err := s.followFrom(ctx, out, id, rec, cur)
+	if err == nil {
+		s.gotResult(ctx, rec)
+	}
+	return err
+}
+
+func (s *Server) followFrom(ctx context.Context, out eventWriter, id string, rec resume.Record, cur resume.Position) error {
 	ref := journal.Ref{ID: id, Gen: rec.Generation}
 	var after, hint uint64
 	switch {

@@ -258,6 +258,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 		failFor(w, rec, apierr.New(apierr.NoStreaming))
 		return
 	}
+	streaming(r.Context())
 	err = s.follow(r.Context(), timed(out), id, rec, cur)
 	if r.Context().Err() != nil || (err != nil && s.closing.Err() != nil) {
 		// The request was canceled — usually its client is gone, but not

@@ -36,8 +36,9 @@ const (
 	// DefaultShedLag is how far behind the journal may be before new
 	// generations are refused (Settings.ShedLag).
 	DefaultShedLag = 500 * time.Millisecond
-	// DefaultSDKRetryWindow is how long a keyless request's SDK retries attach to it.
-	DefaultSDKRetryWindow = 10 * time.Minute
+	// DefaultKeylessRetryWindow is how long after its client left a keyless
+	// request's retry is recognised.
+	DefaultKeylessRetryWindow = 10 * time.Minute
 	// DefaultSSERetry: browsers wait 3 s by default before an EventSource
 	// reconnects; a dropped stream resumes sooner.
 	DefaultSSERetry = time.Second
@@ -72,10 +73,13 @@ type Settings struct {
 	// keys it has readers of (journal.Reading), for the owners' cancel of
 	// unread generations (engine.Limits.CancelUnread). 0: never.
 	ReadingSignal time.Duration
-	// SDKRetryWindow: a keyless SDK retry (X-Stainless-Retry-Count ≥ 1) of a
-	// body sent within this window attaches to it. 0 takes the default,
-	// negative disables. Default DefaultSDKRetryWindow (10 min).
-	SDKRetryWindow time.Duration
+	// KeylessRetryWindow: a keyless request identical (tenant, path,
+	// canonical body, client session) to one whose client left before its
+	// result, within this window of its leaving, is that request's retry —
+	// it attaches to or replays its generation (resume/keyless.go). 0 takes
+	// the default, negative disables. Default DefaultKeylessRetryWindow
+	// (10 min).
+	KeylessRetryWindow time.Duration
 	// ShedLag: while the journal is behind by more than this
 	// (journal.Journal.Lag: the oldest event appended here and not yet
 	// acknowledged), a request that would start a new generation is
@@ -104,8 +108,8 @@ func (s *Settings) fill() {
 	setDefault(&s.MaxReadersPerTenant, DefaultMaxReadersPerTenant)
 	setDefault(&s.MaxWSMessage, DefaultMaxWSMessage)
 	setDefault(&s.SSERetry, DefaultSSERetry)
-	if s.SDKRetryWindow == 0 {
-		s.SDKRetryWindow = DefaultSDKRetryWindow
+	if s.KeylessRetryWindow == 0 {
+		s.KeylessRetryWindow = DefaultKeylessRetryWindow
 	}
 	if s.ShedLag == 0 {
 		s.ShedLag = DefaultShedLag

@@ -51,10 +51,12 @@ func (g *lagGauge) get() time.Duration {
 }
 
 // shed answers r with 429 overloaded and reports true when the journal is
-// behind and r would start a new generation of id: fresh (a key the proxy
-// just made), or a key whose record neither runs nor completed. A key whose
-// generation runs or completed goes on to attach or replay.
-func (s *Server) shed(w http.ResponseWriter, r *http.Request, id string, fresh bool) bool {
+// behind and r would start a new generation: of a fresh key (one the proxy
+// just made), or of a key whose record neither runs nor completed. A key
+// whose generation runs or completed goes on to attach or replay. which
+// names r's key and whether it is fresh; it is asked only while the journal
+// is behind.
+func (s *Server) shed(w http.ResponseWriter, r *http.Request, which func() (id string, fresh bool)) bool {
 	if s.cfg.ShedLag < 0 {
 		return false
 	}
@@ -62,7 +64,7 @@ func (s *Server) shed(w http.ResponseWriter, r *http.Request, id string, fresh b
 	if lag <= s.cfg.ShedLag {
 		return false
 	}
-	if !fresh {
+	if id, fresh := which(); !fresh {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
 		rec, err := s.resume.Get(ctx, id)
 		cancel()

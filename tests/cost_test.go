@@ -183,16 +183,15 @@ func TestCostGuard(t *testing.T) {
 	}
 }
 
-// TestCostSDKRetry: a keyless request's SDK retry, replayed from the
-// journal, saves the generation's cost.
+// TestCostSDKRetry: a keyless request whose client left, retried by an SDK
+// and replayed from the journal, saves the generation's cost.
 func TestCostSDKRetry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withPrices(t))
-	prompt := uniquePrompt(t, "[tokens=3]")
+	prompt := uniquePrompt(t, "[tokens=20] [delay=10ms]")
 	body := chatBody(prompt, true)
-	first := do(t, "POST", e.URL+chatPath, body)
-	readEvents(t, first, -1)
-	key := first.Header.Get("Idempotency-Key")
+	key, _ := dropAfter(t, e.URL, body, 1)
+	waitLeft(t, e.URL, 1)
 	waitState(t, e, key, "completed")
 	retry := do(t, "POST", e.URL+chatPath, body, "X-Stainless-Retry-Count", "1")
 	readEvents(t, retry, -1)

@@ -58,7 +58,7 @@ func TestMetricsAtStartup(t *testing.T) {
 	}
 	for _, s := range []string{
 		`reprise_generations_total{outcome="failed"} 0`,
-		`reprise_duplicates_suppressed_total{how="sdk_retry"} 0`,
+		`reprise_requests_total{decision="retry"} 0`,
 		`reprise_resumes_total{transport="websocket"} 0`,
 		`reprise_retry_outcomes_total{result="success"} 0`,
 		`reprise_upstream_retries_total{reason="rate_limited"} 0`,
@@ -70,8 +70,8 @@ func TestMetricsAtStartup(t *testing.T) {
 }
 
 // TestMetricsTraffic: scripted traffic — a retried request, an attach and
-// a replay, a resume over SSE and one over WebSocket, an SDK retry without
-// a key, a failed generation — then exact counts, which agree with the
+// a replay, a resume over SSE and one over WebSocket, a keyless retry of a
+// request whose client left, a failed generation — then exact counts, which agree with the
 // fake upstream's ledger.
 func TestMetricsTraffic(t *testing.T) {
 	t.Parallel()
@@ -119,11 +119,11 @@ func TestMetricsTraffic(t *testing.T) {
 		t.Fatalf("WebSocket resume got %d frames, SSE %d events", frames, len(rest))
 	}
 
-	// A keyless request, then an SDK's retry of it: replayed.
-	sdk := chatBody(uniquePrompt(t, "[tokens=3]"), true)
-	firstSDK := do(t, "POST", e.URL+chatPath, sdk)
-	readEvents(t, firstSDK, -1)
-	waitState(t, e, firstSDK.Header.Get("Idempotency-Key"), "completed")
+	// A keyless request whose client left, then its retry: replayed.
+	sdk := chatBody(uniquePrompt(t, "[tokens=20] [delay=10ms]"), true)
+	firstKey, _ := dropAfter(t, e.URL, sdk, 1)
+	waitLeft(t, e.URL, 1)
+	waitState(t, e, firstKey, "completed")
 	readEvents(t, do(t, "POST", e.URL+chatPath, sdk, "X-Stainless-Retry-Count", "1"), -1)
 
 	// A generation the upstream refuses.
@@ -151,7 +151,8 @@ func TestMetricsTraffic(t *testing.T) {
 		{"reprise_requests_total", []string{"decision", "start"}, 5},
 		{"reprise_requests_total", []string{"decision", "attach"}, 1},
 		{"reprise_requests_total", []string{"decision", "replay"}, 2},
-		{"reprise_requests_total", []string{"decision", "sdk_retry"}, 1},
+		{"reprise_requests_total", []string{"decision", "retry"}, 1},
+		{"reprise_keyless_left_total", nil, 1},
 		{"reprise_duplicates_suppressed_total", []string{"how", "attach"}, 1},
 		{"reprise_duplicates_suppressed_total", []string{"how", "replay"}, 1},
 		{"reprise_duplicates_suppressed_total", []string{"how", "sdk_retry"}, 1},

@@ -73,6 +73,7 @@ type options struct {
 	memChildURLs      string
 	memChildN         int
 	memChildTransport string
+	ttftKeyless       bool   // the TTFT phase sends reprise no key
 	memChildCA        string // base64 DER of the certificate the h2 clients trust
 }
 
@@ -85,6 +86,7 @@ func parseOptions(args []string) (options, error) {
 	tpStreams := fs.Int("tp-streams", 0, "throughput: streams per cell, at least the concurrency (default 100, short 20)")
 	fs.IntVar(&o.tpTokens, "tp-tokens", 1000, "throughput: content tokens per stream (events = tokens + 3)")
 	ttft := fs.Int("ttft-samples", 0, "time to first content event: samples per target per run (default 1000, short 200)")
+	fs.BoolVar(&o.ttftKeyless, "ttft-keyless", false, "time to first content event: reprise's requests carry no Idempotency-Key (a client that sends none: agent CLIs, scripts)")
 	resumeN := fs.Int("resume-samples", 0, "resume: samples per case per run (default 300, short 50)")
 	fs.IntVar(&o.resumeEvents, "resume-events", 2000, "resume: events stored before the drop point is drawn")
 	fs.DurationVar(&o.resumePause, "resume-pause", 0, "resume: pause between the drop (once reprise let the reader go) and the reconnect")

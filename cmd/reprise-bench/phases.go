@@ -112,7 +112,9 @@ func (b *bench) tpCell(t target, s, streams int, tag string, want int) cell {
 // ---- time to first content event ----
 
 func (b *bench) ttft() error {
-	targets := []target{b.direct, b.pass, b.rep}
+	rep := b.rep
+	rep.keyed = !b.o.ttftKeyless
+	targets := []target{b.direct, b.pass, rep}
 	for i := range 30 { // warm-up
 		for _, t := range targets {
 			if _, err := b.ttftOnce(t, fmt.Sprintf("ttft warm %d %s [tokens=8]", i, b.nonce), fmt.Sprintf("ttft-warm-%d-%s", i, b.nonce)); err != nil {

@@ -63,7 +63,8 @@ func newFlagSet(c *config, level *string, file *string) *flags {
 		p.HTTP.CORSOrigins, err = stream.ParseOrigins(v)
 		return err
 	})
-	fs.in(groupServer).DurationVar(&p.HTTP.SDKRetryWindow, "sdk-retry-window", stream.DefaultSDKRetryWindow, "an SDK retry (X-Stainless-Retry-Count ≥ 1, no key) attaches to the same body sent within this window; 0 turns it off")
+	fs.in(groupServer).DurationVar(&p.HTTP.KeylessRetryWindow, "keyless-retry-window", stream.DefaultKeylessRetryWindow, "a request without a key, the same (tenant, path, body, client session) as one whose client left before its result within this window, is its retry: it attaches or replays instead of generating again; 0 turns it off (per request: header Reprise-Keyless-Retry: off)")
+	fs.in(groupServer).DurationVar(&p.HTTP.KeylessRetryWindow, "sdk-retry-window", stream.DefaultKeylessRetryWindow, "the former name of --keyless-retry-window")
 	fs.in(groupUpstream).StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
 	fs.in(groupUpstream).StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")
 	fs.in(groupUpstream).BoolVar(&p.UpstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
@@ -194,8 +195,8 @@ func (c *config) validate(level string) error {
 		return errors.New("timeouts must be positive")
 	case p.Limits.CancelUnread < 0 || p.Limits.CancelUnread > 0 && p.Limits.CancelUnread < time.Second:
 		return fmt.Errorf("--cancel-unread %s: 0 (never) or at least 1s", p.Limits.CancelUnread)
-	case p.HTTP.SDKRetryWindow < 0:
-		return errors.New("--sdk-retry-window must not be negative")
+	case p.HTTP.KeylessRetryWindow < 0:
+		return fmt.Errorf("--keyless-retry-window %s: must not be negative (0 turns it off)", p.HTTP.KeylessRetryWindow)
 	case p.HTTP.ShedLag < 0:
 		return errors.New("--shed-lag must not be negative")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
@@ -216,8 +217,8 @@ func (c *config) validate(level string) error {
 	if p.Limits.MaxTenantGenerations == 0 { // a tenant may fill the instance
 		p.Limits.MaxTenantGenerations = cmp.Or(p.Policy.MaxConcurrent, classify.DefaultMaxConcurrent)
 	}
-	if p.HTTP.SDKRetryWindow == 0 {
-		p.HTTP.SDKRetryWindow = -1 // --sdk-retry-window 0 turns SDK retry absorption off
+	if p.HTTP.KeylessRetryWindow == 0 {
+		p.HTTP.KeylessRetryWindow = -1 // --keyless-retry-window 0 turns keyless retry recognition off
 	}
 	if p.Journal.Linger == 0 {
 		p.Journal.Linger = -1 // --journal-linger 0: none

@@ -17,5 +17,6 @@ func Families() []string {
 		// cost.go: reprise_cost_total and reprise_cost_saved_total have a
 		// series per price table entry once one is priced.
 		"reprise_tokens_total", "reprise_cost_guard_narrowed", "reprise_cost_guard_switches_total",
+		"reprise_keyless_left_total",
 	}
 }

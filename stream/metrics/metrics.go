@@ -41,13 +41,13 @@ const (
 )
 
 // decisions are the values of reprise_requests_total{decision}.
-var decisions = []string{"start", "attach", "replay", "mismatch", "sdk_retry", "cancel"}
+var decisions = []string{"start", "attach", "replay", "mismatch", "retry", "cancel"}
 
 // Metrics are the proxy's series, registered once per proxy.
 type Metrics struct {
 	reg prometheus.Registerer
 
-	decisions   *prometheus.CounterVec // by decision: start, attach, replay, mismatch, sdk_retry, cancel
+	decisions   *prometheus.CounterVec // by decision: start, attach, replay, mismatch, retry, cancel
 	duplicates  *prometheus.CounterVec // by how: attach, replay, sdk_retry
 	resumes     *prometheus.CounterVec // by transport: sse, websocket, range
 	generations *prometheus.CounterVec // finished generations by outcome
@@ -67,7 +67,8 @@ type Metrics struct {
 	shed        prometheus.Counter   // new generations refused while behind
 	lag         atomic.Pointer[func() time.Duration]
 
-	costs *costMetrics // tokens, cost and cost saved, the cost guard: cost.go
+	costs   *costMetrics    // tokens, cost and cost saved, the cost guard: cost.go
+	keyless *keylessMetrics // keyless retry recognition: keyless.go
 
 	mu        sync.Mutex
 	upstreams map[string]*Upstream
@@ -152,6 +153,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 	m.readers.WithLabelValues("tail")
 	m.readers.WithLabelValues("journal")
 	m.costs = newCost(reg)
+	m.keyless = newKeyless(reg)
 	for op, n := range map[string]func(journal.Stats) uint64{
 		"append": func(s journal.Stats) uint64 { return s.AppendRetries },
 		"read":   func(s journal.Stats) uint64 { return s.ReadRetries },

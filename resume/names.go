@@ -8,27 +8,14 @@ import (
 	"time"
 )
 
-// ContentID names a tenant's request body for the content index, which
-// lets an SDK retry that carries no key find the key reprise made for the
-// original request.
-func ContentID(tenant, fingerprint string) string {
-	h := sha256.New()
-	h.Write([]byte("content"))
-	h.Write([]byte{0})
-	h.Write([]byte(tenant))
-	h.Write([]byte{0})
-	h.Write([]byte(fingerprint))
-	return "c" + hex.EncodeToString(h.Sum(nil)[:16])
-}
-
 type contentEntry struct {
 	Key string    `json:"key"`
 	At  time.Time `json:"at"`
 }
 
-// RememberContent records that the index entry contentID (a keyless
-// request's content, or a name) leads to key. A later one replaces it.
-func (m *Manager) RememberContent(ctx context.Context, contentID, key string) error {
+// remember records that the index entry contentID (a name) leads to key.
+// A later one replaces it.
+func (m *Manager) remember(ctx context.Context, contentID, key string) error {
 	val, _ := json.Marshal(contentEntry{Key: key, At: m.cfg.Now()})
 	for range maxCAS {
 		if _, created, err := m.cfg.Store.Create(ctx, contentID, val); err != nil || created {
@@ -48,8 +35,8 @@ func (m *Manager) RememberContent(ctx context.Context, contentID, key string) er
 	return ErrContended
 }
 
-// LookupContent returns the key contentID led to within the last window.
-func (m *Manager) LookupContent(ctx context.Context, contentID string, window time.Duration) (string, bool, error) {
+// lookup returns the key contentID led to within the last window.
+func (m *Manager) lookup(ctx context.Context, contentID string, window time.Duration) (string, bool, error) {
 	val, _, found, err := m.cfg.Store.Get(ctx, contentID)
 	if err != nil || !found {
 		return "", false, err
@@ -76,10 +63,10 @@ func NameID(tenant, name string) string {
 // RememberName records that the upstream named tenant's key's generation
 // name.
 func (m *Manager) RememberName(ctx context.Context, tenant, name, key string) error {
-	return m.RememberContent(ctx, NameID(tenant, name), key)
+	return m.remember(ctx, NameID(tenant, name), key)
 }
 
 // LookupName returns the key whose generation the upstream named name.
 func (m *Manager) LookupName(ctx context.Context, tenant, name string) (string, bool, error) {
-	return m.LookupContent(ctx, NameID(tenant, name), 1<<62) // the records' TTL bounds it
+	return m.lookup(ctx, NameID(tenant, name), 1<<62) // the records' TTL bounds it
 }

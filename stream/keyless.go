@@ -1,0 +1,183 @@
+package stream
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/reprise-dev/reprise/resume"
+)
+
+// Keyless retries (see resume/keyless.go for the rule). A POST without an
+// Idempotency-Key gets a fresh key, and meanwhile — concurrently with the
+// record's create, so a first keyless request waits for no extra round
+// trip — its content's entry in the keyless index is asked for a key a
+// client of the same content left behind. When there is one, the request is
+// that request's retry: the fresh key is withdrawn before anything started
+// on it, and the request attaches to or replays the key it claimed. A
+// keyless request whose client leaves before its result leaves its key
+// behind in turn.
+
+// KeylessRetryHeader turns the recognition off for one request: with the
+// value "off", a keyless request is new, whatever was sent before, and no
+// later request is taken for its retry.
+const KeylessRetryHeader = "Reprise-Keyless-Retry"
+
+// sessionHeaders are the client session identifiers that narrow a keyless
+// match to the session that sent the request (Claude Code's, Codex's): a
+// request of another session, or of none, is not its retry.
+var sessionHeaders = []string{"X-Claude-Code-Session-Id", "Session-Id", "Session_id"}
+
+// keyless is what a keyless request knows of its key while it is decided.
+type keyless struct {
+	cid string // the content's ContentID
+	// key is the key the request is served under: a fresh one, or, once
+	// settled, the key it claimed.
+	key string
+	// retry: key was claimed, the request is a retry of one whose client
+	// left before its result.
+	retry bool
+
+	done    chan struct{} // closed once the claim answered
+	claimed string        // the claimed key, "" for none; read after done
+	settled bool
+}
+
+// keyless starts deciding the key of a request that came without one. It
+// returns nil when retries are not recognised for it (the window is off,
+// or the request said so): then it gets a fresh key, and nothing is
+// remembered of it.
+func (s *Server) keyless(r *http.Request, tenant, fp string) *keyless {
+	if s.cfg.KeylessRetryWindow <= 0 || strings.EqualFold(strings.TrimSpace(r.Header.Get(KeylessRetryHeader)), "off") {
+		return nil
+	}
+	k := &keyless{cid: resume.ContentID(tenant, session(r), fp), key: resume.NewKey(), done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
+	go func() {
+		defer cancel()
+		defer close(k.done)
+		key, ok, err := s.resume.Claim(ctx, k.cid, s.cfg.KeylessRetryWindow)
+		switch {
+		case err != nil:
+			s.log.Warn("looking up a keyless request's retry failed; it generates afresh", "err", err)
+		case ok:
+			k.claimed = key
+		}
+	}()
+	return k
+}
+
+// settle waits for the claim and reports whether it switched the request to
+// the key it claimed. Only the first call waits.
+func (k *keyless) settle() bool {
+	if k.settled {
+		return false
+	}
+	k.settled = true
+	<-k.done
+	if k.claimed == "" {
+		return false
+	}
+	k.key, k.retry = k.claimed, true
+	return true
+}
+
+// session is the client's session identifier, "" when it sent none.
+func session(r *http.Request) string {
+	var b strings.Builder
+	for _, h := range sessionHeaders {
+		if v := r.Header.Get(h); v != "" {
+			b.WriteString(h)
+			b.WriteByte('=')
+			b.WriteString(v)
+			b.WriteByte(0)
+		}
+	}
+	return b.String()
+}
+
+// withdraw gives back a fresh key's generation that the request decided
+// not to run: its record was created, nothing was started under it, and
+// nobody knows its key. It ends cancelled, off the request's path.
+func (s *Server) withdraw(out resume.Outcome) {
+	if out.Lease == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), decisionTimeout)
+		defer cancel()
+		if err := out.Lease.Finish(ctx, resume.Result{State: resume.Cancelled}); err != nil {
+			s.log.Debug("withdrawing an unused key failed", "err", err)
+		}
+	}()
+}
+
+// leaveBehind records, for a keyless request whose client left before its
+// result, that its key is there to be claimed by its retry.
+func (s *Server) leaveBehind(k *keyless) {
+	ctx, cancel := context.WithTimeout(context.Background(), decisionTimeout)
+	defer cancel()
+	if err := s.resume.Left(ctx, k.cid, k.key, s.cfg.KeylessRetryWindow); err != nil {
+		s.log.Warn("remembering a keyless request whose client left failed; its retry will generate again", "err", err)
+		return
+	}
+	s.metrics.KeylessLeft()
+}
+
+// receipt is what a keyless request's handler learns of its answer: whether
+// its event stream reached its end. It rides in the request's context.
+type receipt struct {
+	streamed bool // the answer is an event stream
+	got      bool // it was written to its end
+}
+
+type receiptKey struct{}
+
+// withReceipt returns r carrying a fresh receipt.
+func withReceipt(r *http.Request) (*http.Request, *receipt) {
+	rc := &receipt{}
+	return r.WithContext(context.WithValue(r.Context(), receiptKey{}, rc)), rc
+}
+
+// streaming notes that the request's answer is an event stream, which only
+// its end delivers.
+func streaming(ctx context.Context) {
+	if rc, ok := ctx.Value(receiptKey{}).(*receipt); ok {
+		rc.streamed = true
+	}
+}
+
+// gotResult is told that a reader in ctx was written rec's generation to its
+// end. For a keyless request's own answer that is its receipt; any other
+// reader of a keyless key (a resume, the Location) received the result the
+// request's client left without, and the index hears so before the reader's
+// response ends: a request the client sends once it has its result is new.
+func (s *Server) gotResult(ctx context.Context, rec resume.Record) {
+	if rc, ok := ctx.Value(receiptKey{}).(*receipt); ok {
+		rc.got = true
+		return
+	}
+	if rec.Content == "" || s.cfg.KeylessRetryWindow <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), receivedTimeout)
+	defer cancel()
+	if err := s.resume.Received(ctx, rec.Content, rec.Key); err != nil {
+		s.log.Warn("telling the keyless index a result was received failed; the same request may replay it", "err", err)
+	}
+}
+
+// receivedTimeout bounds the keyless index's update by a reader that
+// received a result.
+const receivedTimeout = 5 * time.Second
+
+// delivered reports whether a keyless request's answer reached its client:
+// an event stream written to its end, or any other answer written whole by
+// a handler that returned with its client still there.
+func (rc *receipt) delivered(r *http.Request, returned bool) bool {
+	if rc.streamed {
+		return rc.got
+	}
+	return returned && r.Context().Err() == nil
+}
