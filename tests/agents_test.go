@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -145,11 +146,14 @@ type agentCase struct {
 const optOutHeader = "Reprise-Keyless-Retry"
 
 // agentCases: the CLI's retries attach to the stream it left, unless its
-// requests opt out: then each retry generates again.
+// requests opt out or reprise recognises no keyless retry: then each retry
+// generates again.
 func agentCases() []agentCase {
+	off := withConfig(func(c *proxy.Config) { c.HTTP.KeylessRetryWindow = -1 })
 	return []agentCase{
 		{name: "keyless retries attach", want: 1},
 		{name: "opted out by header", optOut: true, want: agentCuts + 1},
+		{name: "keyless retries off", opts: []envOption{off}, want: agentCuts + 1},
 	}
 }
 
