@@ -163,7 +163,11 @@ func (s *Server) decide(r *http.Request, tenant, key, fp, bfp string, stream boo
 		s.withdraw(out)
 	}
 	req.Key, req.ID = kl.key, resume.StreamID(tenant, kl.key)
-	return s.resume.Begin(ctx, req)
+	out, err = s.resume.Begin(ctx, req)
+	if err != nil {
+		s.leaveBehind(kl) // the claim is not lost with this request: its client's next try claims it
+	}
+	return out, err
 }
 
 // duplicate counts what a request that attached or replayed did not cost
