@@ -24,8 +24,8 @@ import (
 // The agent CLIs (Claude Code, Codex) are real clients of reprise here:
 // the npm packages pinned in tests/agents (npm ci --prefix tests/agents),
 // run as their users run them, keyless, through a toxiproxy link that
-// cuts their first two streams. Their own retries must then cost one
-// generation.
+// cuts their first two streams. Their own retries must then cost no
+// generation of their own.
 
 const (
 	// agentsDir is the nested npm project that pins the agent CLIs.
@@ -158,15 +158,15 @@ func agentCases() []agentCase {
 }
 
 // TestAgentClaudeCode runs Claude Code (claude -p, its JSON output) through
-// a link that cuts its first two streams of /v1/messages: its retries, the
-// same body without a key, get the whole answer, and the model generates
-// it once.
+// a link that cuts its first two streams of /v1/messages. Its retries, the
+// same body without a key, get the whole answer and cost no generation;
+// opted out by header (ANTHROPIC_CUSTOM_HEADERS) or with recognition off,
+// each costs one.
 func TestAgentClaudeCode(t *testing.T) {
 	t.Parallel()
 	bin := agentCLI(t, "claude")
 	for _, c := range agentCases() {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
+		t.Run(c.name, func(t *testing.T) { // one at a time: a CLI is heavy beside the suite
 			e := newEnv(t, c.opts...)
 			link := newAgentLink(t, e.addr)
 			prompt := uniquePrompt(t, fmt.Sprintf("[tokens=%d] [delay=%s]", agentTokens, agentDelay))
@@ -214,8 +214,9 @@ const (
 
 // TestAgentCodex runs Codex (codex exec, with the provider file of
 // docs/examples) through a link that cuts its first two streams of
-// /v1/responses: its retries, the same body without a key, get the whole
-// answer, and the model generates it once.
+// /v1/responses. Its retries, the same JSON without a key, get the whole
+// answer and cost no generation; opted out by header (the provider's
+// http_headers) or with recognition off, each costs one.
 func TestAgentCodex(t *testing.T) {
 	t.Parallel()
 	bin := agentCLI(t, "codex")
@@ -227,8 +228,7 @@ func TestAgentCodex(t *testing.T) {
 		t.Fatalf("%s has no line %s", codexConfigExample, codexExampleURL)
 	}
 	for _, c := range agentCases() {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
+		t.Run(c.name, func(t *testing.T) { // one at a time: a CLI is heavy beside the suite
 			e := newEnv(t, c.opts...)
 			link := newAgentLink(t, e.addr)
 			prompt := uniquePrompt(t, fmt.Sprintf("[tokens=%d] [delay=%s]", agentTokens, agentDelay))
