@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -92,9 +93,10 @@ type Salvager interface {
 // Manager makes the start/attach/replay decisions.
 type Manager struct {
 	cfg      Config
-	contact  *contact // what this instance saw of the store (contact.go)
-	adopter  Adopter  // nil: none is adopted
-	salvager Salvager // nil: none is salvaged
+	contact  *contact     // what this instance saw of the store (contact.go)
+	adopter  Adopter      // nil: none is adopted
+	salvager Salvager     // nil: none is salvaged
+	watched  atomic.Int64 // writes that got no answer, watched (unanswered.go)
 }
 
 // SetSalvager makes s asked about every generation whose owner's lease ran

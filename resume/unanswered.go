@@ -31,12 +31,17 @@ const withdrawFor = 2 * time.Minute
 // withdrawLater fails id's record if the write of attempt, which got no
 // answer, turns out applied; in the background, for at most withdrawFor.
 func (m *Manager) withdrawLater(id, attempt string) {
+	if m.watched.Add(1) > maxWatched {
+		m.watched.Add(-1)
+		return
+	}
 	go func() {
+		defer m.watched.Add(-1)
 		ctx, cancel := context.WithTimeout(context.Background(), withdrawFor)
 		defer cancel()
 		rp := retrypolicy.NewBuilder[any]().
 			HandleIf(func(_ any, err error) bool { return err != nil }).
-			WithBackoff(100*time.Millisecond, 5*time.Second).
+			WithBackoff(100*time.Millisecond, 2*time.Second).
 			WithMaxAttempts(-1).
 			Build()
 		_ = failsafe.With(rp).WithContext(ctx).Run(func() error { return m.withdraw(ctx, id, attempt) })
@@ -46,11 +51,23 @@ func (m *Manager) withdrawLater(id, attempt string) {
 // errMoved: the record changed while it was being withdrawn; look again.
 var errMoved = errors.New("resume: record changed meanwhile")
 
+// errNotYet: the write is not applied, as far as the store says now.
+var errNotYet = errors.New("resume: write not applied yet")
+
+// maxWatched bounds the writes watched at once: past it (a long outage
+// refusing many requests), a write applied late is left to its lease.
+const maxWatched = 1024
+
 // withdraw fails id's record if it is still the generation attempt wrote.
 func (m *Manager) withdraw(ctx context.Context, id, attempt string) error {
 	val, rev, found, err := m.cfg.Store.Get(ctx, id)
-	if err != nil || !found {
-		return err // not found: the write was not applied (a late one would be seen as a create: see below)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		// Not applied yet: a write held on a connection the client gave
+		// up (it reconnected) may still arrive after a later one's answer.
+		return errNotYet
 	}
 	rec, err := decode(val)
 	if err != nil || rec.Attempt != attempt || rec.State != InProgress {
