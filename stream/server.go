@@ -217,6 +217,9 @@ func (s *Server) signalReading() {
 		}
 		s.mu.Unlock()
 		for _, id := range ids {
+			// This instance's own generations hear of their readers here
+			// at once; the others' owners over NATS.
+			s.engine.Reading(id)
 			if err := s.journal.Reading(id); err != nil {
 				s.log.Debug("reading signal", "err", err)
 				break
