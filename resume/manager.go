@@ -304,6 +304,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		if err != nil {
 			nrev, ok, err = m.settle(ctx, req.ID, rec.Attempt, err)
 			if err != nil {
+				m.withdrawLater(req.ID, rec.Attempt) // the update may be applied late
 				return Outcome{}, err
 			}
 		}
@@ -329,6 +330,7 @@ func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error
 	}
 	switch {
 	case err != nil:
+		m.withdrawLater(req.ID, rec.Attempt) // the create may be applied late
 		return Outcome{}, true, err
 	case !created:
 		return Outcome{}, false, nil
