@@ -67,6 +67,13 @@ type Config struct {
 	// lingers before it. Readers on other instances see lingering events
 	// up to Linger later. Default DefaultLinger; negative: none.
 	Linger time.Duration
+	// MaxReads bounds the batched gets this instance's readers have in
+	// flight at once (each brings at most 1 MiB): the others wait their
+	// turn, so a thousand long replays queue instead of flooding the
+	// connection. Reads that have brought little so far (a resume's first
+	// events, a short replay) take turns in a lane of their own, as wide:
+	// they do not wait behind long replays. Default DefaultMaxReads (16).
+	MaxReads int
 	// Records, when set, is the connection the key records (Get, Create,
 	// Update: the resume decisions and the owners' lease renewals) go
 	// over. On a connection of their own they do not queue behind the
@@ -97,6 +104,9 @@ func (c *Config) fill() error {
 	if c.AppendTimeout == 0 {
 		c.AppendTimeout = DefaultAppendTimeout
 	}
+	if c.MaxReads == 0 {
+		c.MaxReads = DefaultMaxReads
+	}
 	switch {
 	case c.Linger == 0:
 		c.Linger = DefaultLinger
@@ -108,6 +118,9 @@ func (c *Config) fill() error {
 	}
 	if c.AppendTimeout < 0 {
 		return fmt.Errorf("%w: negative append timeout", ErrInvalidOption)
+	}
+	if c.MaxReads < 0 {
+		return fmt.Errorf("%w: negative max reads", ErrInvalidOption)
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		return fmt.Errorf("%w: replicas %d not in 1..5", ErrInvalidOption, c.Replicas)
@@ -127,24 +140,29 @@ type Journal struct {
 	maxFrame int
 	// maxEvent is the largest event (type and data) one message holds.
 	maxEvent int
-	live     *hub // the topics this instance's readers follow
-	lag      lag  // this instance's writers, for Lag
+	live     *hub   // the topics this instance's readers follow
+	reads    *lanes // the turns of this instance's readers' gets
+	direct   string // the subject of the stream's direct gets
+	lag      lag    // this instance's writers, for Lag
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
 	appendErrors                              atomic.Uint64
 }
 
-// Stats counts the failures the journal rode out by trying again.
+// Stats counts the failures the journal rode out by trying again, and
+// the reads waiting for their turn.
 type Stats struct {
 	AppendRetries uint64 // messages published again (no answer, an election, a lost acknowledgement)
 	ReadRetries   uint64 // reader gets asked again
 	RecordRetries uint64 // record operations asked again
 	AppendErrors  uint64 // messages that could not be stored (the generation failed)
+	ReadsWaiting  uint64 // reader gets waiting for their turn now (Config.MaxReads)
 }
 
 // Stats returns the counts since Open.
 func (j *Journal) Stats() Stats {
-	return Stats{AppendRetries: j.appendRetries.Load(), ReadRetries: j.readRetries.Load(), RecordRetries: j.recordRetries.Load(), AppendErrors: j.appendErrors.Load()}
+	return Stats{AppendRetries: j.appendRetries.Load(), ReadRetries: j.readRetries.Load(), RecordRetries: j.recordRetries.Load(), AppendErrors: j.appendErrors.Load(),
+		ReadsWaiting: uint64(max(j.reads.waiting.Load(), 0))}
 }
 
 // Ref names one generation of one stream id.
@@ -163,7 +181,8 @@ func (r Ref) subject() string {
 // nats.go sizes by the connection's SyncQueueLen: 65,536 slots by default,
 // a 512 KiB allocation per get that made a resume's first read cost ~2 ms
 // of allocation and GC. A get brings at most getBatch messages and its
-// end-of-batch sentinel; nothing else of reprise subscribes synchronously.
+// end-of-batch sentinel (its subscription's pending limits say so);
+// nothing else of reprise subscribes synchronously.
 // A connection opened without them works, slower.
 func ConnectOptions() []nats.Option {
 	return []nats.Option{nats.SyncQueueLen(syncQueueLen)}
@@ -212,6 +231,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	}
 	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload()), maxEvent: eventLimit(nc.MaxPayload())}
 	j.live = &hub{j: j, topics: map[string]*topic{}}
+	j.reads = newLanes(cfg.MaxReads)
+	j.direct = directSubject(js.Options().APIPrefix, cfg.Stream)
 	j.lag.writers = map[*Writer]struct{}{}
 	return j, nil
 }

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // A Reader reads the stored part of a generation by batched direct gets
@@ -19,11 +20,12 @@ import (
 // server's consumer limit.
 const (
 	// getBatch and getBytes bound one batched get: a long replay takes a
-	// round trip per getBatch messages or getBytes bytes. A reader's first
-	// get asks for one message: a resume's first event comes at once,
-	// before the bulk.
+	// round trip per getBatch messages or getBytes bytes (Config.MaxReads
+	// of them in flight on an instance). A reader's first get asks for one
+	// message: a resume's first event comes at once, before the bulk; a
+	// get in the short reads' lane asks for at most headBytes (reads.go).
 	getBatch = 256
-	getBytes = 4 << 20
+	getBytes = 1 << 20
 	// getTimeout bounds one batched get.
 	getTimeout = 5 * time.Second
 )
@@ -56,6 +58,8 @@ type Reader struct {
 	gets    bool      // reading the stream (not yet caught up with the topic)
 	live    *topic    // joined once the reader first caught up
 	got     int       // messages read by gets so far
+	bytes   int       // their size
+	pending uint64    // messages of the generation after the last one read, as the stream said then
 	failing time.Time // when the current run of failed gets began
 	retry   retrypolicy.RetryPolicy[any]
 }
@@ -210,67 +214,88 @@ func (r *Reader) getRetrying(ctx context.Context) (evs [][]Event, n int, err err
 
 // get reads the messages stored from r.next on, up to a batch, and returns
 // their events (a slice per message: they are not copied) and how many
-// messages it read (0: none is stored yet).
+// messages it read (0: none is stored yet). It waits for its turn among
+// the instance's gets first (lanes); getTimeout bounds the get itself.
 func (r *Reader) get(ctx context.Context) (evs [][]Event, n int, err error) {
+	// A read's size is unknown until its first message says how many
+	// follow; the bytes left are guessed at the average of those read.
+	short := r.got == 0 || r.pending*uint64(r.bytes/r.got) <= headBytes
+	release, err := r.j.reads.turn(ctx, short)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer release()
 	gctx, cancel := context.WithTimeout(ctx, getTimeout)
 	defer cancel()
-	batch := getBatch
+	batch, size := getBatch, getBytes
+	if short {
+		size = headBytes
+	}
 	if r.got == 0 {
 		batch = 1
 	}
-	msgs, err := jetstreamext.GetBatch(gctx, r.j.js, r.j.cfg.Stream, batch,
-		jetstreamext.GetBatchSeq(r.next), jetstreamext.GetBatchSubject(r.subject), jetstreamext.GetBatchMaxBytes(getBytes))
-	if err != nil {
-		return nil, 0, fmt.Errorf("journal: read: %w", err)
-	}
-	for m, err := range msgs {
-		switch {
-		case errors.Is(err, jetstreamext.ErrNoMessages):
-			return evs, n, nil
-		case err != nil && n > 0:
-			return evs, n, nil // what was read is kept; the next get meets the failure again
-		case err != nil:
-			return nil, 0, fmt.Errorf("journal: read: %w", err)
-		}
-		n++
+	n, err = r.j.getBatch(gctx, r.subject, r.next, batch, size, func(m *nats.Msg, seq, pending uint64) {
 		r.got++
-		r.seq, r.next = m.Sequence, m.Sequence+1
+		r.bytes += len(m.Data)
+		r.seq, r.next, r.pending = seq, seq+1, pending
 		// Events before the reader's position are not made, but the one at
 		// it is: Next looks at it (a failed generation's stored reason).
-		f, _ := decodeFrom(m.Header, m.Data, m.Sequence, r.after)
+		f, _ := decodeFrom(m.Header, m.Data, seq, r.after)
 		evs = append(evs, f.events)
-	}
+	})
 	switch {
-	case n > 0: // the batch's end (or a partial batch: the rest is asked for next)
+	case n > 0: // what was read is kept (after a failure, the next get meets it again)
 		return evs, n, nil
+	case err == nil: // none stored yet
+		return nil, 0, nil
 	case ctx.Err() != nil:
 		return nil, 0, ctx.Err()
 	}
-	// Not even "no messages": the request was lost, or no replica answered in time.
-	return nil, 0, errNoAnswer
+	// errNoAnswer: the request was lost, or no replica answered in time.
+	return nil, 0, err
 }
 
 // getRetry is how a Reader rides out a NATS failover: a get that failed is
 // asked again after a pause that grows with the time since the failures
 // began (50 ms in the first second, doubling each second to 800 ms from
-// the fifth on), until readRetry has passed.
+// the fifth on), until readRetry has passed. A get that waited turnWait
+// for its turn, or whose reply the connection dropped, is not a failure
+// of the journal but of a busy instance: it is asked again (at once, or
+// after 50 ms) without starting the run of failures, so a long queue
+// delays a reader and never fails it.
 func (r *Reader) getRetry() retrypolicy.RetryPolicy[any] {
 	return retrypolicy.NewBuilder[any]().
 		HandleIf(func(_ any, err error) bool { return err != nil && !errors.Is(err, context.Canceled) }).
 		// failsafe calls OnFailure before AbortIf: the run has begun by
 		// the time its length is measured.
-		OnFailure(func(failsafe.ExecutionEvent[any]) {
-			if r.failing.IsZero() {
+		OnFailure(func(e failsafe.ExecutionEvent[any]) {
+			if r.failing.IsZero() && !busy(e.LastError()) {
 				r.failing = time.Now()
 			}
 		}).
-		AbortIf(func(any, error) bool { return time.Since(r.failing) > readRetry }).
+		AbortIf(func(any, error) bool { return !r.failing.IsZero() && time.Since(r.failing) > readRetry }).
 		WithMaxAttempts(-1).
-		WithDelayFunc(func(failsafe.ExecutionAttempt[any]) time.Duration {
+		WithDelayFunc(func(a failsafe.ExecutionAttempt[any]) time.Duration {
+			switch {
+			case errors.Is(a.LastError(), bulkhead.ErrFull):
+				return 0 // it waited already
+			case r.failing.IsZero():
+				return 50 * time.Millisecond
+			}
 			return 50 * time.Millisecond << min(time.Since(r.failing)/time.Second, 4)
 		}).
-		OnRetryScheduled(func(failsafe.ExecutionScheduledEvent[any]) { r.j.readRetries.Add(1) }).
+		OnRetryScheduled(func(e failsafe.ExecutionScheduledEvent[any]) {
+			if !errors.Is(e.LastError(), bulkhead.ErrFull) {
+				r.j.readRetries.Add(1)
+			}
+		}).
 		Build()
+}
+
+// busy reports whether a get failed for want of the instance's room, not
+// the journal's: no turn in time, or its reply dropped by the connection.
+func busy(err error) bool {
+	return errors.Is(err, bulkhead.ErrFull) || errors.Is(err, nats.ErrSlowConsumer)
 }
 
 // hintWrong reports whether nothing follows the hint because the hint does

@@ -158,6 +158,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 	m.readers.WithLabelValues("journal")
 	m.costs = newCost(reg)
 	m.keyless = newKeyless(reg)
+	registerJournalReads(reg, stats)
 	for op, n := range map[string]func(journal.Stats) uint64{
 		"append": func(s journal.Stats) uint64 { return s.AppendRetries },
 		"read":   func(s journal.Stats) uint64 { return s.ReadRetries },
