@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/nats-io/nats.go"
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
@@ -55,7 +57,11 @@ func (p *pump) settle(ctx context.Context, w *journal.Writer, res resume.Result)
 	proto := p.g.Protocol
 	var end journal.Event
 	rp := retrypolicy.NewBuilder[any]().
-		HandleIf(func(_ any, err error) bool { return journal.Unanswered(err) }).
+		HandleIf(func(_ any, err error) bool {
+			// A closed connection (this instance is going) will not answer
+			// again: the lease is left to run out at once.
+			return journal.Unanswered(err) && !errors.Is(err, nats.ErrConnectionClosed)
+		}).
 		WithBackoff(100*time.Millisecond, 2*time.Second).
 		WithMaxAttempts(-1).
 		WithMaxDuration(p.e.cfg.Journal.AppendTimeout()).
