@@ -155,6 +155,16 @@ func (w *Writer) Abort() {
 	w.cancel()
 }
 
+// Unstored returns the events appended and not acknowledged, in order: once
+// the writer failed, what it may have sent without knowing whether
+// JetStream stored it (a message in flight when it gave up can be stored
+// late, when the server answers again).
+func (w *Writer) Unstored() []Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.queue)
+}
+
 // Err returns the writer's first error.
 func (w *Writer) Err() error {
 	w.mu.Lock()
@@ -380,6 +390,17 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, 
 // message too large for the server, or a closed connection.
 func appendRetryable(err error) bool {
 	return !errors.Is(err, ErrFenced) && !errors.Is(err, nats.ErrMaxPayload) && !errors.Is(err, nats.ErrConnectionClosed)
+}
+
+// Unanswered reports whether an append that failed with err may have been
+// stored all the same: JetStream gave no answer (a timeout, a connection
+// lost, a NATS stall), and a message on its way may still be stored. An
+// answer that refused the message (an API error, a message too large, a
+// fence), or a writer closed by its caller, says it was not.
+func Unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	return err != nil && !errors.As(err, &apiErr) && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrClosed) &&
+		!errors.Is(err, nats.ErrMaxPayload)
 }
 
 func isWrongLast(err error) bool {

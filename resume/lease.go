@@ -25,7 +25,7 @@ type Lease struct {
 	rev  uint64
 	done bool
 
-	settled uint64 // duplicates Finish moved into Saved
+	settled SavedBy // requests served from the generation Finish moved into Saved
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -141,12 +141,26 @@ type Result struct {
 	Status      int
 	ContentType string
 	Error       string // error code for Failed
-	Usage       *Usage // what the upstream reported, if it did
-	Upstream    string // the name of the upstream that answered
+	Usage       *Usage // what the upstream reported, or estimated (Basis)
+	// Basis is where Usage comes from: Reported when empty and Usage is
+	// set; Unknown when Usage is nil.
+	Basis    Basis
+	Upstream string // the name of the upstream that answered
 	// Model is the model the request named; Cost what the generation
 	// cost by the price table (nil: no price known).
 	Model string
 	Cost  *float64
+}
+
+// basis is where res's usage comes from.
+func (res Result) basis() Basis {
+	switch {
+	case res.Usage == nil:
+		return Unknown
+	case res.Basis == "":
+		return Reported
+	}
+	return res.Basis
 }
 
 // Finish stores the generation's result and stops the heartbeat. ErrFenced
@@ -162,17 +176,24 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	if again {
 		return ErrFenced
 	}
-	var settled uint64
+	basis := res.basis()
+	var settled SavedBy
 	change := func(r *Record) {
 		r.State, r.Events, r.Status, r.ContentType, r.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
-		r.Usage, r.Upstream, r.Model, r.Cost = nil, res.Upstream, res.Model, res.Cost
+		// A failed generation's usage is kept too: what it billed, never
+		// shown as 0 (Basis says whether it was reported or estimated).
+		r.Usage, r.Upstream, r.Model, r.Cost = res.Usage, res.Upstream, res.Model, res.Cost
+		r.UsageBasis, r.BasisGeneration = basis, r.Generation
+		r.billAs(res.Usage, basis, res.Cost) // applied to a fresh copy on every try: once
+		// The requests served from the generation while it ran saved
+		// something only if it completed: a failed or cancelled one's
+		// readers got no result.
+		settled = SavedBy{}
 		if res.State == Completed {
-			r.Usage = res.Usage
+			settled = r.PendingBy(r.Attached)
+			r.saveBy(settled, res.Usage, res.Cost)
 		}
-		r.bill(res.Usage, res.Cost) // applied to a fresh copy on every try: once
-		settled = r.Attached
-		r.save(r.Attached, res.Cost)
-		r.Attached = 0
+		r.Attached, r.AttachedBy = 0, nil
 		r.Owner, r.LeaseUntil = "", time.Time{}
 	}
 	// A store that does not answer (a NATS failover) is asked again until
@@ -207,9 +228,21 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	return err
 }
 
-// Settled is the number of duplicates that attached to the generation
-// while it ran, counted into the record's Saved by Finish.
-func (l *Lease) Settled() uint64 {
+// Abandon stops renewing the lease without recording a result: its owner
+// cannot tell how the generation ended (the journal could not be settled).
+// The record is left to run out, and whoever then finds it lapsed settles
+// it (the Salvager seals the journal and records what it holds).
+func (l *Lease) Abandon() {
+	l.halt()
+	l.mu.Lock()
+	l.done = true
+	l.mu.Unlock()
+}
+
+// Settled is the requests, by kind, served from the generation while it
+// ran that Finish counted into the record's Saved (none unless it
+// completed).
+func (l *Lease) Settled() SavedBy {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.settled

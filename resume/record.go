@@ -41,10 +41,16 @@ type Record struct {
 	Status      int       `json:"status,omitempty"`
 	ContentType string    `json:"content_type,omitempty"`
 	Error       string    `json:"error,omitempty"`
-	// Usage is what the upstream reported the completed generation cost,
-	// when it did. A generation in progress has it once its owner kept it
-	// (Lease.KeepUsage), just before its terminal event is stored.
+	// Usage is what the last generation cost in tokens, when known: as the
+	// upstream reported it, or as reprise estimated it for a generation
+	// that failed or was cancelled (UsageBasis). A generation in progress
+	// has it once its owner kept it (Lease.KeepUsage), just before its
+	// terminal event is stored.
 	Usage *Usage `json:"usage,omitempty"`
+	// UsageBasis says where Usage comes from, for the generation
+	// BasisGeneration names (Finish writes both; see Basis).
+	UsageBasis      Basis  `json:"usage_basis,omitempty"`
+	BasisGeneration uint64 `json:"usage_basis_generation,omitempty"`
 	// Tenant is the TenantHash of the key's tenant, never the tenant id.
 	Tenant string `json:"tenant,omitempty"`
 	// Model is the model the generation's request named, from its start.
@@ -54,12 +60,16 @@ type Record struct {
 	Cost *float64 `json:"cost,omitempty"`
 	// Billed sums the usage and cost of every generation of the key.
 	Billed *Billed `json:"billed,omitempty"`
-	// Saved is what duplicates of the key (attaches, replays, SDK
-	// retries) did not cost.
+	// Saved is what the requests served without a generation (attaches,
+	// replays, resumes, recognised retries) did not cost.
 	Saved *Saved `json:"saved,omitempty"`
-	// Attached counts the duplicates that attached to the running
-	// generation: Finish moves them into Saved, once its cost is known.
-	Attached uint64 `json:"attached,omitempty"`
+	// Attached counts the requests served from the running generation
+	// (attaches, resumes, retries): Finish moves them into Saved once it
+	// completed, with its usage and cost. AttachedBy splits them by kind;
+	// any it does not cover (a record written by a version before it)
+	// are attaches.
+	Attached   uint64   `json:"attached,omitempty"`
+	AttachedBy *Pending `json:"attached_by,omitempty"`
 	// Upstream names the upstream that answered the generation.
 	Upstream string `json:"upstream,omitempty"`
 	// Content is the ContentID of the keyless request the key was made
@@ -129,19 +139,166 @@ type Billed struct {
 	Cost *float64 `json:"cost,omitempty"`
 	// Generations counts the generations whose usage or cost was known.
 	Generations uint64 `json:"generations"`
+	// Basis is Estimated once the usage of any of them was estimated,
+	// else Reported; "" while no usage was known.
+	Basis Basis `json:"usage_basis,omitempty"`
 }
 
-// Saved is what a key's duplicates were spared.
+// Saved is what the requests reprise served without a generation were
+// spared.
 type Saved struct {
-	// Duplicates counts the requests that attached or replayed instead of
-	// generating.
+	// Duplicates counts them all, every kind (its name is older than the
+	// kinds).
 	Duplicates uint64 `json:"duplicates"`
+	// By counts them by kind.
+	By SavedBy `json:"by"`
+	// Usage is the tokens they would have cost: the usage of the
+	// generation each was served, summed; nil while none was known.
+	Usage *Usage `json:"usage,omitempty"`
 	// Cost is what they would have cost; nil while no cost was known.
 	Cost *float64 `json:"cost,omitempty"`
 }
 
+// Kinds of saving: how a request was served without a generation.
+const (
+	// SavedAttach: a duplicate (same key, same body) followed the running
+	// generation.
+	SavedAttach = "attach"
+	// SavedReplay: a duplicate replayed the completed generation.
+	SavedReplay = "replay"
+	// SavedResume: a client that dropped continued a generation from its
+	// cursor (a GET of the Location or a POST with Last-Event-ID).
+	SavedResume = "resume"
+	// SavedRetry: a request without a key recognised as the retry of one
+	// whose client left, served its generation.
+	SavedRetry = "retry"
+)
+
+// SavedKinds lists every kind of saving.
+func SavedKinds() []string { return []string{SavedAttach, SavedReplay, SavedResume, SavedRetry} }
+
+// SavedBy counts requests served without a generation, by kind.
+type SavedBy struct {
+	Attach uint64 `json:"attach"`
+	Replay uint64 `json:"replay"`
+	Resume uint64 `json:"resume"`
+	Retry  uint64 `json:"retry"`
+}
+
+// Total is the count over every kind.
+func (b SavedBy) Total() uint64 { return b.Attach + b.Replay + b.Resume + b.Retry }
+
+// Count returns the count of kind how (one of SavedKinds; 0 for another).
+func (b SavedBy) Count(how string) uint64 {
+	if c := b.counter(how); c != nil {
+		return *c
+	}
+	return 0
+}
+
+// One is a SavedBy of one request of kind how; ok false for a kind that is
+// none of SavedKinds.
+func One(how string) (b SavedBy, ok bool) {
+	c := b.counter(how)
+	if c == nil {
+		return b, false
+	}
+	*c = 1
+	return b, true
+}
+
+func (b *SavedBy) counter(how string) *uint64 {
+	switch how {
+	case SavedAttach:
+		return &b.Attach
+	case SavedReplay:
+		return &b.Replay
+	case SavedResume:
+		return &b.Resume
+	case SavedRetry:
+		return &b.Retry
+	}
+	return nil
+}
+
+func (b *SavedBy) add(o SavedBy) {
+	b.Attach += o.Attach
+	b.Replay += o.Replay
+	b.Resume += o.Resume
+	b.Retry += o.Retry
+}
+
+// Pending is the split by kind of the requests served from a running
+// generation (Record.Attached), for the generation it names: a record's
+// Pending of another generation counts nothing (a new generation resets
+// Attached, not this).
+type Pending struct {
+	Generation uint64 `json:"generation"`
+	SavedBy
+}
+
+// Basis says where a generation's usage figures come from.
+type Basis string
+
+// Bases of a usage.
+const (
+	// Reported: the upstream reported the usage.
+	Reported Basis = "reported"
+	// Estimated: the generation failed or was cancelled before the
+	// upstream reported (all of) it, and reprise estimated the rest from
+	// the request and the content the upstream streamed (engine).
+	Estimated Basis = "estimated"
+	// Unknown: no usage is known: the upstream answered no stream (it
+	// refused the request; no usage is billed for it) or one reprise
+	// cannot count (audio).
+	Unknown Basis = "unknown"
+)
+
+// Basis is where the record's Usage comes from: "" while its generation
+// runs without a usage kept; Reported for a usage kept (or written by a
+// version that estimated none); Unknown for a finished generation with
+// none.
+func (r *Record) Basis() Basis {
+	switch {
+	case r.State != InProgress && r.UsageBasis != "" && r.BasisGeneration == r.Generation:
+		return r.UsageBasis
+	case r.Usage != nil:
+		return Reported
+	case r.State == InProgress:
+		return ""
+	}
+	return Unknown
+}
+
+// attach counts the requests by served from the running generation, to be
+// saved when it completes.
+func (r *Record) attach(by SavedBy) {
+	if r.AttachedBy == nil || r.AttachedBy.Generation != r.Generation || r.Attached == 0 {
+		r.AttachedBy = &Pending{Generation: r.Generation}
+	}
+	p := *r.AttachedBy
+	p.add(by)
+	r.AttachedBy = &p
+	r.Attached += by.Total()
+}
+
+// PendingBy is the split by kind of n requests served from the record's
+// generation while it ran (Attached, or as many as were settled from it):
+// AttachedBy's, and attaches for any it does not cover.
+func (r *Record) PendingBy(n uint64) SavedBy {
+	var by SavedBy
+	if p := r.AttachedBy; p != nil && p.Generation == r.Generation && p.Total() <= n {
+		by = p.SavedBy
+	}
+	by.Attach += n - by.Total()
+	return by
+}
+
 // bill adds one generation's usage and cost to the key's bill.
-func (r *Record) bill(u *Usage, cost *float64) {
+func (r *Record) bill(u *Usage, cost *float64) { r.billAs(u, Reported, cost) }
+
+// billAs adds one generation's usage, of basis, and cost to the key's bill.
+func (r *Record) billAs(u *Usage, basis Basis, cost *float64) {
 	if u == nil && cost == nil {
 		return
 	}
@@ -151,6 +308,9 @@ func (r *Record) bill(u *Usage, cost *float64) {
 	}
 	b.Generations++
 	if u != nil {
+		if b.Basis != Estimated {
+			b.Basis = basis
+		}
 		f := u.Filled()
 		b.PromptTokens += f.PromptTokens
 		b.CompletionTokens += f.CompletionTokens
@@ -160,8 +320,16 @@ func (r *Record) bill(u *Usage, cost *float64) {
 	r.Billed = &b
 }
 
-// save counts n duplicates of a generation of cost (nil: unknown).
+// save moves the n requests served from the generation that just
+// completed (Attached) into Saved, at its usage (the record's) and cost.
 func (r *Record) save(n uint64, cost *float64) {
+	r.saveBy(r.PendingBy(n), r.Usage, cost)
+}
+
+// saveBy counts the requests by served from a completed generation of
+// usage u and cost (each nil: unknown) into Saved.
+func (r *Record) saveBy(by SavedBy, u *Usage, cost *float64) {
+	n := by.Total()
 	if n == 0 {
 		return
 	}
@@ -170,6 +338,17 @@ func (r *Record) save(n uint64, cost *float64) {
 		s = *r.Saved
 	}
 	s.Duplicates += n
+	s.By.add(by)
+	if u != nil {
+		f, sum := u.Filled(), Usage{}
+		if s.Usage != nil {
+			sum = *s.Usage
+		}
+		sum.PromptTokens += f.PromptTokens * int64(n)
+		sum.CompletionTokens += f.CompletionTokens * int64(n)
+		sum.TotalTokens += f.TotalTokens * int64(n)
+		s.Usage = &sum
+	}
 	s.Cost = addCost(s.Cost, cost, n)
 	r.Saved = &s
 }

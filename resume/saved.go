@@ -5,44 +5,47 @@ import (
 	"fmt"
 )
 
-// Duplicate counts a request that attached to or replayed generation gen of
-// the key id instead of calling the upstream (an SDK retry does one or the
-// other). A duplicate of a running generation is counted in
-// Record.Attached, and moved into Record.Saved with the generation's cost
-// when it ends (Lease.Settled); one of a completed generation goes into
-// Saved at once, and saved is the cost it added (nil: none known). A
-// generation that failed or was replaced meanwhile spared nothing: it is
-// not counted. The record written is returned.
-func (m *Manager) Duplicate(ctx context.Context, id string, gen uint64) (rec Record, saved *float64, err error) {
+// Save counts a request of kind how (one of SavedKinds) that was served
+// generation gen of the key id without calling the upstream. One served a
+// running generation is counted in Record.Attached (AttachedBy for its
+// kind), and moved into Record.Saved with the generation's usage and cost
+// when it completes (Lease.Finish); one served a completed generation
+// goes into Saved at once, and now is true: the record returned holds the
+// usage, cost and model it saved. A generation that failed, was cancelled
+// or was replaced meanwhile spared nothing: the request is not counted.
+// The record written (or read, when nothing was counted) is returned.
+func (m *Manager) Save(ctx context.Context, id string, gen uint64, how string) (rec Record, now bool, err error) {
+	one, ok := One(how)
+	if !ok {
+		return Record{}, false, fmt.Errorf("%w: saving kind %q", ErrInvalidOption, how)
+	}
 	for range maxCAS {
 		val, rev, found, err := m.cfg.Store.Get(ctx, id)
 		if err != nil {
-			return Record{}, nil, err
+			return Record{}, false, err
 		}
 		if !found {
-			return Record{}, nil, ErrNotFound
+			return Record{}, false, ErrNotFound
 		}
 		rec, err := decode(val)
 		if err != nil {
-			return Record{}, nil, fmt.Errorf("resume: corrupt record: %w", err)
+			return Record{}, false, fmt.Errorf("resume: corrupt record: %w", err)
 		}
-		saved = nil
 		switch {
 		case rec.Generation != gen:
-			return rec, nil, nil
+			return rec, false, nil
 		case rec.State == InProgress:
-			rec.Attached++
+			rec.attach(one)
 		case rec.State == Completed:
-			rec.save(1, rec.Cost)
-			saved = rec.Cost
+			rec.saveBy(one, rec.Usage, rec.Cost)
 		default:
-			return rec, nil, nil
+			return rec, false, nil
 		}
 		if _, ok, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev); err != nil {
-			return Record{}, nil, err
+			return Record{}, false, err
 		} else if ok {
-			return rec, saved, nil
+			return rec, rec.State == Completed, nil
 		}
 	}
-	return Record{}, nil, ErrContended
+	return Record{}, false, ErrContended
 }

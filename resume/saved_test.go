@@ -1,6 +1,7 @@
 package resume_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/reprise-dev/reprise/resume"
@@ -8,11 +9,12 @@ import (
 
 func ptr(v float64) *float64 { return &v }
 
-// TestBilledAndSaved: a failed generation with usage is billed but shows no
-// usage; the next, completed one adds to the bill; a duplicate of a running
-// generation is settled into Saved at its cost when it ends, one of a
-// completed generation at once; a failed generation's duplicates save
-// nothing.
+// TestBilledAndSaved: a failed generation with usage is billed and shows
+// its usage (reported); the requests served from it while it ran save
+// nothing, since it failed. The next, completed one adds to the bill;
+// requests served from it while it ran are settled into Saved by kind at
+// its usage and cost when it ends, one of a completed generation at once;
+// a request of a replaced generation counts nothing.
 func TestBilledAndSaved(t *testing.T) {
 	store := newStore(t)
 	m := newManager(t, store, "a", 0, nil)
@@ -20,38 +22,66 @@ func TestBilledAndSaved(t *testing.T) {
 	ctx := waitCtx(t)
 
 	l := mustStart(t, m, req)
-	if _, saved, err := m.Duplicate(ctx, req.ID, 1); err != nil || saved != nil {
-		t.Fatalf("Duplicate of a running generation: %v saved %v, want none yet", err, saved)
+	if _, now, err := m.Save(ctx, req.ID, 1, resume.SavedAttach); err != nil || now {
+		t.Fatalf("Save of a running generation: %v now %v, want it pending", err, now)
 	}
 	failed := resume.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}
-	if err := l.Finish(ctx, resume.Result{State: resume.Failed, Error: "upstream_interrupted", Usage: &failed, Model: "m", Cost: ptr(1.5)}); err != nil {
+	if err := l.Finish(ctx, resume.Result{State: resume.Failed, Error: "upstream_interrupted", Usage: &failed, Basis: resume.Estimated, Model: "m", Cost: ptr(1.5)}); err != nil {
 		t.Fatal(err)
 	}
 	rec := stored(t, store, req.ID)
-	if rec.Usage != nil || rec.Billed == nil || rec.Billed.Usage != failed || *rec.Billed.Cost != 1.5 || rec.Billed.Generations != 1 {
-		t.Fatalf("after a failed generation: usage %+v billed %+v, want no usage and 5 tokens billed at 1.5", rec.Usage, rec.Billed)
+	if rec.Usage == nil || *rec.Usage != failed || rec.Basis() != resume.Estimated || rec.Billed == nil || rec.Billed.Usage != failed ||
+		*rec.Billed.Cost != 1.5 || rec.Billed.Generations != 1 || rec.Billed.Basis != resume.Estimated {
+		t.Fatalf("after a failed generation: usage %+v (%s) billed %+v, want 5 estimated tokens billed at 1.5", rec.Usage, rec.Basis(), rec.Billed)
 	}
-	if rec.Saved == nil || rec.Saved.Duplicates != 1 || *rec.Saved.Cost != 1.5 || rec.Attached != 0 || l.Settled() != 1 {
-		t.Errorf("saved %+v attached %d settled %d, want the attach settled at 1.5", rec.Saved, rec.Attached, l.Settled())
+	if rec.Saved != nil || rec.Attached != 0 || l.Settled() != (resume.SavedBy{}) {
+		t.Errorf("saved %+v attached %d settled %+v, want the attach to a failed generation counted nowhere", rec.Saved, rec.Attached, l.Settled())
 	}
 
 	l = mustStart(t, m, req)
+	if rec := stored(t, store, req.ID); rec.Basis() != "" || rec.Usage != nil {
+		t.Errorf("a new generation: usage %+v basis %q, want none while it runs", rec.Usage, rec.Basis())
+	}
+	for _, how := range []string{resume.SavedAttach, resume.SavedResume, resume.SavedResume, resume.SavedRetry} {
+		if _, now, err := m.Save(ctx, req.ID, 2, how); err != nil || now {
+			t.Fatalf("Save %s of a running generation: %v now %v", how, err, now)
+		}
+	}
 	done := resume.Usage{PromptTokens: 3, CompletionTokens: 10, TotalTokens: 13}
 	if err := l.Finish(ctx, resume.Result{State: resume.Completed, Usage: &done, Model: "m", Cost: ptr(4)}); err != nil {
 		t.Fatal(err)
 	}
-	rec, saved, err := m.Duplicate(ctx, req.ID, 2)
-	if err != nil || saved == nil || *saved != 4 {
-		t.Fatalf("Duplicate of a completed generation: %v saved %v, want 4", err, saved)
+	if want := (resume.SavedBy{Attach: 1, Resume: 2, Retry: 1}); l.Settled() != want {
+		t.Errorf("settled %+v, want %+v", l.Settled(), want)
+	}
+	rec, now, err := m.Save(ctx, req.ID, 2, resume.SavedReplay)
+	if err != nil || !now {
+		t.Fatalf("Save of a completed generation: %v now %v, want it counted at once", err, now)
 	}
 	want := resume.Usage{PromptTokens: 6, CompletionTokens: 12, TotalTokens: 18}
-	if *rec.Usage != done || *rec.Cost != 4 || rec.Billed.Usage != want || *rec.Billed.Cost != 5.5 || rec.Billed.Generations != 2 {
-		t.Errorf("usage %+v cost %v billed %+v, want the last generation's and %+v at 5.5 over 2", rec.Usage, *rec.Cost, rec.Billed, want)
+	if *rec.Usage != done || rec.Basis() != resume.Reported || *rec.Cost != 4 || rec.Billed.Usage != want || *rec.Billed.Cost != 5.5 ||
+		rec.Billed.Generations != 2 || rec.Billed.Basis != resume.Estimated {
+		t.Errorf("usage %+v (%s) cost %v billed %+v, want the last generation's and %+v (estimated in part) at 5.5 over 2", rec.Usage, rec.Basis(), *rec.Cost, rec.Billed, want)
 	}
-	if rec.Saved.Duplicates != 2 || *rec.Saved.Cost != 5.5 {
-		t.Errorf("saved %+v, want 2 duplicates at 5.5", rec.Saved)
+	wantBy := resume.SavedBy{Attach: 1, Replay: 1, Resume: 2, Retry: 1}
+	wantSaved := resume.Usage{PromptTokens: 15, CompletionTokens: 50, TotalTokens: 65}
+	if s := rec.Saved; s == nil || s.Duplicates != 5 || s.By != wantBy || s.Usage == nil || *s.Usage != wantSaved || *s.Cost != 20 {
+		t.Errorf("saved %+v, want 5 by %+v of %+v at 20", s, wantBy, wantSaved)
 	}
-	if rec, saved, err := m.Duplicate(ctx, req.ID, 1); err != nil || saved != nil || rec.Saved.Duplicates != 2 {
-		t.Errorf("a duplicate of a replaced generation: %v saved %v %+v, want nothing counted", err, saved, rec.Saved)
+	if rec, now, err := m.Save(ctx, req.ID, 1, resume.SavedReplay); err != nil || now || rec.Saved.Duplicates != 5 {
+		t.Errorf("a request of a replaced generation: %v now %v %+v, want nothing counted", err, now, rec.Saved)
+	}
+	if _, _, err := m.Save(ctx, req.ID, 2, "sdk_retry"); !errors.Is(err, resume.ErrInvalidOption) {
+		t.Errorf("Save of an unknown kind: %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestSavedPendingOfAnotherGeneration: the split by kind a generation
+// that ended without Finish left in the record (its owner died) counts
+// nothing for the next generation.
+func TestSavedPendingOfAnotherGeneration(t *testing.T) {
+	rec := resume.Record{Generation: 2, Attached: 1, AttachedBy: &resume.Pending{Generation: 1, SavedBy: resume.SavedBy{Resume: 3}}}
+	if got := rec.PendingBy(rec.Attached); got != (resume.SavedBy{Attach: 1}) {
+		t.Errorf("pending %+v, want the one request of generation 2, an attach", got)
 	}
 }

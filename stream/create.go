@@ -131,8 +131,8 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	} else {
 		noteDecision(r, out.Decision.String())
 	}
-	if (out.Decision == resume.Attach || out.Decision == resume.Replay) && r.Header.Get("Last-Event-ID") == "" {
-		s.duplicate(id, rec) // one with a cursor is the same client resuming
+	if how := savedHow(out.Decision, kl != nil && kl.retry, rec, cur); how != "" {
+		s.saved(id, rec, how) // saved.go: attach, replay, retry, or a resume (Last-Event-ID)
 	}
 	s.answer(w, r, tenant, key, out, t, cur)
 	returned = true
@@ -170,34 +170,15 @@ func (s *Server) decide(r *http.Request, tenant, key, fp, bfp string, stream boo
 	return out, err
 }
 
-// duplicate counts what a request that attached or replayed did not cost
-// in its key's record (resume.Manager.Duplicate) and, for a replay of a
-// priced generation, in reprise_cost_saved_total (an attach's is counted
-// when its generation ends). A failure costs only the count.
-func (s *Server) duplicate(id string, rec resume.Record) {
-	ctx, cancel := context.WithTimeout(context.Background(), decisionTimeout)
-	defer cancel()
-	_, saved, err := s.resume.Duplicate(ctx, id, rec.Generation)
-	if err != nil {
-		s.log.Warn("counting a duplicate's saving failed", "err", err)
-		return
-	}
-	if saved != nil {
-		if _, entry, ok := s.prices.Lookup(rec.Model); ok {
-			s.metrics.Saved(entry, *saved)
-		}
-	}
-}
-
 // duplicateHow names how a request decided d was a suppressed duplicate
-// (an SDK's keyless retry that found its first request's key, whatever it
-// then did), "" when it was none.
-func duplicateHow(d resume.Decision, sdkRetry bool) string {
+// (a keyless retry recognised as its first request's, whatever it then
+// did), "" when it was none.
+func duplicateHow(d resume.Decision, retry bool) string {
 	switch {
 	case d == resume.Start:
 		return ""
-	case sdkRetry:
-		return metrics.HowSDKRetry
+	case retry:
+		return metrics.HowRetry
 	case d == resume.Attach:
 		return metrics.HowAttach
 	case d == resume.Replay:
@@ -512,8 +493,9 @@ func (s *Server) serveResultLimited(w http.ResponseWriter, r *http.Request, tena
 // serveResult writes a finished non-streamed generation from the journal.
 func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
 	ref := journal.Ref{ID: id, Gen: rec.Generation}
-	if rec.State != resume.Completed && !s.ended(r.Context(), ref) {
-		// No end will be stored (its owner died before its answer — a
+	if rec.State == resume.Cancelled || rec.State != resume.Completed && !s.ended(r.Context(), ref) {
+		// Cancelled: no result, whatever its journal holds. Or no end
+		// will be stored (its owner died before its answer — a
 		// non-streamed generation is not sealed — or the journal failed
 		// it): reading would wait for it. The record says how it ended.
 		failFor(w, rec, recordError(rec))

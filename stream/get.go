@@ -62,6 +62,9 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if raw != "" {
+		s.savedLater(id, rec, metrics.HowResume) // a client continuing after a drop (saved.go)
+	}
 	if websocket.IsWebSocketUpgrade(r) {
 		s.metrics.Resume(metrics.TransportWebSocket)
 		s.serveWS(w, r, tenant, id, rec, cur)
@@ -188,8 +191,13 @@ type status struct {
 	Status     int           `json:"status,omitempty"`
 	Error      string        `json:"error,omitempty"`
 	Usage      *resume.Usage `json:"usage,omitempty"`
+	// UsageBasis says where Usage comes from: reported, estimated (a
+	// generation that failed or was cancelled before the upstream reported
+	// it) or unknown (resume.Record.Basis); absent while a generation runs.
+	UsageBasis resume.Basis `json:"usage_basis,omitempty"`
 	// Cost is the last generation's; Billed all generations'; Saved what
-	// duplicates did not cost (resume.Record).
+	// the requests served without a generation did not cost, by kind
+	// (resume.Record).
 	Cost      *float64       `json:"cost,omitempty"`
 	Billed    *resume.Billed `json:"billed,omitempty"`
 	Saved     *resume.Saved  `json:"saved,omitempty"`
@@ -204,7 +212,7 @@ func writeStatus(w http.ResponseWriter, code int, rec resume.Record) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(status{
 		Key: rec.Key, State: rec.State, Generation: rec.Generation, Events: rec.Events, Stream: rec.Stream,
-		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, Cost: rec.Cost, Billed: rec.Billed, Saved: rec.Saved, Upstream: rec.Upstream, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, UsageBasis: rec.Basis(), Cost: rec.Cost, Billed: rec.Billed, Saved: rec.Saved, Upstream: rec.Upstream, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	})
 }
 

@@ -62,6 +62,9 @@ func (s *Server) handleResponse(w http.ResponseWriter, r *http.Request) {
 	if s.answeredCursor(w, r, id, rec, cur) {
 		return
 	}
+	if q.Get("starting_after") != "" {
+		s.savedLater(id, rec, metrics.HowResume) // a client continuing after a drop (saved.go)
+	}
 	s.metrics.Resume(metrics.TransportSSE)
 	s.serveSSE(w, r, tenant, id, rec, cur)
 }

@@ -3,9 +3,12 @@ package tests
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,15 +77,17 @@ window.watch = (url) => new Promise((resolve, reject) => {
     text += JSON.parse(m.data).choices[0]?.delta?.content ?? "";
   };
 });
+window.createFetch = createFetch;
 window.ready = true;
 </script>`
 
 // TestBrowserClientHelper: in headless Chromium, a page of another origin
 // (allowed by CORSOrigins) imports /reprise.js from the proxy and streams
 // through a link that cuts the stream three times: the exact text, every
-// event once, one upstream generation. And an EventSource on the Location,
-// cut three times, reconnects after the stream's retry: (50 ms here), not
-// the browser's default 3 s.
+// event once, one upstream generation. A stream whose Location is on
+// another origin is resumed there without the caller's credential. And
+// an EventSource on the Location, cut three times, reconnects after the
+// stream's retry: (50 ms here), not the browser's default 3 s.
 func TestBrowserClientHelper(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -141,6 +146,24 @@ func TestBrowserClientHelper(t *testing.T) {
 		checkOnce(t, e, prompt, link)
 	})
 
+	t.Run("a Location on another origin gets no credential", func(t *testing.T) {
+		text, headers, urls := browserOtherOrigin(t, b, page.URL)
+		if want := "retry: 10\nid: 1\ndata: {}\n\nid: 2\ndata: [DONE]\n\n"; text != want {
+			t.Errorf("the stream read %q, want %q", text, want)
+		}
+		if len(headers) != 1 {
+			t.Fatalf("the other origin got %d GETs, want 1 resume", len(headers))
+		}
+		for _, h := range []string{"Authorization", "X-Api-Key", "Cookie"} {
+			if v := headers[0].Get(h); v != "" {
+				t.Errorf("the other origin got %s: %q", h, v)
+			}
+		}
+		if headers[0].Get("Last-Event-ID") != "1" || urls[0].Query().Get("token") != "cap" {
+			t.Errorf("the resume was %s with %v, want the Location's token and Last-Event-ID 1", urls[0], headers[0])
+		}
+	})
+
 	t.Run("EventSource honours retry", func(t *testing.T) {
 		prompt := uniquePrompt(t, "[tokens=60]")
 		resp := testutil.Do(t, http.MethodPost, e.URL+"/v1/chat/completions", chatBody(prompt, true), "Authorization", "Bearer sk-test")
@@ -167,6 +190,65 @@ func TestBrowserClientHelper(t *testing.T) {
 			t.Errorf("ledger %+v", g)
 		}
 	})
+}
+
+// browserOtherOrigin: in the page, the helper's POST goes to origin, whose
+// answer ends after its first event and names a Location on other
+// (another port: another origin); the helper resumes it there with the
+// Location's token alone. It returns the stream's text and what other got.
+func browserOtherOrigin(t *testing.T, b *webtest.Browser, pageOrigin string) (string, []http.Header, []*url.URL) {
+	t.Helper()
+	cors := func(w http.ResponseWriter, r *http.Request) bool {
+		w.Header().Set("Access-Control-Allow-Origin", pageOrigin)
+		w.Header().Set("Access-Control-Expose-Headers", "Location")
+		if r.Method != http.MethodOptions {
+			return false
+		}
+		w.Header().Set("Access-Control-Allow-Methods", "GET, POST")
+		w.Header().Set("Access-Control-Allow-Headers", r.Header.Get("Access-Control-Request-Headers"))
+		w.WriteHeader(http.StatusNoContent)
+		return true
+	}
+	var mu sync.Mutex
+	var headers []http.Header
+	var urls []*url.URL
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if r.Method != http.MethodOptions {
+			headers, urls = append(headers, r.Header.Clone()), append(urls, r.URL)
+		}
+		mu.Unlock()
+		if cors(w, r) {
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "id: 2\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(other.Close)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cors(w, r) {
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Location", other.URL+"/v1/streams/k?token=cap")
+		// Ends before the terminal event: a broken stream to the helper.
+		// (An abort could make Chromium drop the event unread.)
+		_, _ = io.WriteString(w, "retry: 10\nid: 1\ndata: {}\n\n")
+	}))
+	t.Cleanup(origin.Close)
+	text := awaitJS[string](t, b, fmt.Sprintf(`(async () => {
+  const fetch = createFetch({ retryDelay: 1, maxDelay: 20, maxAttempts: 3 });
+  const res = await fetch(%q + "/v1/chat/completions", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Authorization: "Bearer sk-test", "x-api-key": "sk-ant-test" },
+    body: "{}",
+  });
+  return await res.text();
+})()`, origin.URL))
+	mu.Lock()
+	defer mu.Unlock()
+	return text, headers, urls
 }
 
 // awaitJS evaluates js in b's page and waits for the promise it returns.

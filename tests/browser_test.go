@@ -97,6 +97,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "server-events", "43") // the client got every event the server journaled
 		p.expectText(t, "tokens-billed", "40")
 		p.expectText(t, "gens-naive", "1")
+		p.expectText(t, "saved", "") // nothing served without a generation
 		// No --prices: the page prices the demo model and says so.
 		if cost := p.text(t, "cost-key"); !strings.HasPrefix(cost, "$") || cost != p.text(t, "cost-naive") {
 			p.fail(t, "#cost-key %q, #cost-naive %q: want one price, the same with no drop", cost, p.text(t, "cost-naive"))
@@ -109,6 +110,7 @@ func TestBrowserDemo(t *testing.T) {
 
 	var resumed bool // the page holds a completed, resumed stream for replay
 	var resumedPrompt, resumedWant string
+	var resumedTokens int // the resumed generation's, as the ledger has them
 
 	t.Run("drop and resume", func(t *testing.T) {
 		start := time.Now()
@@ -147,8 +149,10 @@ func TestBrowserDemo(t *testing.T) {
 		if msg := p.text(t, "error"); msg != "" {
 			p.fail(t, "#error = %q", msg)
 		}
-		ledgerIs1(t, prompt)
+		gen := ledgerIs1(t, prompt)
 		p.waitText(t, "server-state", "completed", 5*time.Second)
+		resumedTokens = gen.PromptTokens + gen.Tokens
+		p.waitText(t, "saved", fmt.Sprintf("saved by reprise: 1 resume — %d tokens", resumedTokens), 5*time.Second)
 		t.Logf("drop and resume: dropped after %d events (last id %s); %v", count, lastID, time.Since(start).Round(time.Millisecond))
 		resumed, resumedPrompt, resumedWant = true, prompt, want
 	})
@@ -165,7 +169,9 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "key", key)
 		p.expectText(t, "output", resumedWant)
 		p.expectText(t, "count", "63")
-		p.expectText(t, "dupes", "0")
+		p.expectText(t, "dupes", "0") // repeated events: none, beside Idempotent-Replayed: true
+		// The replay is a saving the page shows beside the resume.
+		p.waitText(t, "saved", fmt.Sprintf("saved by reprise: 1 resume, 1 replay — %d tokens", 2*resumedTokens), 5*time.Second)
 		ledgerIs1(t, resumedPrompt)
 		t.Logf("replay: %v", time.Since(start).Round(time.Millisecond))
 	})

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,5 +163,58 @@ func TestCancelUnread(t *testing.T) {
 	checkComplete(t, append(first, rest...), read, 300)
 	if g := testutil.Settled(t, llm.Ledger(), read, 1); g.Generations != 1 || g.Completed != 1 {
 		t.Errorf("the generation read on another instance: %+v, want one, completed", g)
+	}
+}
+
+// TestCancelNonStreamed: the Location of a non-streamed key whose
+// generation was cancelled answers the catalogue's cancelled error (409)
+// in the key's API shape, with a body, as does the POST that waited for it.
+func TestCancelNonStreamed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, f := range streamFormats {
+		if f.name == "responses" {
+			continue // a non-streamed Responses key is read at /v1/responses/{id}
+		}
+		t.Run(f.name, func(t *testing.T) {
+			key := "k-cancel-json-" + f.name
+			prompt := uniquePrompt(t, "[tokens=2000] [delay=10ms]")
+			body := strings.Replace(f.body(prompt), `"stream":true`, `"stream":false`, 1)
+			if !strings.Contains(body, `"stream":false`) {
+				t.Fatalf("no stream field to turn off in %s", body)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.RequestTimeout)
+			defer cancel()
+			waited := make(chan *http.Response, 1)
+			go func() {
+				resp, err := send(ctx, "POST", e.URL+f.path, body, "Idempotency-Key", key)
+				if err != nil {
+					t.Errorf("POST: %v", err)
+				}
+				waited <- resp
+			}()
+			waitState(t, e, key, "in_progress")
+			if resp := do(t, "POST", e.URL+"/v1/streams/"+key+"/cancel", ""); resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("cancel: %d %s", resp.StatusCode, readBody(t, resp))
+			}
+			waitState(t, e, key, "cancelled")
+			check := func(who string, resp *http.Response) {
+				t.Helper()
+				got := readBody(t, resp)
+				if resp.StatusCode != http.StatusConflict || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+					t.Errorf("%s: %d %s %q, want 409 application/json", who, resp.StatusCode, resp.Header.Get("Content-Type"), got)
+				}
+				if got == "" {
+					t.Fatalf("%s: 409 with an empty body, want the cancelled error", who)
+				}
+				if _, code, _ := f.parseError(t, got); code != "cancelled" {
+					t.Errorf("%s: %s, want the code cancelled", who, got)
+				}
+			}
+			check("the Location", do(t, "GET", e.URL+"/v1/streams/"+key, ""))
+			if resp := <-waited; resp != nil {
+				check("the POST that waited", resp)
+			}
+		})
 	}
 }

@@ -58,6 +58,10 @@ func TestMetricsAtStartup(t *testing.T) {
 	}
 	for _, s := range []string{
 		`reprise_generations_total{outcome="failed"} 0`,
+		`reprise_duplicates_suppressed_total{how="retry"} 0`,
+		`reprise_generations_saved_total{how="resume"} 0`,
+		`reprise_tokens_saved_total{direction="completion"} 0`,
+		`reprise_tokens_estimated_total{direction="prompt"} 0`,
 		`reprise_requests_total{decision="retry"} 0`,
 		`reprise_resumes_total{transport="websocket"} 0`,
 		`reprise_retry_outcomes_total{result="success"} 0`,
@@ -71,8 +75,9 @@ func TestMetricsAtStartup(t *testing.T) {
 
 // TestMetricsTraffic: scripted traffic — a retried request, an attach and
 // a replay, a resume over SSE and one over WebSocket, a keyless retry of a
-// request whose client left, a failed generation — then exact counts, which agree with the
-// fake upstream's ledger.
+// request whose client left, a failed generation — then exact counts, which
+// agree with the fake upstream's ledger, the generations saved by kind
+// included.
 func TestMetricsTraffic(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -139,6 +144,17 @@ func TestMetricsTraffic(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "5 generations to end and readers to leave", func() bool {
 		return series(t, e.reg, "reprise_generations_total") == 5 && series(t, e.reg, "reprise_stream_readers") == 0
 	})
+	// Saved: the attach once its generation completed, the two resumes a
+	// moment after they were served.
+	saved := map[string]float64{"attach": 1, "replay": 1, "resume": 2, "retry": 1}
+	testutil.Eventually(t, 10*time.Second, "the savings to be counted", func() bool {
+		for how, want := range saved {
+			if series(t, e.reg, "reprise_generations_saved_total", "how", how) != want {
+				return false
+			}
+		}
+		return true
+	})
 	ledger := e.LLM.Ledger().Total()
 	if ledger.Requests != 6 || ledger.Completed != 4 {
 		t.Fatalf("ledger %+v, want 6 requests and 4 completed generations", ledger)
@@ -155,7 +171,7 @@ func TestMetricsTraffic(t *testing.T) {
 		{"reprise_keyless_left_total", nil, 1},
 		{"reprise_duplicates_suppressed_total", []string{"how", "attach"}, 1},
 		{"reprise_duplicates_suppressed_total", []string{"how", "replay"}, 1},
-		{"reprise_duplicates_suppressed_total", []string{"how", "sdk_retry"}, 1},
+		{"reprise_duplicates_suppressed_total", []string{"how", "retry"}, 1},
 		{"reprise_resumes_total", []string{"transport", "sse"}, 1},
 		{"reprise_resumes_total", []string{"transport", "websocket"}, 1},
 		{"reprise_resumes_total", []string{"transport", "range"}, 0},

@@ -20,7 +20,8 @@ import (
 // before its head, which the SDK retries itself); then checks the upstream
 // ledger: one request and one generation per stream. It runs
 // helper.test.mjs too: how the helper ends a stream its Location cannot
-// continue, against a node:http server. CI installs tests/js
+// continue, against a node:http server, and that a Location on another
+// origin gets no credential. CI installs tests/js
 // with npm ci; the test skips only where there is no node.
 func TestJSClientNode(t *testing.T) {
 	t.Parallel()

@@ -151,8 +151,9 @@ var pageIDs = []string{
 	"prompt", "generate", "drop", "resume", "replay", "autoresume", "output",
 	"key", "lastid", "count", "conn", "server-state", "server-generation", "server-events",
 	"mode-sse", "mode-ws", "unreliable", "every", "delay", "tokens-delivered", "tokens-billed",
-	"gens-naive", "cost-key", "cost-naive", "cost-note", "log",
+	"gens-naive", "saved", "cost-key", "cost-naive", "cost-note", "log",
 	"sp-input", "sp-speak", "sp-drop", "sp-conn", "sp-played", "sp-generated", "sp-verdict", "sp-dupes",
+	"sp-saved",
 }
 
 // ---------------------------------------------------------------------------

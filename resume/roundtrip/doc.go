@@ -14,7 +14,15 @@
 // event once, and the POST is never sent again. Every other request goes
 // to the base transport unchanged.
 //
-// It owns nothing on the server: the proxy's contract (DESIGN.md, README)
-// is all it relies on. web/client/reprise.js is the same helper for
-// JavaScript.
+// A reconnection sends the POST's credential (Authorization, x-api-key)
+// again only when the Location has the POST's origin: the same scheme,
+// host and port. A Location on another origin is still resumed, with none
+// of the caller's credential headers: its capability token (?token=) is
+// all a reader of the Location needs, and the credential never reaches an
+// origin the caller did not send it to. A redirect answering a
+// reconnection is not followed: it ends the stream with [ErrResume].
+//
+// It owns nothing on the server: the proxy's documented contract (the
+// README's "Client helpers" section, docs/security.md) is all it relies
+// on. web/client/reprise.js is the same helper for JavaScript.
 package roundtrip

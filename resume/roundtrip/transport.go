@@ -10,8 +10,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -68,8 +70,13 @@ const (
 var streamingPath = regexp.MustCompile(`/v1/(chat/completions|responses|messages|audio/speech)/?$`)
 
 // kept are the request headers a reconnection sends again: the
-// credential and the API version.
+// credential (to the POST's origin only) and the API version.
 var kept = []string{"Authorization", "X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "Openai-Organization", "Openai-Project"}
+
+// credentials are the request headers that carry the caller's credential:
+// a reconnection to a Location on another origin than the POST's sends
+// none of them (the Location's capability token is its access).
+var credentials = map[string]bool{"Authorization": true, "Proxy-Authorization": true, "X-Api-Key": true, "Api-Key": true, "Cookie": true}
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -88,11 +95,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || resp.StatusCode/100 != 2 || !isEventStream(resp.Header) {
 		return resp, err
 	}
-	loc, err := resp.Location()
-	if err != nil {
-		return resp, nil //nolint:nilerr // no Location: not reprise's stream, nothing to resume
+	raw := resp.Header.Get("Location")
+	if raw == "" {
+		return resp, nil // not reprise's stream: nothing to resume
 	}
-	resp.Body = &body{t: t, ctx: req.Context(), cur: resp.Body, url: loc.String(), header: keptHeaders(req.Header), delay: t.retryDelay()}
+	loc, err := req.URL.Parse(raw)
+	if err != nil {
+		return resp, nil //nolint:nilerr // a Location that is no URL: nothing to resume
+	}
+	header := keptHeaders(req.Header, sameOrigin(req.URL, loc))
+	resp.Body = &body{t: t, ctx: req.Context(), cur: resp.Body, url: loc.String(), header: header, delay: t.retryDelay()}
 	return resp, nil
 }
 
@@ -153,14 +165,39 @@ func isEventStream(h http.Header) bool {
 	return err == nil && mt == "text/event-stream"
 }
 
-func keptHeaders(h http.Header) http.Header {
+// keptHeaders are the headers a reconnection sends: the kept ones of the
+// POST's, without its credentials unless the Location is of its origin.
+func keptHeaders(h http.Header, withCredentials bool) http.Header {
 	out := http.Header{"Accept": {"text/event-stream"}}
 	for _, k := range kept {
+		if credentials[k] && !withCredentials {
+			continue
+		}
 		if v := h.Values(k); len(v) > 0 {
 			out[k] = v
 		}
 	}
 	return out
+}
+
+// sameOrigin reports whether a and b have one origin: the same scheme,
+// host and port (a scheme's default port when none is written).
+func sameOrigin(a, b *url.URL) bool {
+	return a.Host != "" && strings.EqualFold(a.Scheme, b.Scheme) &&
+		strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+}
+
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http", "ws":
+		return "80"
+	case "https", "wss":
+		return "443"
+	}
+	return ""
 }
 
 // body is a resumed event stream: the POST's answer, then each

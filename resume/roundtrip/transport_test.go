@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -135,5 +136,165 @@ func TestTransportEnds(t *testing.T) {
 				t.Errorf("resumed with Last-Event-ID %q, want 1", id)
 			}
 		})
+	}
+}
+
+// recorder is a loopback server that records the headers and query of
+// each request it gets and answers it with answer.
+func recorder(t *testing.T, answer http.HandlerFunc) (*httptest.Server, func() []*http.Request) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []*http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, &http.Request{Method: r.Method, URL: r.URL, Header: r.Header.Clone()})
+		mu.Unlock()
+		answer(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []*http.Request { mu.Lock(); defer mu.Unlock(); return append([]*http.Request(nil), got...) }
+}
+
+// TestTransportCredentialsStayOnOrigin: the POST's answer is cut after its
+// first event and names a Location; the transport resumes it there with
+// the credential only when the Location has the POST's origin. Another
+// origin (a second loopback server: another port) is resumed with the
+// Location's token alone, and a redirect to another origin is not
+// followed.
+func TestTransportCredentialsStayOnOrigin(t *testing.T) {
+	t.Parallel()
+	const (
+		first = "retry: 10\nid: 1\ndata: {\"n\":1}\n\n"
+		rest  = "id: 2\ndata: [DONE]\n\n"
+	)
+	creds := []string{"Authorization", "X-Api-Key", "Api-Key", "Proxy-Authorization", "Cookie"}
+	serveRest := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			http.Error(w, "{}", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, rest)
+	}
+	tests := []struct {
+		name string
+		// location is the POST's Location, given the other origin's URL;
+		// get answers a GET on the POST's origin.
+		location  func(other string) string
+		get       func(w http.ResponseWriter, r *http.Request, other string)
+		want      string
+		wantErr   error
+		sameReads int // GETs on the POST's origin
+		otherGets int // GETs on the other origin
+	}{
+		{
+			name:     "same origin: resumed with the credential",
+			location: func(string) string { return "/v1/streams/k?token=cap" },
+			get:      func(w http.ResponseWriter, r *http.Request, _ string) { serveRest(w, r) },
+			want:     first + rest, sameReads: 1,
+		},
+		{
+			name:     "another origin: resumed with the token alone",
+			location: func(other string) string { return other + "/v1/streams/k?token=cap" },
+			want:     first + rest, otherGets: 1,
+		},
+		{
+			name:     "a redirect to another origin is not followed",
+			location: func(string) string { return "/v1/streams/k?token=cap" },
+			get: func(w http.ResponseWriter, r *http.Request, other string) {
+				http.Redirect(w, r, other+"/v1/streams/k?token=cap", http.StatusFound)
+			},
+			want: first, wantErr: ErrResume, sameReads: 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			other, otherGot := recorder(t, serveRest)
+			origin, originGot := recorder(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					tc.get(w, r, other.URL)
+					return
+				}
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.Header().Set("Location", tc.location(other.URL))
+				_, _ = io.WriteString(w, first)
+				http.NewResponseController(w).Flush() //nolint:errcheck // the cut below shows any failure
+				panic(http.ErrAbortHandler)           // cut the stream before its terminal event
+			})
+			req, err := http.NewRequest(http.MethodPost, origin.URL+"/v1/chat/completions", strings.NewReader(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Anthropic-Version", "2023-06-01")
+			for _, h := range creds {
+				req.Header.Set(h, "secret-"+h)
+			}
+			c := &http.Client{Transport: &Transport{MaxAttempts: 2, RetryDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond}}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if !errors.Is(err, tc.wantErr) { // nil: none
+				t.Fatalf("ReadAll: %v, want %v", err, tc.wantErr)
+			}
+			if string(got) != tc.want {
+				t.Errorf("read %q, want %q", got, tc.want)
+			}
+
+			var sameGets []*http.Request
+			for _, r := range originGot() {
+				if r.Method == http.MethodGet {
+					sameGets = append(sameGets, r)
+				}
+			}
+			if len(sameGets) != tc.sameReads || len(otherGot()) != tc.otherGets {
+				t.Fatalf("%d GETs on the POST's origin and %d on the other, want %d and %d", len(sameGets), len(otherGot()), tc.sameReads, tc.otherGets)
+			}
+			for _, r := range otherGot() {
+				for _, h := range creds {
+					if v := r.Header.Get(h); v != "" {
+						t.Errorf("the other origin got %s: %q", h, v)
+					}
+				}
+				if r.URL.Query().Get("token") != "cap" || r.Header.Get("Last-Event-ID") != "1" || r.Header.Get("Anthropic-Version") == "" {
+					t.Errorf("the other origin got %s with %v, want the Location's token, Last-Event-ID 1 and the API version", r.URL, r.Header)
+				}
+			}
+			for _, r := range sameGets { // what the helper sends again to the POST's origin
+				if r.Header.Get("Authorization") != "secret-Authorization" || r.Header.Get("X-Api-Key") != "secret-X-Api-Key" {
+					t.Errorf("a resume on the POST's origin got %v, want its credential", r.Header)
+				}
+			}
+		})
+	}
+}
+
+func TestSameOrigin(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"http://127.0.0.1:8080/v1/chat/completions", "http://127.0.0.1:8080/v1/streams/k", true},
+		{"http://Example.COM/v1/messages", "HTTP://example.com:80/v1/streams/k", true},
+		{"https://example.com/v1/messages", "https://example.com:443/v1/streams/k", true},
+		{"http://[::1]:8080/v1/responses", "http://[::1]:8080/v1/streams/k", true},
+		{"http://127.0.0.1:8080/v1/chat/completions", "http://127.0.0.1:8081/v1/streams/k", false},
+		{"http://example.com/v1/chat/completions", "https://example.com/v1/streams/k", false},
+		{"https://example.com/v1/chat/completions", "https://example.com.evil.test/v1/streams/k", false},
+		{"https://example.com/v1/chat/completions", "https://evil.test/v1/streams/k", false},
+		{"http://localhost:8080/v1/chat/completions", "http://127.0.0.1:8080/v1/streams/k", false},
+	}
+	for _, tc := range tests {
+		a, _ := url.Parse(tc.a)
+		b, _ := url.Parse(tc.b)
+		if got := sameOrigin(a, b); got != tc.want {
+			t.Errorf("sameOrigin(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
 	}
 }

@@ -26,27 +26,34 @@ func (p *pump) price(res *resume.Result) string {
 }
 
 // bill reports what a generation billed, once per generation (never for a
-// reader, an attach or a replay): res's usage and cost, priced by entry
-// (Engine.price), and what the saved duplicates that attached to it did not
-// cost (0 when its result was not recorded).
-func (e *Engine) bill(res resume.Result, entry string, saved uint64) {
+// reader, an attach or a replay): res's usage (reported or estimated) and
+// cost, priced by entry (Engine.price), and the requests served from it
+// while it ran that its completion made savings (saved, by kind; none when
+// its result was not recorded), at its usage and cost.
+func (e *Engine) bill(res resume.Result, entry string, saved resume.SavedBy) {
 	if res.Cost != nil && e.cfg.Spend != nil {
 		e.cfg.Spend.Spent(*res.Cost)
 	}
 	m, ok := e.cfg.Metrics.(CostMetrics)
-	if !ok || res.Usage == nil && res.Cost == nil {
+	if !ok {
 		return
 	}
-	m.Billed(res.Usage, entry, res.Cost)
-	if saved > 0 && res.Cost != nil {
-		m.Saved(entry, *res.Cost*float64(saved))
+	if res.Usage != nil || res.Cost != nil {
+		basis := res.Basis
+		if basis == "" {
+			basis = resume.Reported
+		}
+		m.Billed(res.Usage, basis, entry, res.Cost)
+	}
+	if saved.Total() > 0 {
+		m.Saved(saved, res.Usage, entry, res.Cost)
 	}
 }
 
 // bill reports what the generation billed (Engine.bill) and, when its
-// result was recorded, what the duplicates that attached to it saved.
+// result was recorded, the requests served from it that it saved.
 func (p *pump) bill(res resume.Result, entry string, recorded bool) {
-	var saved uint64
+	var saved resume.SavedBy
 	if recorded {
 		saved = p.g.Lease.Settled()
 	}

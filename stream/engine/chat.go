@@ -31,9 +31,19 @@ func (Chat) Inspect(_ string, data []byte) Inspection {
 		return Inspection{Failure: f}
 	}
 	if u, only, ok := chatUsage(data); ok {
-		return Inspection{Usage: usagePtr(u), UsageOnly: only}
+		return Inspection{Usage: usagePtr(u), UsageOnly: only, Content: chatContent(data)}
 	}
-	return Inspection{}
+	return Inspection{Content: chatContent(data)}
+}
+
+// EstimatePrompt implements Estimator.
+func (Chat) EstimatePrompt(body []byte) int64 { return promptEstimate(body) }
+
+// chatContent reports whether a chunk carries generated content: a
+// non-empty delta content (reasoning_content too), refusal or tool call
+// arguments. Byte searches, no decode: it runs for every chunk.
+func chatContent(data []byte) bool {
+	return nonEmptyString(data, `content":"`) || nonEmptyString(data, `"arguments":"`) || nonEmptyString(data, `"refusal":"`)
 }
 
 // AskUsage implements UsageAsker: a stream reports its usage (a last chunk

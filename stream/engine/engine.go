@@ -110,12 +110,14 @@ type Metrics interface {
 // CostMetrics is what the engine reports of what generations billed, when
 // its Metrics has it. metrics.Metrics implements it.
 type CostMetrics interface {
-	// Billed counts one generation's usage (nil: unknown) and cost
-	// (priced by the table entry entry; nil: no price known).
-	Billed(u *resume.Usage, entry string, cost *float64)
-	// Saved counts what duplicates of a generation priced by entry did
-	// not cost.
-	Saved(entry string, cost float64)
+	// Billed counts one generation's usage (nil: unknown) of basis
+	// (Reported or Estimated) and cost (priced by the table entry entry;
+	// nil: no price known).
+	Billed(u *resume.Usage, basis resume.Basis, entry string, cost *float64)
+	// Saved counts the requests, by kind, served without a generation
+	// from one of usage u and cost (priced by entry; each nil: unknown):
+	// what they did not cost.
+	Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *float64)
 }
 
 // Pricer prices a generation of model with usage u (nil: unknown): its

@@ -44,6 +44,8 @@ func (Messages) Inspect(typ string, data []byte) Inspection {
 		kind = dataType(data)
 	}
 	switch kind {
+	case "content_block_delta":
+		return Inspection{Content: true} // text, thinking or a tool call's input
 	case "message_stop":
 		return Inspection{Terminal: true}
 	case "message_start":
@@ -82,6 +84,9 @@ func (Messages) Inspect(typ string, data []byte) Inspection {
 	}
 	return Inspection{}
 }
+
+// EstimatePrompt implements Estimator.
+func (Messages) EstimatePrompt(body []byte) int64 { return promptEstimate(body) }
 
 // ResponseModel implements ModelNamer: message_start (the first event)
 // carries the message, which names the model, as the answer does.

@@ -55,6 +55,11 @@ type Inspection struct {
 	// Name, when set, is the upstream's own id of the generation (a
 	// Responses response id): clients may name the key by it.
 	Name string
+	// Content: the event carries generated content (a delta of text,
+	// reasoning or a tool call's arguments): about one token. A stream
+	// that ends before the upstream reported its usage has its completion
+	// tokens estimated by these events (estimate.go).
+	Content bool
 }
 
 // A UsageAsker is a Protocol whose streams report their usage only when the

@@ -138,27 +138,36 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 	if res.State != resume.Completed {
 		end = journal.EndFailed
 	}
-	if err := w.End(endCtx, end); err != nil {
-		code := apierr.JournalFailure
-		if errors.Is(err, journal.ErrFenced) {
-			// Another instance found the lease run out (renewals were
-			// lost) and sealed the generation with owner_lost right after
-			// the last event stored: readers here end the same way.
-			code = apierr.OwnerLost
-			p.log.Warn("generation sealed by another instance", "gen", p.g.Ref.Gen)
-		} else {
-			p.log.Error("journal append failed", "gen", p.g.Ref.Gen, "err", err)
-		}
-		res = resume.Result{State: resume.Failed, Error: code}
-		// Readers here get the reason, though this writer could not store it.
-		p.tail.fail(apierr.New(code).BodyIn(p.shape()))
-	}
+	err := w.End(endCtx, end)
 	res.Events = countEvents(w.Appended())
-	if res.Error == apierr.JournalFailure {
-		res.Events = min(res.Events, w.Stored()) // only what a reader can get
+	switch {
+	case errors.Is(err, journal.ErrFenced):
+		// Another instance found the lease run out (renewals were lost)
+		// and sealed the generation with owner_lost right after the last
+		// event stored: readers here end the same way.
+		p.log.Warn("generation sealed by another instance", "gen", p.g.Ref.Gen)
+		res = resume.Result{State: resume.Failed, Error: apierr.OwnerLost}
+		p.tail.fail(apierr.New(apierr.OwnerLost).BodyIn(p.shape()))
+		res.Events = countEvents(w.Appended())
+	case err != nil && !journal.Unanswered(err):
+		// JetStream refused the message: nothing more of it is stored.
+		p.log.Error("journal append failed", "gen", p.g.Ref.Gen, "err", err)
+		res = resume.Result{State: resume.Failed, Error: apierr.JournalFailure, Events: min(res.Events, w.Stored())} // only what a reader can get
+		// Readers here get the reason, though this writer could not store it.
+		p.tail.fail(apierr.New(apierr.JournalFailure).BodyIn(p.shape()))
+	case err != nil:
+		// The writer gave up, not knowing what it stored: the journal
+		// settles it (settle.go).
+		p.log.Error("journal append got no answer", "gen", p.g.Ref.Gen, "err", err)
+		st := p.settle(endCtx, w, res)
+		res = st.res
+		if !st.known {
+			p.g.Lease.Abandon()
+			return res
+		}
 	}
 	entry := p.price(&res)
-	err := p.g.Lease.Finish(endCtx, res)
+	err = p.g.Lease.Finish(endCtx, res)
 	if err != nil && res.Error != apierr.OwnerLost {
 		p.log.Error("finishing generation", "gen", p.g.Ref.Gen, "err", err)
 	}
@@ -382,11 +391,15 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	if modelTries {
 		tries = modelEvents
 	}
+	var content int64 // events that carried content (Inspection.Content)
 	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection, usage *resume.Usage) error {
 		// The upstream is idle only while it is read: time spent journaling
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()
 		defer idle.Reset(idleTimeout)
+		if in.Content {
+			content++
+		}
 		if modelTries && (tries > 0 || in.Terminal) {
 			tries--
 			if m, ok := namer.ResponseModel(typ, data); ok {
@@ -424,7 +437,13 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	e := p.streamError(ctx, streamCtx, w, err)
 	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
-	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
+	res := resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
+	if est, ok := p.g.Protocol.(Estimator); ok {
+		// The upstream bills what it generated before the stream broke,
+		// though it reported none or part of it: never shown as 0.
+		res.Usage, res.Basis = estimated(est, p.g.Body, usage, content)
+	}
+	return res
 }
 
 // modelEvents is how many of a stream's first events are asked for the

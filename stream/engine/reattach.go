@@ -182,7 +182,7 @@ func (e *Engine) settle(ctx context.Context, g Generation) resume.Result {
 		return res
 	}
 	if done {
-		e.Salvaged(ctx, g.Ref.ID, g.Lease.Record(), g.Lease.Settled())
+		e.salvaged(ctx, g.Ref.ID, g.Lease.Record(), g.Lease.Settled())
 	}
 	return res
 }

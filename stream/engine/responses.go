@@ -66,7 +66,9 @@ func (Responses) Inspect(typ string, data []byte) Inspection {
 	switch kind {
 	case "response.created", "response.completed", "response.incomplete", "response.failed", "error":
 	default:
-		return Inspection{}
+		// Text, reasoning, refusal and arguments deltas are content;
+		// audio deltas are no tokens reprise can count.
+		return Inspection{Content: strings.HasSuffix(kind, ".delta") && !strings.Contains(kind, "audio")}
 	}
 	var ev responseEvent
 	if json.Unmarshal(data, &ev) != nil {
@@ -94,6 +96,9 @@ func (Responses) Inspect(typ string, data []byte) Inspection {
 	e := withDetail(apierr.New(apierr.UpstreamError), codeString(ev.Code), ev.Message)
 	return Inspection{Failure: &e}
 }
+
+// EstimatePrompt implements Estimator.
+func (Responses) EstimatePrompt(body []byte) int64 { return promptEstimate(body) }
 
 // ResponseModel implements ModelNamer: response.created (the first event)
 // and response.completed carry the response, which names the model, as

@@ -62,11 +62,17 @@ func (e *Engine) Salvage(ctx context.Context, id string, rec resume.Record) (res
 }
 
 // Salvaged implements resume.Salvager: a generation Salvage completed is
-// billed as its owner would have billed it (bill), and its attempt log's
-// last record gets its usage and cost (attemptUsage).
+// billed as its owner would have billed it (bill), the attached requests
+// its record counted as saved included, and its attempt log's last record
+// gets its usage and cost (attemptUsage).
 func (e *Engine) Salvaged(ctx context.Context, id string, rec resume.Record, attached uint64) {
+	e.salvaged(ctx, id, rec, rec.PendingBy(attached))
+}
+
+// salvaged is Salvaged with the requests saved split by kind.
+func (e *Engine) salvaged(ctx context.Context, id string, rec resume.Record, saved resume.SavedBy) {
 	res := resume.Result{State: rec.State, Usage: rec.Usage, Model: rec.Model}
 	entry := e.price(&res) // as Salvage priced it
-	e.bill(res, entry, attached)
+	e.bill(res, entry, saved)
 	e.attemptUsageOf(ctx, id, rec.Generation, res)
 }

@@ -12,20 +12,26 @@ import (
 )
 
 // TestCostSeries: the tokens series are there from start-up; Billed adds a
-// generation's usage and cost, Saved a duplicate's saving; an unknown
-// usage, cost or price entry adds nothing; the families pass promlint.
+// generation's usage (estimated usage to the estimated series too) and
+// cost, Saved the requests served without a generation by kind, their
+// tokens and cost; an unknown usage, cost or price entry adds nothing; the
+// families pass promlint.
 func TestCostSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, func() journal.Stats { return journal.Stats{} })
-	if n := series(t, reg)["reprise_tokens_total"]; n != 2 {
-		t.Fatalf("reprise_tokens_total at start-up: %d series, want prompt and completion", n)
+	for fam, want := range map[string]int{"reprise_tokens_total": 2, "reprise_tokens_estimated_total": 2, "reprise_tokens_saved_total": 2, "reprise_generations_saved_total": 4} {
+		if n := series(t, reg)[fam]; n != want {
+			t.Fatalf("%s at start-up: %d series, want %d", fam, n, want)
+		}
 	}
 	c := 0.25
-	m.Billed(&resume.Usage{PromptTokens: 7, CompletionTokens: 11}, "gpt-*", &c)
-	m.Billed(&resume.Usage{PromptTokens: 1, CompletionTokens: 1}, "", nil) // no price
-	m.Billed(nil, "gpt-*", nil)
-	m.Saved("gpt-*", 0.5)
-	m.Saved("", 3)
+	m.Billed(&resume.Usage{PromptTokens: 7, CompletionTokens: 11}, resume.Reported, "gpt-*", &c)
+	m.Billed(&resume.Usage{PromptTokens: 1, CompletionTokens: 1}, resume.Reported, "", nil) // no price
+	m.Billed(&resume.Usage{PromptTokens: 5, CompletionTokens: 3}, resume.Estimated, "", nil)
+	m.Billed(nil, resume.Unknown, "gpt-*", nil)
+	half := 0.5
+	m.Saved(resume.SavedBy{Attach: 1, Resume: 2}, &resume.Usage{PromptTokens: 2, CompletionTokens: 10}, "gpt-*", &half)
+	m.Saved(resume.SavedBy{Replay: 1}, nil, "", nil)
 	m.GuardSwitched(true)
 	fams, err := reg.Gather()
 	if err != nil {
@@ -42,8 +48,12 @@ func TestCostSeries(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]float64{
-		"reprise_tokens_total{prompt}": 8, "reprise_tokens_total{completion}": 12,
-		"reprise_cost_total{gpt-*}": 0.25, "reprise_cost_saved_total{gpt-*}": 0.5,
+		"reprise_tokens_total{prompt}": 13, "reprise_tokens_total{completion}": 15,
+		"reprise_tokens_estimated_total{prompt}": 5, "reprise_tokens_estimated_total{completion}": 3,
+		"reprise_cost_total{gpt-*}": 0.25, "reprise_cost_saved_total{gpt-*}": 1.5,
+		"reprise_generations_saved_total{attach}": 1, "reprise_generations_saved_total{replay}": 1,
+		"reprise_generations_saved_total{resume}": 2, "reprise_generations_saved_total{retry}": 0,
+		"reprise_tokens_saved_total{prompt}": 6, "reprise_tokens_saved_total{completion}": 30,
 		"reprise_cost_guard_switches_total{narrowed}": 1, "reprise_cost_guard_switches_total{widened}": 0,
 	} {
 		if got[name] != want {

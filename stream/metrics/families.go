@@ -16,7 +16,8 @@ func Families() []string {
 		"reprise_upstream_retry_budget_used_ratio",
 		// cost.go: reprise_cost_total and reprise_cost_saved_total have a
 		// series per price table entry once one is priced.
-		"reprise_tokens_total", "reprise_cost_guard_narrowed", "reprise_cost_guard_switches_total",
+		"reprise_tokens_total", "reprise_tokens_estimated_total", "reprise_generations_saved_total", "reprise_tokens_saved_total",
+		"reprise_cost_guard_narrowed", "reprise_cost_guard_switches_total",
 		"reprise_keyless_left_total",
 	}
 }

@@ -21,17 +21,21 @@ import (
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // Label values of the HTTP surface's reports.
 const (
-	// Duplicate suppressed (Duplicate): the request attached to the
-	// generation running, replayed the completed one, or was an SDK's
-	// retry without a key that found its first request's key.
-	HowAttach   = "attach"
-	HowReplay   = "replay"
-	HowSDKRetry = "sdk_retry"
+	// Duplicate suppressed (Duplicate), and how a request was served
+	// without a generation (Saved: the kinds of resume.SavedKinds): it
+	// attached to the generation running, replayed the completed one,
+	// resumed one after a drop (Saved only), or was a retry without a key
+	// recognised as its first request's.
+	HowAttach = resume.SavedAttach
+	HowReplay = resume.SavedReplay
+	HowResume = resume.SavedResume
+	HowRetry  = resume.SavedRetry
 	// Resume transports (Resume): an event stream (the Location, a
 	// Responses stream resumed by sequence number), a WebSocket, a byte
 	// range of a stored result.
@@ -48,7 +52,7 @@ type Metrics struct {
 	reg prometheus.Registerer
 
 	decisions   *prometheus.CounterVec // by decision: start, attach, replay, mismatch, retry, cancel
-	duplicates  *prometheus.CounterVec // by how: attach, replay, sdk_retry
+	duplicates  *prometheus.CounterVec // by how: attach, replay, retry
 	resumes     *prometheus.CounterVec // by transport: sse, websocket, range
 	generations *prometheus.CounterVec // finished generations by outcome
 	events      prometheus.Counter     // events journaled
@@ -85,7 +89,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 			Name: "reprise_requests_total", Help: "Requests with a key, by what they were allowed to do.",
 		}, []string{"decision"}),
 		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reprise_duplicates_suppressed_total", Help: "Duplicate requests answered without an upstream call, by how: attach, replay, sdk_retry.",
+			Name: "reprise_duplicates_suppressed_total", Help: "Duplicate requests answered without an upstream call, as they came, by how: attach, replay, retry.",
 		}, []string{"how"}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reprise_resumes_total", Help: "Readers that came back for a key's stream or result, by transport: sse, websocket, range.",
@@ -145,7 +149,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 	reg.MustRegister(m.decisions, m.duplicates, m.resumes, m.generations, m.events, m.running, m.readers, m.requests,
 		m.attempts, m.retries, m.retried, m.firstByte, m.firstToken, m.resumeFirst, m.appendTime, m.shed, lag)
 	initLabels(m.decisions, decisions...)
-	initLabels(m.duplicates, HowAttach, HowReplay, HowSDKRetry)
+	initLabels(m.duplicates, HowAttach, HowReplay, HowRetry)
 	initLabels(m.resumes, TransportSSE, TransportWebSocket, TransportRange)
 	initLabels(m.generations, engine.Outcomes()...)
 	initLabels(m.retries, classify.RetryReasons()...)
@@ -184,7 +188,8 @@ func initLabels(v *prometheus.CounterVec, values ...string) {
 func (m *Metrics) Decision(decision string) { m.decisions.WithLabelValues(decision).Inc() }
 
 // Duplicate counts a duplicate request answered without an upstream call,
-// by how (HowAttach, HowReplay, HowSDKRetry).
+// by how (HowAttach, HowReplay, HowRetry), when it comes: whatever its
+// generation then does (Saved counts what it saved).
 func (m *Metrics) Duplicate(how string) { m.duplicates.WithLabelValues(how).Inc() }
 
 // Resume counts a reader that came back for a key, by transport

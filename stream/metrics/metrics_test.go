@@ -93,14 +93,16 @@ func TestFamiliesAtStart(t *testing.T) {
 	}
 	zero := map[string][]string{
 		"reprise_generations_total":           engine.Outcomes(),
-		"reprise_duplicates_suppressed_total": {"attach", "replay", "sdk_retry"},
+		"reprise_duplicates_suppressed_total": {"attach", "replay", "retry"},
+		"reprise_generations_saved_total":     {"attach", "replay", "resume", "retry"},
 		"reprise_resumes_total":               {"sse", "websocket", "range"},
 		"reprise_upstream_retries_total":      classify.RetryReasons(),
 		"reprise_retry_outcomes_total":        {"success", "failure"},
 	}
 	labelOf := map[string]string{
 		"reprise_generations_total": "outcome", "reprise_duplicates_suppressed_total": "how", "reprise_resumes_total": "transport",
-		"reprise_upstream_retries_total": "reason", "reprise_retry_outcomes_total": "result",
+		"reprise_generations_saved_total": "how",
+		"reprise_upstream_retries_total":  "reason", "reprise_retry_outcomes_total": "result",
 	}
 	for fam, values := range zero {
 		for _, v := range values {
@@ -156,7 +158,7 @@ func TestReports(t *testing.T) {
 		{"reprise_requests_total", nil, 1},
 		{"reprise_duplicates_suppressed_total", []string{"how", "attach"}, 1},
 		{"reprise_duplicates_suppressed_total", []string{"how", "replay"}, 2},
-		{"reprise_duplicates_suppressed_total", []string{"how", "sdk_retry"}, 0},
+		{"reprise_duplicates_suppressed_total", []string{"how", "retry"}, 0},
 		{"reprise_resumes_total", []string{"transport", "websocket"}, 1},
 		{"reprise_resumes_total", nil, 1},
 		{"reprise_stream_readers", []string{"source", "tail"}, 1},

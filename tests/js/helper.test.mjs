@@ -1,7 +1,9 @@
 // How web/client/reprise.js ends a stream its Location cannot continue,
 // against a node:http server that answers the POST with one event and a
-// clean end before any terminal event. Runs on its own (node --test) and
-// from tests/node_client_test.go.
+// clean end before any terminal event; and where its resumes send the
+// caller's credential: to the POST's origin only, never to a Location on
+// another (a second server on another port), nor through a redirect. Runs
+// on its own (node --test) and from tests/node_client_test.go.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
@@ -88,3 +90,96 @@ test("the caller's own key is kept", async () => {
     s.close();
   }
 });
+
+const rest = "id: 2\ndata: [DONE]\n\n";
+const credentials = ["authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"];
+
+/**
+ * Two loopback servers, two origins (two ports): the POST goes to
+ * origin, which cuts its answer after the first event and names
+ * location(other) as its Location; each records the requests it got.
+ */
+async function twoOrigins(location, originGet) {
+  const listen = async (handle) => {
+    const got = [];
+    const srv = http.createServer((req, res) => {
+      req.resume();
+      got.push({ method: req.method, url: req.url, headers: req.headers });
+      handle(req, res);
+    });
+    await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+    return { url: `http://127.0.0.1:${srv.address().port}`, got, close: () => srv.close() };
+  };
+  const serveRest = (req, res) => res.writeHead(200, { "Content-Type": "text/event-stream" }).end(rest);
+  const other = await listen(serveRest);
+  const origin = await listen((req, res) => {
+    if (req.method === "GET") return originGet(req, res, other.url);
+    res.writeHead(200, { "Content-Type": "text/event-stream", Location: location(other.url) });
+    res.write(first, () => res.destroy()); // cut before the terminal event
+  });
+  return { origin, other, close: () => (origin.close(), other.close()) };
+}
+
+const originCases = [
+  {
+    name: "same origin: resumed with the credential",
+    location: () => "/v1/streams/k?token=cap",
+    originGet: (req, res) => res.writeHead(200, { "Content-Type": "text/event-stream" }).end(rest),
+    want: first + rest,
+    originGets: 1,
+    otherGets: 0,
+  },
+  {
+    name: "another origin: resumed with the token alone",
+    location: (other) => other + "/v1/streams/k?token=cap",
+    want: first + rest,
+    originGets: 0,
+    otherGets: 1,
+  },
+  {
+    name: "a redirect to another origin is not followed",
+    location: () => "/v1/streams/k?token=cap",
+    originGet: (req, res, other) => res.writeHead(302, { Location: other + "/v1/streams/k?token=cap" }).end(),
+    error: 302,
+    originGets: 1,
+    otherGets: 0,
+  },
+];
+
+for (const c of originCases) {
+  test(c.name, async () => {
+    const s = await twoOrigins(c.location, c.originGet);
+    try {
+      const fetch = createFetch({ maxAttempts: 2, retryDelay: 1, maxDelay: 20 });
+      const res = await fetch(s.origin.url + "/v1/chat/completions", {
+        method: "POST",
+        headers: {
+          "Content-Type": "application/json",
+          "anthropic-version": "2023-06-01",
+          ...Object.fromEntries(credentials.map((h) => [h, "secret-" + h])),
+        },
+        body: "{}",
+      });
+      if (c.error) {
+        await assert.rejects(readAll(res), (err) => err instanceof ResumeError && err.status === c.error);
+      } else {
+        assert.equal(await readAll(res), c.want);
+      }
+      const originGets = s.origin.got.filter((r) => r.method === "GET");
+      assert.equal(originGets.length, c.originGets, "GETs on the POST's origin");
+      assert.equal(s.other.got.length, c.otherGets, "requests on the other origin");
+      for (const r of s.other.got) {
+        for (const h of credentials) assert.equal(r.headers[h], undefined, `the other origin got ${h}`);
+        assert.equal(new URL(r.url, "http://x").searchParams.get("token"), "cap");
+        assert.equal(r.headers["last-event-id"], "1");
+        assert.equal(r.headers["anthropic-version"], "2023-06-01");
+      }
+      for (const r of originGets) {
+        assert.equal(r.headers.authorization, "secret-authorization", "a resume on the POST's origin sends the credential");
+        assert.equal(r.headers["x-api-key"], "secret-x-api-key");
+      }
+    } finally {
+      s.close();
+    }
+  });
+}

@@ -19,12 +19,16 @@ type Status struct {
 	Events     int    `json:"events"`
 	Error      string `json:"error"`
 	Usage      *Usage `json:"usage"`
+	// UsageBasis says where Usage comes from: reported, estimated or
+	// unknown; "" while a generation runs.
+	UsageBasis string `json:"usage_basis"`
 	// CreatedAt and UpdatedAt: when the key was created, and when it or
 	// its generation's journal last changed.
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Cost is the last generation's cost, Billed what all the key's
-	// generations billed, Saved what its duplicates did not cost.
+	// generations billed, Saved what the requests served without a
+	// generation did not cost.
 	Cost   *float64 `json:"cost"`
 	Billed *Billed  `json:"billed"`
 	Saved  *Saved   `json:"saved"`
@@ -36,12 +40,25 @@ type Billed struct {
 	Usage
 	Cost        *float64 `json:"cost"`
 	Generations int      `json:"generations"`
+	// UsageBasis: estimated once any generation's usage was.
+	UsageBasis string `json:"usage_basis"`
 }
 
-// Saved is what a key's duplicates did not cost, in the status JSON.
+// Saved is what the requests served without a generation did not cost,
+// in the status JSON: Duplicates counts them all, By by kind.
 type Saved struct {
 	Duplicates int      `json:"duplicates"`
+	By         SavedBy  `json:"by"`
+	Usage      *Usage   `json:"usage"`
 	Cost       *float64 `json:"cost"`
+}
+
+// SavedBy counts the requests served without a generation by kind.
+type SavedBy struct {
+	Attach int `json:"attach"`
+	Replay int `json:"replay"`
+	Resume int `json:"resume"`
+	Retry  int `json:"retry"`
 }
 
 // Usage is the usage of a key's completed generation, in the status JSON.

@@ -13,6 +13,14 @@
 // boundaries, every event exactly once, and the POST is never sent again.
 // Everything else goes to the underlying fetch unchanged.
 //
+// A reconnection sends the POST's credential (Authorization, x-api-key)
+// again only when the Location has the POST's origin: the same scheme,
+// host and port. A Location on another origin is still resumed, with none
+// of the caller's credential headers and no cookies: its capability token
+// (?token=) is all a reader of the Location needs, and the credential never
+// reaches an origin the caller did not send it to. A redirect answering a
+// reconnection is not followed: it ends the stream with a ResumeError.
+//
 // A plain ES module, no dependencies: Node 18+, Deno, Bun and browsers.
 
 const STREAMING = /\/v1\/(chat\/completions|responses|messages|audio\/speech)\/?$/;
@@ -73,8 +81,10 @@ export function createFetch(options = {}) {
     if (!res.ok || !res.body || !location || !isEventStream(res)) {
       return res;
     }
-    const resumeURL = new URL(location, new URL(url, globalThis.location?.href)).href;
-    const body = resumable(res.body, resumeURL, headers, init.signal, base, opts);
+    const postURL = new URL(url, globalThis.location?.href);
+    const resume = new URL(location, postURL);
+    const sameOrigin = resume.origin !== "null" && resume.origin === postURL.origin;
+    const body = resumable(res.body, resume.href, keptHeaders(headers, sameOrigin), init.signal, base, opts);
     return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   };
 }
@@ -117,21 +127,40 @@ class RecentKeys {
   }
 }
 
-/** Headers a resume sends again: the caller's credential and API version. */
+/** Headers a resume sends again: the caller's credential (to the POST's origin only) and API version. */
 const KEPT = ["authorization", "x-api-key", "anthropic-version", "anthropic-beta", "openai-organization", "openai-project"];
+
+/** Headers that carry the caller's credential: never sent to a Location on another origin. */
+const CREDENTIALS = new Set(["authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"]);
+
+/**
+ * The headers each reconnection sends: the kept ones of the POST's,
+ * without its credentials unless the Location is of its origin.
+ * @param {Headers} sent the POST's headers
+ * @param {boolean} sameOrigin
+ * @returns {{headers: Headers, credentials: RequestCredentials}}
+ */
+function keptHeaders(sent, sameOrigin) {
+  const headers = new Headers({ Accept: "text/event-stream" });
+  for (const h of KEPT) {
+    const v = sent.get(h);
+    if (v !== null && (sameOrigin || !CREDENTIALS.has(h))) headers.set(h, v);
+  }
+  return { headers, credentials: sameOrigin ? "same-origin" : "omit" };
+}
 
 /**
  * The stream the caller reads: first's events, then those of each
  * reconnection to resumeURL, whole events only.
  * @param {ReadableStream<Uint8Array>} first
  * @param {string} resumeURL
- * @param {Headers} sent the POST's headers
+ * @param {{headers: Headers, credentials: RequestCredentials}} kept what each reconnection sends (keptHeaders)
  * @param {AbortSignal|undefined|null} signal
  * @param {typeof globalThis.fetch} base
  * @param {{maxAttempts: number, retryDelay: number, maxDelay: number, onResume?: Function}} opts
  * @returns {ReadableStream<Uint8Array>}
  */
-function resumable(first, resumeURL, sent, signal, base, opts) {
+function resumable(first, resumeURL, kept, signal, base, opts) {
   const parser = new EventParser();
   let reader = first.getReader();
   let delay = opts.retryDelay;
@@ -148,15 +177,12 @@ function resumable(first, resumeURL, sent, signal, base, opts) {
       }
       await sleep(Math.min(opts.maxDelay, delay * 2 ** (attempt - 1)), signal);
       opts.onResume?.({ url: resumeURL, lastEventId: parser.lastId, attempt });
-      const headers = new Headers({ Accept: "text/event-stream" });
-      for (const h of KEPT) {
-        const v = sent.get(h);
-        if (v !== null) headers.set(h, v);
-      }
+      const headers = new Headers(kept.headers);
       if (parser.lastId !== "") headers.set("Last-Event-ID", parser.lastId);
       let res;
       try {
-        res = await base(resumeURL, { method: "GET", headers, signal, cache: "no-store" });
+        // No redirect is followed: it could take the credential elsewhere.
+        res = await base(resumeURL, { method: "GET", headers, signal, cache: "no-store", credentials: kept.credentials, redirect: "manual" });
       } catch (err) {
         if (signal?.aborted) throw err;
         continue; // the network again: next attempt

@@ -1,6 +1,6 @@
 // reprise demo page: the network switches, the chat pane and the log. Plain
 // JavaScript modules, no build step, no dependencies.
-import { Session, SSEParser } from './session.js';
+import { Session, SSEParser, savedDuplicates, savedSummary } from './session.js';
 import { SpeechPane } from './speech.js';
 
 const $ = (id) => document.getElementById(id);
@@ -46,11 +46,11 @@ function dollars(v) {
 
 // naiveGenerations is how many upstream generations a client without
 // reprise would have caused: each drop re-POSTs and starts over, and so
-// does each duplicate request reprise answered from the journal.
+// does each duplicate request reprise answered from the journal (the
+// server's resumes are the drops, counted by the client as they happen).
 export function naiveGenerations(s, st) {
   const gens = st && st.generation ? st.generation : 1;
-  const dup = st && st.saved && st.saved.duplicates ? st.saved.duplicates : 0;
-  return gens + s.drops + dup;
+  return gens + s.drops + savedDuplicates(st && st.saved);
 }
 
 // ---------------------------------------------------------------------------
@@ -116,6 +116,8 @@ function renderChat() {
   text('tokens-billed', billed ? billed.completion_tokens : '');
   const naive = naiveGenerations(s, st);
   text('gens-naive', s.key ? naive : '');
+  const saved = savedSummary(st.saved);
+  text('saved', saved ? `saved by reprise: ${saved}` : '');
 
   let cost = null;
   let note = '';

@@ -118,6 +118,32 @@ export function newKey() {
 
 // errorMessage turns an error JSON {"error":{message,type,code}} (or any
 // text) into one line.
+// savedSummary says what reprise served a key's clients without a
+// generation, from the status JSON's saved (docs/cost.md): its kinds and
+// the tokens they would have cost, e.g. "2 resumes, 1 replay — 180 tokens";
+// '' while nothing was saved. A request served from a running generation
+// is counted once that generation completes.
+export function savedSummary(saved) {
+  const by = saved && saved.by;
+  if (!by) return '';
+  const parts = [];
+  for (const [kind, n] of [['resume', by.resume], ['replay', by.replay], ['attach', by.attach], ['retry', by.retry]]) {
+    if (n > 0) parts.push(`${n} ${kind === 'attach' && n !== 1 ? 'attaches' : kind + (n === 1 ? '' : 's')}`);
+  }
+  if (parts.length === 0) return '';
+  const tokens = saved.usage ? saved.usage.total_tokens : null;
+  return parts.join(', ') + (tokens != null ? ` — ${tokens.toLocaleString('en-US')} tokens` : '');
+}
+
+// savedDuplicates is how many of a key's saved requests were duplicates (or
+// retries) a naive client would each have generated again; its resumes are
+// the client's own drops, counted apart.
+export function savedDuplicates(saved) {
+  if (!saved) return 0;
+  if (!saved.by) return saved.duplicates || 0; // a server before the kinds
+  return saved.by.attach + saved.by.replay + saved.by.retry;
+}
+
 export function errorMessage(text, fallback) {
   try {
     const j = JSON.parse(text);
@@ -243,6 +269,9 @@ export class Session {
     }
     this.setState(state);
     this.poll();
+    // A resume is counted as saved a moment after it is served: ask once
+    // more for the key's savings.
+    setTimeout(() => this.poll(), 400);
   }
 
   // drop aborts the client's connection; the server keeps generating. An

@@ -3,7 +3,7 @@
 // PCM at 24 kHz, base64) is played through Web Audio as it arrives, right
 // after the previous one, so a drop and resume continues mid-sentence with
 // no repeated and no missing sample.
-import { RangeSession, Session, SSEParser } from './session.js';
+import { RangeSession, Session, SSEParser, savedDuplicates, savedSummary } from './session.js';
 
 const SAMPLE_RATE = 24000;
 const WAV_HEADER = 44; // the canonical RIFF header before the PCM
@@ -216,8 +216,9 @@ export class SpeechPane {
     text('sp-count', s.count);
     text('sp-server-events', st.events);
     text('sp-generation', st.generation);
-    const dup = st.saved && st.saved.duplicates ? st.saved.duplicates : 0;
-    text('sp-gens-naive', s.key ? (st.generation || 1) + s.drops + dup : '');
+    text('sp-gens-naive', s.key ? (st.generation || 1) + s.drops + savedDuplicates(st.saved) : '');
+    const saved = savedSummary(st.saved);
+    text('sp-saved', saved ? `saved by reprise: ${saved}` : '');
     text('sp-drops', s.drops);
     text('sp-dupes', s.dupes);
     const p = $('sp-progress');

@@ -1,0 +1,120 @@
+package tests
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/tests/testutil"
+)
+
+// TestNATSStallSettlesLateAppends: NATS stops answering (every byte held,
+// as when its server is paused) while a generation's last message is on
+// its way — its content and the upstream's [DONE] — for longer than the
+// journal's append timeout. The writer gives up; when NATS answers again,
+// the held message is stored after all. The journal and the record must
+// then agree: a journal whose readers get [DONE] belongs to a completed
+// key, which replays instead of generating again, and a failed key's
+// journal holds no [DONE]. (Before, the key was recorded failed
+// journal_failure while its journal replayed [DONE]; its next request
+// generated and billed a second answer.)
+func TestNATSStallSettlesLateAppends(t *testing.T) {
+	t.Parallel()
+	ns := startNATSServer(t)
+	link, err := newToxi().link(strings.TrimPrefix(ns.Server.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.close)
+	g := newPauseGate(t)
+	for _, dir := range []string{"downstream", "upstream"} {
+		if err := link.add("pause_"+dir, pauseType, dir, map[string]any{"gate": g.name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The upstream answers its first event, then — once the test has
+	// stalled NATS — the rest and [DONE] at once.
+	const tokens = 5
+	release := make(chan struct{})
+	var calls atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		n := calls.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := func(s string) string {
+			return `data: {"id":"c` + strconv.Itoa(int(n)) + `","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + s + `"}}]}` + "\n\n"
+		}
+		_, _ = io.WriteString(w, chunk("first "))
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		var rest strings.Builder
+		for i := range tokens {
+			rest.WriteString(chunk(fmt.Sprintf("t%d ", i)))
+		}
+		rest.WriteString("data: [DONE]\n\n")
+		_, _ = io.WriteString(w, rest.String())
+	}))
+	t.Cleanup(up.Close)
+	a := startInstance(t, "A", []string{"nats://" + link.addr}, up.URL, instanceOptions{
+		lease: 10 * time.Second, replicas: 1, lenient: true,
+		configure: func(c *proxy.Config) { c.Journal.AppendTimeout = time.Second },
+	})
+	key := "k-stall-late"
+	body := chatBody(uniquePrompt(t, ""), true)
+	resp := do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key)
+	readEvents(t, resp, 1) // the first event is shown once stored: the fence is in
+	g.hold()
+	close(release)
+	pollUntil(t, 20*time.Second, "the writer to give up on the stalled journal", func() bool {
+		return appendErrors(t, a.URL) >= 1
+	})
+	g.release()
+	var st keyStatus
+	pollUntil(t, 30*time.Second, "the key to settle", func() bool {
+		var code int
+		st, code = testutil.GetStatus(t, a.URL, key)
+		return code == http.StatusOK && (st.State == "completed" || st.State == "failed")
+	})
+	replay := readEvents(t, do(t, "GET", a.URL+"/v1/streams/"+key, "", "Accept", "text/event-stream"), -1)
+	done := hasDone(replay)
+	t.Logf("after the stall: the key is %s (%s); its journal replays %d events, [DONE]: %v", st.State, st.Error, len(replay), done)
+	if done != (st.State == "completed") {
+		t.Fatalf("the key is %s (%s) but its journal replays [DONE]: %v", st.State, st.Error, done)
+	}
+	again := do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key)
+	evs := readEvents(t, again, -1)
+	if st.State == "completed" {
+		if again.Header.Get("Idempotent-Replayed") != "true" || !hasDone(evs) || calls.Load() != 1 {
+			t.Errorf("the completed key's duplicate: replayed %q, [DONE] %v, upstream calls %d; want a replay and 1 call",
+				again.Header.Get("Idempotent-Replayed"), hasDone(evs), calls.Load())
+		}
+	}
+}
+
+// appendErrors is reprise_journal_errors_total{op="append"} on url's /metrics.
+func appendErrors(tb testing.TB, url string) float64 {
+	tb.Helper()
+	const series = `reprise_journal_errors_total{op="append"} `
+	for line := range strings.Lines(readBody(tb, do(tb, "GET", url+"/metrics", ""))) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatalf("%q: %v", line, err)
+			}
+			return f
+		}
+	}
+	tb.Fatalf("%s is not on %s/metrics", series, url)
+	return 0
+}
