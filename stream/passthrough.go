@@ -98,11 +98,12 @@ func newCORSMatcher(origins []string) *cors.Cors {
 // confine answers 400 invalid_path, in its caller's shape, a request under
 // /v1/ whose path could leave /v1/ or an upstream's base path once
 // forwarded (engine.CleanPath), before any route sees it; it passes the
-// others to next. Reprise's own /v1/streams/ forwards nothing: a key there
-// may hold any character.
+// others to next. Reprise's own /v1/streams/ (spelled so: the router
+// decodes each segment, so /v1/streams%2F… is a pass-through) forwards
+// nothing, and a key there may hold any character.
 func confine(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") && !strings.HasPrefix(r.URL.Path, "/v1/streams/") {
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !strings.HasPrefix(r.URL.EscapedPath(), "/v1/streams/") {
 			if _, err := engine.CleanPath(r.URL.EscapedPath()); err != nil {
 				apierr.New(apierr.InvalidPath).WriteIn(w, engine.CallerShape(r.Header, r.URL.Path))
 				return

@@ -69,6 +69,8 @@ func TestPathConfined(t *testing.T) {
 		{"double encoded", "GET", "/v1/%252e%252e/%252e%252e/admin"},
 		{"under a format's path", "POST", "/v1/chat/completions/%2e%2e/%2e%2e/admin"},
 		{"outside v1", "GET", "/%76%31/%2e%2e/admin"},
+		{"through reprise's namespace", "POST", "/v1/streams%2F..%2F..%2Fadmin"},
+		{"reprise's namespace encoded", "POST", "/v1/stream%73/%2e%2e/%2e%2e/admin"},
 	}
 	for _, c := range bad {
 		for _, key := range []string{"", "k-confine-" + strings.ReplaceAll(c.name, " ", "-")} {
