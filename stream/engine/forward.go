@@ -68,11 +68,11 @@ func CallerShape(h http.Header, path string) apierr.Shape {
 // not the upstream's.
 func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 	path, err := CleanPath(r.URL.EscapedPath())
-	shape := CallerShape(r.Header, path)
 	if err != nil {
 		apierr.New(apierr.InvalidPath).WriteIn(w, CallerShape(r.Header, r.URL.Path))
 		return
 	}
+	shape := CallerShape(r.Header, path)
 	ups := e.upstreams(path, "")
 	if len(ups) == 0 {
 		w.Header().Set("X-Should-Retry", "false") // no upstream was called: a retry changes nothing
