@@ -1289,14 +1289,15 @@ func TestWriterLingers(t *testing.T) {
 				if err := w.AppendShown(ctx, "", []byte("tok"), func(journal.Event) { shown++ }); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(2 * time.Millisecond)
-			}
-			if c.linger < 0 {
-				// Each is sent as soon as the one before it is stored: wait
-				// for them, so none shares a message by coming during a send.
-				for range n {
+				if c.linger < 0 {
+					// Without a linger each is sent as soon as the writer is
+					// idle: wait for it to be stored, so the next does not
+					// share a message by coming during a send (on a loaded
+					// machine a send outlasts any fixed pause).
 					<-stored
+					continue
 				}
+				time.Sleep(2 * time.Millisecond)
 			}
 			msgs := storedCount(t, nc, ref)
 			if lag := j.Lag(); c.linger > 0 && lag != 0 {

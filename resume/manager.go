@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -92,9 +93,10 @@ type Salvager interface {
 // Manager makes the start/attach/replay decisions.
 type Manager struct {
 	cfg      Config
-	contact  *contact // what this instance saw of the store (contact.go)
-	adopter  Adopter  // nil: none is adopted
-	salvager Salvager // nil: none is salvaged
+	contact  *contact     // what this instance saw of the store (contact.go)
+	adopter  Adopter      // nil: none is adopted
+	salvager Salvager     // nil: none is salvaged
+	watched  atomic.Int64 // writes that got no answer, watched (unanswered.go)
 }
 
 // SetSalvager makes s asked about every generation whose owner's lease ran
@@ -304,6 +306,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		if err != nil {
 			nrev, ok, err = m.settle(ctx, req.ID, rec.Attempt, err)
 			if err != nil {
+				m.withdrawLater(req.ID, rec.Attempt) // the update may be applied late
 				return Outcome{}, err
 			}
 		}
@@ -329,6 +332,7 @@ func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error
 	}
 	switch {
 	case err != nil:
+		m.withdrawLater(req.ID, rec.Attempt) // the create may be applied late
 		return Outcome{}, true, err
 	case !created:
 		return Outcome{}, false, nil

@@ -399,7 +399,12 @@ func streamURL(key string) string { return "/v1/streams/" + url.PathEscape(key) 
 func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, t *engine.Tail, cur resume.Position) {
 	head, err := t.Head(r.Context())
 	if err != nil {
-		return // the pump goes on without this client
+		// The request was canceled before the upstream answered: usually
+		// its client left, but not always (behind a balancer the client
+		// may still read). An answer ended here would reach it as a
+		// complete, empty one; aborting makes it a broken one, which
+		// clients retry (and attach). The pump goes on without it.
+		panic(http.ErrAbortHandler)
 	}
 	w.Header().Set("Reprise-Attempts", strconv.Itoa(head.Attempts))
 	if head.Upstream != "" {

@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/Shopify/toxiproxy/v2/stream"
 	"github.com/Shopify/toxiproxy/v2/toxics"
@@ -16,6 +18,9 @@ type cutFirst struct {
 	Bytes int64        `json:"bytes"`
 	Times int64        `json:"times"`
 	cuts  atomic.Int64 // connections it decided to cut, the ones past Times included
+
+	mu  sync.Mutex
+	cut []time.Time // when it cut each connection it cut
 }
 
 type cutFirstState struct {
@@ -54,6 +59,9 @@ func (t *cutFirst) Pipe(stub *toxics.ToxicStub) {
 			if left > 0 {
 				stub.Output <- &stream.StreamChunk{Timestamp: c.Timestamp, Data: c.Data[:left]}
 			}
+			t.mu.Lock()
+			t.cut = append(t.cut, time.Now())
+			t.mu.Unlock()
 			stub.Close()
 			return
 		}
@@ -91,3 +99,10 @@ func newDropLink(tb testing.TB, addr string, bytes, times int64) *dropLink {
 
 // cuts is how many connections the link cut.
 func (d *dropLink) cuts() int64 { return min(d.toxi.cuts.Load(), d.toxi.Times) }
+
+// cutAt is when the toxic cut each connection it cut, in order.
+func (t *cutFirst) cutAt() []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]time.Time(nil), t.cut...)
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // TestNATSStallSettlesLateAppends: NATS stops answering (every byte held,
@@ -117,4 +118,59 @@ func appendErrors(tb testing.TB, url string) float64 {
 	}
 	tb.Fatalf("%s is not on %s/metrics", series, url)
 	return 0
+}
+
+// TestNATSStallUnansweredStart: a POST sent while NATS is stalled gets 503
+// (its record's create got no answer), and the create is applied when NATS
+// answers again. Nothing runs the generation that record names: the key's
+// next request must generate, not attach to it and wait for a first event
+// nobody writes. (Before, it waited for the lease to lapse — a lapse that
+// every attach put off.)
+func TestNATSStallUnansweredStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stalls NATS for the record operations' retries (~13 s)")
+	}
+	t.Parallel()
+	ns := startNATSServer(t)
+	link, err := newToxi().link(strings.TrimPrefix(ns.Server.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.close)
+	g := newPauseGate(t)
+	for _, dir := range []string{"downstream", "upstream"} {
+		if err := link.add("pause_"+dir, pauseType, dir, map[string]any{"gate": g.name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	llm := httptest.NewServer(mockllm.New(mockllm.Config{}))
+	t.Cleanup(llm.Close)
+	a := startInstance(t, "A", []string{"nats://" + link.addr}, llm.URL, instanceOptions{lease: 10 * time.Second, replicas: 1, lenient: true})
+	key := "k-stall-start"
+	body := chatBody(uniquePrompt(t, "[tokens=5]"), true)
+	g.hold()
+	resp := do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key)
+	readBody(t, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a POST while NATS is stalled: %d, want 503", resp.StatusCode)
+	}
+	g.release()
+	// The create is applied now; the instance that answered 503 fails the
+	// record it did not know it wrote, well within a lease.
+	var st keyStatus
+	var code int
+	deadline := time.Now().Add(8 * time.Second)
+	for st.State != "failed" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the late create's record: HTTP %d, %+v after 8 s; want failed", code, st)
+		}
+		time.Sleep(testutil.PollInterval) // polling a server's state; bounded above
+		st, code = testutil.GetStatus(t, a.URL, key)
+	}
+	again := do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key)
+	evs := readEvents(t, again, -1)
+	if !hasDone(evs) || again.Header.Get("Reprise-Attached") == "true" {
+		t.Errorf("the key's next request: attached %q, %d events, [DONE] %v; want a generation of its own",
+			again.Header.Get("Reprise-Attached"), len(evs), hasDone(evs))
+	}
 }

@@ -146,13 +146,13 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 		// and sealed the generation with owner_lost right after the last
 		// event stored: readers here end the same way.
 		p.log.Warn("generation sealed by another instance", "gen", p.g.Ref.Gen)
-		res = resume.Result{State: resume.Failed, Error: apierr.OwnerLost}
+		res = resume.Result{State: resume.Failed, Error: apierr.OwnerLost, Events: res.Events, Usage: res.Usage, Basis: res.Basis}
 		p.tail.fail(apierr.New(apierr.OwnerLost).BodyIn(p.shape()))
-		res.Events = countEvents(w.Appended())
 	case err != nil && !journal.Unanswered(err):
 		// JetStream refused the message: nothing more of it is stored.
 		p.log.Error("journal append failed", "gen", p.g.Ref.Gen, "err", err)
-		res = resume.Result{State: resume.Failed, Error: apierr.JournalFailure, Events: min(res.Events, w.Stored())} // only what a reader can get
+		res = resume.Result{State: resume.Failed, Error: apierr.JournalFailure, Usage: res.Usage, Basis: res.Basis,
+			Events: min(res.Events, w.Stored())} // only what a reader can get
 		// Readers here get the reason, though this writer could not store it.
 		p.tail.fail(apierr.New(apierr.JournalFailure).BodyIn(p.shape()))
 	case err != nil:

@@ -46,7 +46,7 @@ type settled struct {
 // produced, had it all been stored. The tail's readers get the events
 // stored late and the end, as stored.
 func (p *pump) settle(ctx context.Context, w *journal.Writer, res resume.Result) settled {
-	failed := resume.Result{State: resume.Failed, Status: res.Status, ContentType: res.ContentType, Error: apierr.JournalFailure, Usage: res.Usage}
+	failed := resume.Result{State: resume.Failed, Status: res.Status, ContentType: res.ContentType, Error: apierr.JournalFailure, Usage: res.Usage, Basis: res.Basis}
 	j, ok := p.e.cfg.Journal.(Sealer)
 	if !ok {
 		return settled{res: failed, known: true}

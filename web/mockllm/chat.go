@@ -35,7 +35,13 @@ func promptOf(req chatRequest) (string, error) {
 	if len(req.Messages) == 0 {
 		return "", errors.New("messages must be a non-empty array")
 	}
-	raw := bytes.TrimSpace(req.Messages[len(req.Messages)-1].Content)
+	return messageText(req.Messages[len(req.Messages)-1].Content, nil)
+}
+
+// messageText is a message's content: the string, or its text parts
+// concatenated, less those drop says are not the prompt (nil: none is).
+func messageText(raw json.RawMessage, drop func(text string) bool) (string, error) {
+	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil
 	}
@@ -50,7 +56,7 @@ func promptOf(req chatRequest) (string, error) {
 	}
 	var buf bytes.Buffer
 	for _, p := range parts {
-		if p.Type == "text" || p.Type == "input_text" {
+		if (p.Type == "text" || p.Type == "input_text") && (drop == nil || !drop(p.Text)) {
 			buf.WriteString(p.Text)
 		}
 	}

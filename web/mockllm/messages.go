@@ -2,7 +2,9 @@ package mockllm
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
+	"strings"
 )
 
 // MessagesPath is Anthropic's Messages API.
@@ -46,12 +48,38 @@ var messagesFormat = textFormat{
 		if err := decode(body, &req); err != nil {
 			return "", "", false, err
 		}
-		prompt, err := promptOf(chatRequest{Messages: req.Messages})
+		prompt, err := messagesPrompt(req.Messages)
 		return prompt, req.Model, req.Stream, err
 	},
 	fault:    "event: error\ndata: " + `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded (mock)"}}` + "\n\n",
 	stream:   (*Server).streamMessage,
 	complete: (*Server).completeMessage,
+}
+
+// messagesPrompt is the ledger key of a Messages request: the text of its
+// last user message, less the text blocks an agent adds to the user's turn
+// for the model alone (Claude Code's <system-reminder> blocks). A message
+// after it in another role (Claude Code ends its requests with a "system"
+// message describing its environment) is not the prompt either.
+func messagesPrompt(msgs []chatMessage) (string, error) {
+	if len(msgs) == 0 {
+		return "", errors.New("messages must be a non-empty array")
+	}
+	last := msgs[len(msgs)-1]
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "user" {
+			last = msgs[i]
+			break
+		}
+	}
+	return messageText(last.Content, isSystemReminder)
+}
+
+// isSystemReminder says whether a text block is wholly a
+// <system-reminder> element.
+func isSystemReminder(text string) bool {
+	t := strings.TrimSpace(text)
+	return strings.HasPrefix(t, "<system-reminder>") && strings.HasSuffix(t, "</system-reminder>")
 }
 
 func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
