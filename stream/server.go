@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/cors"
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
@@ -154,8 +155,11 @@ type Server struct {
 	prices   *cost.Table
 	log      *slog.Logger
 	mux      *http.ServeMux
-	handler  http.Handler  // mux, behind CORS when configured
+	handler  http.Handler  // mux, behind confine and CORS when configured
 	detached *detach.Group // SSE readers on connections taken over from net/http
+	// corsAllowed matches an Origin against Settings.CORSOrigins (nil:
+	// none is allowed).
+	corsAllowed *cors.Cors
 	// closing ends when Close begins: readers of generations running
 	// elsewhere stop then.
 	closing      context.Context
@@ -186,11 +190,12 @@ func New(cfg Config) (*Server, error) {
 		readers:       map[string]int{},
 		tenantReaders: map[string]int{},
 	}
+	s.corsAllowed = newCORSMatcher(cfg.Settings.CORSOrigins)
 	s.closing, s.closeReaders = context.WithCancel(context.Background())
 	s.lag.measure = cfg.Journal.Lag
 	s.routes()
 	var err error
-	if s.handler, err = withCORS(s.cfg.CORSOrigins, s.mux); err != nil {
+	if s.handler, err = withCORS(s.cfg.CORSOrigins, confine(s.mux)); err != nil {
 		return nil, err
 	}
 	if s.cfg.ReadingSignal > 0 {

@@ -279,7 +279,7 @@ func TestUpstreamEventsNamedAsReprises(t *testing.T) {
 		"chat-body":     {chat, []string{chunk, "event: reprise.body\ndata: {\"x\":1}", "data: [DONE]"}, "upstream_bad_response"},
 		"chat-errchunk": {chat, []string{chunk, "event: error\n" + chunk, "data: [DONE]"}, "upstream_bad_response"},
 		"chat-errobj": {chat, []string{chunk, "event: error\ndata: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"code\":\"overloaded\"}}",
-			"data: [DONE]"}, "overloaded"},
+			"data: [DONE]"}, "upstream:overloaded"}, // reprise's own code, kept apart
 		"responses-reset": {responses, []string{"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"r\"}}",
 			"event: reset\ndata: {\"type\":\"response.created\"}", rdone}, "upstream_bad_response"},
 		"messages-reset": {messages, []string{start, "event: reset\ndata: {\"type\":\"ping\"}", stop}, "upstream_bad_response"},

@@ -77,3 +77,20 @@ func Known(code string) bool {
 	_, ok := catalogue[code]
 	return ok
 }
+
+// upstreamPrefix marks a code an upstream named that is one of the
+// catalogue's (which never holds a colon).
+const upstreamPrefix = "upstream:"
+
+// Foreign is the code an upstream's own error named code is kept under:
+// code itself, unless the catalogue has it (owner_lost, journal_failure,
+// upstream_timeout …), then "upstream:"+code — so that neither a reader of
+// a key's record nor reprise itself takes the upstream's error for one of
+// reprise's. upstream_error, the code reprise gives an upstream's error
+// that named none, stays as it is.
+func Foreign(code string) string {
+	if code == UpstreamError || !Known(code) {
+		return code
+	}
+	return upstreamPrefix + code
+}

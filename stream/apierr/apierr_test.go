@@ -79,3 +79,16 @@ func TestShouldRetry(t *testing.T) {
 		}
 	}
 }
+
+// TestForeign: an upstream's code that is one of the catalogue's is kept
+// apart from reprise's; any other, and upstream_error, as it is.
+func TestForeign(t *testing.T) {
+	for code, want := range map[string]string{
+		apierr.OwnerLost: "upstream:owner_lost", apierr.JournalFailure: "upstream:journal_failure", "upstream_timeout": "upstream:upstream_timeout",
+		apierr.UpstreamError: apierr.UpstreamError, "rate_limit_exceeded": "rate_limit_exceeded", "": "",
+	} {
+		if got := apierr.Foreign(code); got != want || apierr.Known(got) && got != apierr.UpstreamError {
+			t.Errorf("Foreign(%q) = %q, want %q", code, got, want)
+		}
+	}
+}

@@ -36,6 +36,9 @@ const (
 	// OriginNotAllowed answers a CORS preflight from an origin that is
 	// not in --cors-origins.
 	OriginNotAllowed = "cors_origin_not_allowed"
+	// InvalidPath refuses a request whose path could leave /v1/ or the
+	// upstream's base path: a dot segment or an encoded slash.
+	InvalidPath = "invalid_path"
 )
 
 // Codes a generation ends with (in its error event and its record).
@@ -81,6 +84,7 @@ var catalogue = map[string]Error{
 	NoStreaming:        {Status: http.StatusInternalServerError, Message: "the connection cannot stream"},
 	Overloaded:         {Status: http.StatusTooManyRequests, Message: "this instance is behind on its running generations and refuses new ones for now; retry after Retry-After (running generations, their readers, replays and resumes are served)", RetryAfter: 1},
 	OriginNotAllowed:   {Status: http.StatusForbidden, Message: "this origin may not call the proxy from a browser; add it to --cors-origins"},
+	InvalidPath:        {Status: http.StatusBadRequest, Message: "the request path may not hold dot segments (. or ..) or encoded slashes (%2F, %5C), nor leave /v1/"},
 
 	OwnerLost:      {Status: http.StatusBadGateway, Message: "the instance running this generation stopped before it completed"},
 	Cancelled:      {Status: http.StatusConflict, Message: "the generation was cancelled; no result was stored"},

@@ -173,6 +173,65 @@ func (u Upstream) serves(path, model string) bool {
 	}))
 }
 
+// ErrInvalidPath is returned by CleanPath, and by a call to the upstream,
+// for a request path that could leave /v1/ or the upstream's base path: one
+// not under /v1/, with a dot segment, or with an encoded slash or backslash.
+var ErrInvalidPath = errors.New("engine: request path is not confined to /v1/")
+
+// CleanPath returns the path, decoded, that a request whose path is escaped
+// (as the client sent it: url.URL.EscapedPath) is routed and forwarded by.
+// It refuses (ErrInvalidPath) a path that is not under /v1/, or has a
+// segment that is a dot segment ("." or "..", plain or percent-encoded, in
+// any case) or holds a slash or backslash once decoded (%2F, %5C) — decoded
+// once, or twice for an upstream that decodes again. What it accepts,
+// joined to any base (upstreamURL), stays under the base's /v1/ however the
+// upstream resolves it.
+func CleanPath(escaped string) (string, error) {
+	rest, ok := strings.CutPrefix(escaped, "/v1/")
+	if !ok {
+		return "", ErrInvalidPath
+	}
+	var b strings.Builder
+	b.Grow(len(escaped))
+	b.WriteString("/v1")
+	for seg := range strings.SplitSeq(rest, "/") {
+		dec, err := url.PathUnescape(seg)
+		if err != nil || !plainSegment(dec) {
+			return "", ErrInvalidPath
+		}
+		if strings.Contains(dec, "%") {
+			if twice, err := url.PathUnescape(dec); err == nil && !plainSegment(twice) {
+				return "", ErrInvalidPath
+			}
+		}
+		b.WriteByte('/')
+		b.WriteString(dec)
+	}
+	return b.String(), nil
+}
+
+// plainSegment reports whether a decoded path segment names itself: no dot
+// segment, no separator a server might split on.
+func plainSegment(s string) bool {
+	return s != "." && s != ".." && !strings.ContainsAny(s, `/\`)
+}
+
+// upstreamURL is the URL at base of a request for path (decoded, as
+// net/http and CleanPath give it): base's path, then path, escaped by
+// net/url — never resolved, so nothing is climbed. A path CleanPath would
+// refuse is ErrInvalidPath: every route that forwards goes through here.
+func upstreamURL(base *url.URL, path string) (*url.URL, error) {
+	esc := (&url.URL{Path: path}).EscapedPath()
+	if _, err := CleanPath(esc); err != nil {
+		return nil, err
+	}
+	u := *base
+	u.Path = strings.TrimSuffix(base.Path, "/") + path
+	u.RawPath = strings.TrimSuffix(base.EscapedPath(), "/") + esc
+	u.RawQuery, u.Fragment, u.RawFragment = "", "", ""
+	return &u, nil
+}
+
 // matchAny reports whether v matches one of patterns (any v, without
 // patterns).
 func matchAny(patterns []string, v string, match func(v, pattern string) bool) bool {

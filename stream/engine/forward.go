@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
 	"strings"
+	"sync"
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/resume"
@@ -44,29 +47,63 @@ func (Generic) Whole(string, []byte) bool { return true }
 // Shape implements Protocol.
 func (Generic) Shape() apierr.Shape { return apierr.OpenAI }
 
+// CallerShape is the error shape of a caller of path (decoded) whose
+// request headers are h: Anthropic's for an Anthropic client's call (its
+// Anthropic-Version header, a path under /v1/messages: count_tokens,
+// batches …) or a format of Anthropic's, else OpenAI's.
+func CallerShape(h http.Header, path string) apierr.Shape {
+	if h.Get("Anthropic-Version") != "" || strings.HasPrefix(path, "/v1/messages") {
+		return apierr.Anthropic
+	}
+	return ShapeOf(path)
+}
+
 // Forward passes r through to the upstream as it is — body streamed, the
 // answer flushed as it comes, status and headers kept — with the caller's
 // credential set as the decorator says. It neither journals nor retries:
-// it is for requests that carry no key.
+// it is for requests that carry no key. A path CleanPath refuses is 400
+// invalid_path; one no upstream serves is 502 no_upstream (configuration:
+// not to be retried); a body that could not be read whole (over a
+// http.MaxBytesReader's limit: 413, malformed: 400) is the caller's error,
+// not the upstream's.
 func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
-	up := e.cfg.Upstream
-	for _, u := range e.upstreams(r.URL.Path, "") { // the first whose breaker lets it be called
+	path, err := CleanPath(r.URL.EscapedPath())
+	if err != nil {
+		apierr.New(apierr.InvalidPath).WriteIn(w, CallerShape(r.Header, r.URL.Path))
+		return
+	}
+	shape := CallerShape(r.Header, path)
+	ups := e.upstreams(path, "")
+	if len(ups) == 0 {
+		w.Header().Set("X-Should-Retry", "false") // no upstream was called: a retry changes nothing
+		apierr.New(apierr.NoUpstream).WriteIn(w, shape)
+		return
+	}
+	up := ups[0]
+	for _, u := range ups { // the first whose breaker lets it be called
 		if !u.Policy.BreakerOpen() {
 			up = u
 			break
 		}
 	}
+	target, err := upstreamURL(up.URL, path)
+	if err != nil {
+		apierr.New(apierr.InvalidPath).WriteIn(w, shape)
+		return
+	}
+	var body *bodyReader
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &bodyReader{rc: r.Body}
+		r.Body = body
+	}
 	var trace classify.Trace // whether the request reached the upstream
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(), trace.ClientTrace()))
-			pr.SetURL(up.URL) // the base's path, then the request's; the query kept
+			pr.SetURL(up.URL) // the scheme, host and query
+			pr.Out.URL.Path, pr.Out.URL.RawPath = target.Path, target.RawPath
 			for _, h := range []string{"Authorization", "X-Api-Key", "Cookie", "Idempotency-Key"} {
 				pr.Out.Header.Del(h)
-			}
-			shape := apierr.OpenAI
-			if pr.In.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(pr.In.URL.Path, "/v1/messages") {
-				shape = apierr.Anthropic // an Anthropic client's call (count_tokens, models …)
 			}
 			up.Decorator.Decorate(pr.Out, pr.In.Header, shape)
 		},
@@ -82,6 +119,16 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return // the client left
 			}
+			if berr := body.Err(); berr != nil {
+				// The caller's body, not the upstream, failed the request.
+				var tooLarge *http.MaxBytesError
+				code := apierr.InvalidBody
+				if errors.As(berr, &tooLarge) {
+					code = apierr.TooLarge
+				}
+				apierr.New(code).WriteIn(w, shape)
+				return
+			}
 			// Sent or not decides, as for a generation: a request the
 			// upstream got without answering (--header-timeout) is 504
 			// upstream_timeout, which its client must not retry blindly.
@@ -92,8 +139,41 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 			if classify.Unanswered(code) {
 				w.Header().Set("X-Should-Retry", "false")
 			}
-			apierr.New(code).Write(w)
+			apierr.New(code).WriteIn(w, shape)
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// bodyReader is a request body that keeps the first error reading it
+// failed with (io.EOF aside): the transport reads it on a goroutine of its
+// own, and its error reaches the ReverseProxy only as a failed round trip.
+type bodyReader struct {
+	rc  io.ReadCloser
+	mu  sync.Mutex
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *bodyReader) Close() error { return b.rc.Close() }
+
+// Err is the error reading the body failed with; nil for no body.
+func (b *bodyReader) Err() error {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }

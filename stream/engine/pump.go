@@ -230,7 +230,7 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 	defer stall(nil)
 	ups, attempts := p.e.upstreams(p.g.Path, p.g.Model), 0
 	if len(ups) == 0 {
-		p.up = p.e.cfg.Upstream // its decorator redacts; nothing is sent
+		p.up = Upstream{Decorator: p.e.cfg.Upstream.Decorator} // unnamed: none was called (its decorator redacts)
 		return p.refuse(ctx, w, &classify.Error{Kind: classify.ErrFatal, Status: http.StatusBadGateway, Code: apierr.NoUpstream}, 0)
 	}
 	for i, up := range ups {
@@ -342,7 +342,10 @@ func (p *pump) shape() apierr.Shape { return p.g.Protocol.Shape() }
 
 func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 	up := p.up
-	u := up.URL.JoinPath(p.g.Path)
+	u, err := upstreamURL(up.URL, p.g.Path)
+	if err != nil {
+		return nil, err
+	}
 	u.RawQuery = p.g.Query
 	body := p.g.Body
 	if bg, ok := p.g.Protocol.(Backgrounder); ok && up.Background && p.g.Stream {

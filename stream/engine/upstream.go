@@ -97,7 +97,9 @@ func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(
 			}
 		}
 		if in.Failure != nil {
-			return n, usage, &failure{*in.Failure}
+			f := *in.Failure
+			f.Code = apierr.Foreign(f.Code) // never taken for one of reprise's own
+			return n, usage, &failure{f}
 		}
 		if in.Usage != nil {
 			u := in.Usage.Filled()
@@ -131,6 +133,7 @@ func upstreamError(ce *classify.Error) apierr.Error {
 	if json.Unmarshal(ce.Body, &v) == nil && v.Error != nil && v.Error.Message != "" {
 		e := *v.Error
 		e.Status = ce.Status
+		e.Code = apierr.Foreign(e.Code)
 		if e.Code == "" {
 			e.Code = apierr.UpstreamError
 		}

@@ -25,7 +25,9 @@ func TestReadUpstreamReservedNames(t *testing.T) {
 		{name: "chat error [DONE]", proto: Chat{}, body: chunk + "event: error\ndata: [DONE]\n\n", reserved: "error"},
 		{name: "chat error chunk", proto: Chat{}, body: "event: error\ndata: {\"choices\":[]}\n\ndata: [DONE]\n\n", reserved: "error"},
 		{name: "chat reprise.body", proto: Chat{}, body: "event: reprise.body\ndata: {}\n\ndata: [DONE]\n\n", reserved: "reprise.body"},
-		{name: "chat error event", proto: Chat{}, body: chunk + "event: error\ndata: {\"error\":{\"message\":\"boom\",\"code\":\"overloaded\"}}\n\n", failure: "overloaded"},
+		{name: "chat error event", proto: Chat{}, body: chunk + "event: error\ndata: {\"error\":{\"message\":\"boom\",\"code\":\"overloaded\"}}\n\n", failure: "upstream:overloaded"}, // reprise's own code, kept apart
+		{name: "chat error event owner_lost", proto: Chat{}, body: chunk + "event: error\ndata: {\"error\":{\"message\":\"x\",\"code\":\"owner_lost\"}}\n\n", failure: "upstream:owner_lost"},
+		{name: "chat error event own code", proto: Chat{}, body: chunk + "event: error\ndata: {\"error\":{\"message\":\"x\",\"code\":\"rate_limit_exceeded\"}}\n\n", failure: "rate_limit_exceeded"},
 		{name: "generic error event", proto: Generic{}, body: "event: error\ndata: {\"type\":\"error\",\"message\":\"boom\"}\n\n", failure: "upstream_error"},
 		{name: "generic error [DONE]", proto: Generic{}, body: "event: error\ndata: [DONE]\n\n", reserved: "error"},
 		{name: "responses reset", proto: Responses{}, body: "event: reset\ndata: {\"type\":\"reset\"}\n\n", reserved: "reset"},
