@@ -424,11 +424,11 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, tenant, id s
 		if ra := seconds(head.RetryAfter); ra > 0 && head.Status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))
 		}
-		if head.Status >= 400 && head.Attempts > 1 || apierr.Final(head.Status) || classify.Unanswered(head.Code) {
-			// reprise already retried, or a retry cannot help, or it
-			// would bill again: an SDK retrying on top would multiply the
-			// upstream's load for nothing (the OpenAI and Anthropic SDKs
-			// honour this header).
+		if head.Status >= 400 && head.Attempts > 1 || apierr.Final(head.Status) || classify.Unanswered(head.Code) || head.Code == apierr.NoUpstream {
+			// reprise already retried, or a retry cannot help (no upstream
+			// is configured for it), or it would bill again: an SDK
+			// retrying on top would multiply the upstream's load for
+			// nothing (the OpenAI and Anthropic SDKs honour this header).
 			w.Header().Set("X-Should-Retry", "false")
 		}
 		writeRaw(w, head.Status, head.ContentType, head.Body)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -181,6 +182,22 @@ func TestPassThroughNoRoute(t *testing.T) {
 	readBody(t, resp)
 	if got := claude.take(); len(got) != 1 || got[0].key != "sk-claude" {
 		t.Errorf("count_tokens reached claude as %+v", got)
+	}
+	// A journaled format no route serves: the same configuration error,
+	// streamed or not, keyed or not.
+	for _, stream := range []bool{false, true} {
+		for _, key := range []string{"", "k-noroute-" + strconv.FormatBool(stream)} {
+			h := []string{"Authorization", "Bearer pk-1"}
+			if key != "" {
+				h = append(h, "Idempotency-Key", key)
+			}
+			resp := do(t, "POST", e.URL+"/v1/responses", `{"model":"m","input":"hi","stream":`+strconv.FormatBool(stream)+`}`, h...)
+			testutil.ExpectAPIError(t, resp, http.StatusBadGateway, "no_upstream")
+			if resp.Header.Get("X-Should-Retry") != "false" || resp.Header.Get("Reprise-Upstream") != "" {
+				t.Errorf("POST /v1/responses (stream %v, key %q): X-Should-Retry %q, Reprise-Upstream %q; want false and none", stream, key,
+					resp.Header.Get("X-Should-Retry"), resp.Header.Get("Reprise-Upstream"))
+			}
+		}
 	}
 }
 
