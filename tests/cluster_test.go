@@ -87,8 +87,12 @@ func readAll(t *testing.T, resp *http.Response) []event { t.Helper(); return rea
 func TestClusterResumeAcrossInstances(t *testing.T) {
 	t.Parallel()
 	w := newClusterWorld(t)
-	a := startInstance(t, "A", w.c.urlsFrom(0), w.llmURL, instanceOptions{})
-	b := startInstance(t, "B", w.c.urlsFrom(1), w.llmURL, instanceOptions{})
+	// No owner dies here: a lease long enough that renewals starved on a
+	// loaded machine (a second under -race beside a CPU burner) are not
+	// taken for a death.
+	opts := instanceOptions{lease: 10 * time.Second}
+	a := startInstance(t, "A", w.c.urlsFrom(0), w.llmURL, opts)
+	b := startInstance(t, "B", w.c.urlsFrom(1), w.llmURL, opts)
 	modes := []struct {
 		name   string
 		resume func(key, body, last string) *http.Response
