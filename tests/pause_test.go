@@ -32,24 +32,13 @@ func TestNATSPauseRegeneratesNothing(t *testing.T) {
 	const keys = 6
 	pause := *pauseFlag
 	lease := pause * 2 / 7 // the pause lasts 3.5 leases
-	ns := startNATSServer(t)
-	link, err := newToxi().link(strings.TrimPrefix(ns.Server.ClientURL(), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(link.close)
-	g := newPauseGate(t)
-	for _, dir := range []string{"downstream", "upstream"} {
-		if err := link.add("pause_"+dir, pauseType, dir, map[string]any{"gate": g.name}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	natsURL, g := pausableNATS(t)
 	llm := mockllm.New(mockllm.Config{})
 	srv := httptest.NewServer(llm)
 	t.Cleanup(srv.Close)
 	hs := srv.URL
 	opts := instanceOptions{lease: lease, replicas: 1, grace: 2 * time.Second}
-	urls := []string{"nats://" + link.addr}
+	urls := []string{natsURL}
 	a := startInstance(t, "A", urls, hs, opts)
 	b := startInstance(t, "B", urls, hs, opts)
 	ctx := waitCtx(t, 90*time.Second)
@@ -119,6 +108,26 @@ func TestNATSPauseRegeneratesNothing(t *testing.T) {
 }
 
 var pauseFlag = flag.Duration("pause.for", 3500*time.Millisecond, "TestNATSPauseRegeneratesNothing: how long NATS is paused (3.5 leases)")
+
+// pausableNATS starts a JetStream server behind a link whose gate g holds
+// every byte both ways while held (g.hold, g.release): a NATS server paused.
+// It returns the URL instances connect to.
+func pausableNATS(t *testing.T) (url string, g *pauseGate) {
+	t.Helper()
+	ns := startNATSServer(t)
+	link, err := newToxi().link(strings.TrimPrefix(ns.Server.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.close)
+	g = newPauseGate(t)
+	for _, dir := range []string{"downstream", "upstream"} {
+		if err := link.add("pause_"+dir, pauseType, dir, map[string]any{"gate": g.name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return "nats://" + link.addr, g
+}
 
 // pauseType is a toxic that holds every byte while its gate is held:
 // nothing is lost, nothing passes, as when the far end is paused.

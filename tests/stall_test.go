@@ -28,18 +28,7 @@ import (
 // generated and billed a second answer.)
 func TestNATSStallSettlesLateAppends(t *testing.T) {
 	t.Parallel()
-	ns := startNATSServer(t)
-	link, err := newToxi().link(strings.TrimPrefix(ns.Server.ClientURL(), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(link.close)
-	g := newPauseGate(t)
-	for _, dir := range []string{"downstream", "upstream"} {
-		if err := link.add("pause_"+dir, pauseType, dir, map[string]any{"gate": g.name}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	natsURL, g := pausableNATS(t)
 	// The upstream answers its first event, then — once the test has
 	// stalled NATS — the rest and [DONE] at once.
 	const tokens = 5
@@ -67,7 +56,7 @@ func TestNATSStallSettlesLateAppends(t *testing.T) {
 		_, _ = io.WriteString(w, rest.String())
 	}))
 	t.Cleanup(up.Close)
-	a := startInstance(t, "A", []string{"nats://" + link.addr}, up.URL, instanceOptions{
+	a := startInstance(t, "A", []string{natsURL}, up.URL, instanceOptions{
 		lease: 10 * time.Second, replicas: 1, lenient: true,
 		configure: func(c *proxy.Config) { c.Journal.AppendTimeout = time.Second },
 	})
@@ -131,21 +120,10 @@ func TestNATSStallUnansweredStart(t *testing.T) {
 		t.Skip("stalls NATS for the record operations' retries (~13 s)")
 	}
 	t.Parallel()
-	ns := startNATSServer(t)
-	link, err := newToxi().link(strings.TrimPrefix(ns.Server.ClientURL(), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(link.close)
-	g := newPauseGate(t)
-	for _, dir := range []string{"downstream", "upstream"} {
-		if err := link.add("pause_"+dir, pauseType, dir, map[string]any{"gate": g.name}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	natsURL, g := pausableNATS(t)
 	llm := httptest.NewServer(mockllm.New(mockllm.Config{}))
 	t.Cleanup(llm.Close)
-	a := startInstance(t, "A", []string{"nats://" + link.addr}, llm.URL, instanceOptions{lease: 10 * time.Second, replicas: 1, lenient: true})
+	a := startInstance(t, "A", []string{natsURL}, llm.URL, instanceOptions{lease: 10 * time.Second, replicas: 1, lenient: true})
 	key := "k-stall-start"
 	body := chatBody(uniquePrompt(t, "[tokens=5]"), true)
 	g.hold()
