@@ -194,7 +194,7 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 			r.saveBy(settled, res.Usage, res.Cost)
 		}
 		r.Attached, r.AttachedBy = 0, nil
-		r.Owner, r.LeaseUntil = "", time.Time{}
+		r.Owner, r.LeaseUntil, r.Caller = "", time.Time{}, nil
 	}
 	// A store that does not answer (a NATS failover) is asked again until
 	// ctx ends: a generation whose result is not recorded is lost once the

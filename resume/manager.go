@@ -205,6 +205,11 @@ type Request struct {
 	// Content is the ContentID of a keyless request ("" for a key the
 	// client sent): the record keeps it (Record.Content).
 	Content string
+	// Caller is the caller, sealed (engine.Engine.SealCaller), for the
+	// generation's upstream calls made on another instance after its
+	// owner died; nil when they take nothing of it. The record keeps it
+	// while the generation runs (Record.Caller).
+	Caller []byte
 }
 
 // matches reports whether req is the request rec's key was first used
@@ -296,7 +301,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.LeaseUntil = now.Add(m.cfg.Lease)
 		rec.Events, rec.Status, rec.ContentType, rec.Error, rec.Usage, rec.Upstream = 0, 0, "", "", nil, ""
 		rec.Model, rec.Cost, rec.Attached, rec.Tenant = req.Model, nil, 0, TenantHash(req.Tenant)
-		rec.Stream = req.Stream
+		rec.Stream, rec.Caller = req.Stream, req.Caller
 		if req.Content != "" {
 			rec.Content = req.Content
 		}
@@ -325,6 +330,7 @@ func (m *Manager) create(ctx context.Context, req Request) (Outcome, bool, error
 		Key: req.Key, State: InProgress, Fingerprint: req.Fingerprint, BytesFingerprint: req.BytesFingerprint, Generation: 1,
 		Owner: m.cfg.Owner, LeaseUntil: now.Add(m.cfg.Lease), Path: req.Path, Stream: req.Stream, Model: req.Model,
 		Tenant: TenantHash(req.Tenant), CreatedAt: now, UpdatedAt: now, Attempt: newAttempt(), Content: req.Content,
+		Caller: req.Caller,
 	}
 	nrev, created, err := m.cfg.Store.Create(ctx, req.ID, rec.encode())
 	if err != nil {
@@ -445,12 +451,12 @@ func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Ti
 			attached = rec.Attached
 			rec.save(rec.Attached, res.Cost)
 			rec.Attached = 0
-			rec.Owner, rec.LeaseUntil = "", time.Time{}
+			rec.Owner, rec.LeaseUntil, rec.Caller = "", time.Time{}, nil
 			return rec, attached, nil
 		}
 	}
 	// The usage its owner kept (Lease.KeepUsage) is of a generation that
 	// did not complete: no result's.
-	rec.State, rec.Error, rec.Usage = Failed, OwnerLost, nil
+	rec.State, rec.Error, rec.Usage, rec.Caller = Failed, OwnerLost, nil, nil
 	return rec, 0, nil
 }

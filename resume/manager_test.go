@@ -1276,3 +1276,35 @@ func TestRecordTenantModel(t *testing.T) {
 		t.Fatalf("generation 2's record %+v, want tenant %q, model mock-2, no usage", s, want)
 	}
 }
+
+// TestCallerKeptWhileRunning: the sealed caller a generation starts with
+// is in its record while it runs (an adopter makes its upstream calls with
+// it), is replaced by the next generation's, and is dropped when it ends.
+func TestCallerKeptWhileRunning(t *testing.T) {
+	store := newStore(t)
+	clk := newClock()
+	m := newManager(t, store, "owner-a", 0, clk.Now)
+	req := request(t.Name(), "body")
+	req.Caller = []byte("sealed-1")
+	l := mustStart(t, m, req)
+	if rec := stored(t, store, req.ID); string(rec.Caller) != "sealed-1" {
+		t.Fatalf("running generation's record keeps caller %q, want sealed-1", rec.Caller)
+	}
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed, Error: "upstream_error"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := stored(t, store, req.ID); rec.Caller != nil {
+		t.Fatalf("finished generation's record keeps caller %q", rec.Caller)
+	}
+	req.Caller = []byte("sealed-2")
+	l = mustStart(t, m, req)
+	if rec := stored(t, store, req.ID); rec.Generation != 2 || string(rec.Caller) != "sealed-2" {
+		t.Fatalf("generation %d keeps caller %q, want generation 2's sealed-2", rec.Generation, rec.Caller)
+	}
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Completed, Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := stored(t, store, req.ID); rec.Caller != nil {
+		t.Fatalf("completed record keeps caller %q", rec.Caller)
+	}
+}

@@ -75,7 +75,12 @@ type Record struct {
 	// Content is the ContentID of the keyless request the key was made
 	// for, "" for a key a client sent: a reader that receives the result
 	// tells the keyless index so (Manager.Received).
-	Content   string    `json:"content,omitempty"`
+	Content string `json:"content,omitempty"`
+	// Caller is what the upstream calls of a generation in progress take
+	// of its caller (Request.Caller), sealed: an instance that takes the
+	// generation over after its owner died makes them with it. Dropped
+	// when the generation ends.
+	Caller    []byte    `json:"caller,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

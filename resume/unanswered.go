@@ -74,6 +74,7 @@ func (m *Manager) withdraw(ctx context.Context, id, attempt string) error {
 		return nil // another request's, or already settled
 	}
 	rec.State, rec.Error, rec.Owner, rec.LeaseUntil, rec.UpdatedAt = Failed, Unanswered, "", time.Time{}, m.cfg.Now()
+	rec.Caller = nil
 	if _, ok, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev); err != nil {
 		return err
 	} else if !ok {

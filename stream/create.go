@@ -152,6 +152,7 @@ func (s *Server) decide(r *http.Request, tenant, key, fp, bfp string, stream boo
 		ID: resume.StreamID(tenant, key), Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp,
 		Stream: stream, Model: model, Tenant: tenant,
 	}
+	req.Caller = s.engine.SealCaller(req.ID, req.Path, r.Header)
 	if kl != nil {
 		req.Content = kl.cid
 	}

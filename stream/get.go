@@ -235,9 +235,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 	timed := s.timed(r)
 	if r.Method == http.MethodGet {
 		if c := s.detached.Take(w, r); c != nil {
-			caller := s.adoptionCaller(r, rec)
 			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
-				ctx = engine.WithCaller(ctx, caller)
 				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout, s.cfg.SSERetry)
 				if out == nil {
 					return // a detached connection always streams
@@ -287,17 +285,6 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 	}
 }
 
-// adoptionCaller is what a reader served apart from its request (the
-// request is over for net/http) keeps of it for engine.WithCaller: a copy
-// of its headers when a generation of rec's path can be adopted here
-// (background mode), else nil — a copy costs an idle reader ~0.5 KB.
-func (s *Server) adoptionCaller(r *http.Request, rec resume.Record) http.Header {
-	if !s.engine.Adopts(rec.Path) {
-		return nil
-	}
-	return r.Header.Clone()
-}
-
 // tellCut tells a reader that this instance cuts it (it is closing) with
 // an error event: shutting_down, retryable, and without an id, so the
 // client's cursor stays on the last event it got and a resume (on another
@@ -342,12 +329,10 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id stri
 		release()
 		return // the upgrader answered the client
 	}
-	caller := s.adoptionCaller(r, rec)
 	conn.SetReadLimit(s.cfg.MaxWSMessage)
 	out := s.timed(r)(&wsWriter{conn: conn, timeout: s.cfg.WriteTimeout})
 	serve := func(ctx context.Context) {
 		defer release()
-		ctx = engine.WithCaller(ctx, caller)
 		s.followWS(ctx, conn, out, id, rec, cur)
 	}
 	if !s.detached.Track(serve) {

@@ -258,7 +258,6 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r = r.WithContext(engine.WithCaller(r.Context(), r.Header)) // whose credential a generation adopted for it uses
 	s.logAccess(w, withArrival(r), s.handler)
 }
 

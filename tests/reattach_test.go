@@ -143,6 +143,80 @@ func TestOwnerKilledReattach(t *testing.T) {
 	}
 }
 
+// TestOwnerKilledReattachCapabilityReader: the first to find a background
+// generation's owner dead is a reader of its Location by capability token
+// — without a credential (EventSource, <audio>), or with one of another
+// tenant's. The upstream is still asked for the rest with the generation's
+// own caller's credential, kept sealed in its record: one generation,
+// completed, billed once.
+func TestOwnerKilledReattachCapabilityReader(t *testing.T) {
+	// Not parallel: it SIGKILLs reprise processes and waits for their 1 s lease.
+	if testing.Short() {
+		t.Skip("builds and kills a reprise binary")
+	}
+	const bearer = "Bearer sk-reattach-owner"
+	for _, tc := range []struct {
+		name   string
+		header []string // the reader's
+	}{
+		{"no credential", nil},
+		{"another tenant", []string{"Authorization", "Bearer sk-someone-else"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The upstream keeps each background response for the account
+			// that made it, as OpenAI does: another credential gets 404.
+			fake := mockllm.New(mockllm.Config{TokenDelay: 2 * time.Millisecond, Background: true})
+			var mu sync.Mutex
+			var asked []string
+			upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasPrefix(r.URL.Path, responsesPath+"/") {
+					mu.Lock()
+					asked = append(asked, r.Method+" "+r.Header.Get("Authorization"))
+					mu.Unlock()
+					if r.Header.Get("Authorization") != bearer {
+						http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error"}}`, http.StatusNotFound)
+						return
+					}
+				}
+				fake.ServeHTTP(w, r)
+			})
+			e := newEnv(t, withNATSPort(), withLease(time.Second), withUpstream(upstream), withConfig(func(c *proxy.Config) { c.UpstreamBackground = true }))
+			a := startProcess(t, e, "--upstream-background")
+			prompt := uniquePrompt(t, "[tokens=300] [delay=10ms]")
+			key := "k-reattach-cap-" + strings.ReplaceAll(tc.name, " ", "-")
+			resp := do(t, "POST", a.URL+responsesPath, responsesBody(prompt, true), "Idempotency-Key", key, "Authorization", bearer)
+			loc := resp.Header.Get("Location")
+			if !strings.Contains(loc, "token=") {
+				t.Fatalf("Location %q carries no capability token", loc)
+			}
+			first := readEvents(t, resp, 5)
+			if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			rest := readEvents(t, do(t, "GET", e.URL+loc, "", append([]string{"Last-Event-ID", lastID(first)}, tc.header...)...), -1)
+			all := append(first, rest...)
+			checkUnique(t, all)
+			if last := lastEvent(t, all); last.Type != "response.completed" {
+				t.Fatalf("last event %s %s, want response.completed", last.Type, last.Data)
+			}
+			if g := testutil.Settled(t, fake.Ledger(), prompt, 1); g.Generations != 1 || g.Completed != 1 {
+				t.Fatalf("ledger %+v, want one generation, completed", g)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(asked) == 0 {
+				t.Fatal("the upstream was never asked to resume")
+			}
+			for _, a := range asked {
+				if a != "GET "+bearer {
+					t.Errorf("the upstream was asked %q, want only resumes with the generation's caller's credential", asked)
+					break
+				}
+			}
+		})
+	}
+}
+
 // TestOwnerKilledReattachFails: when the upstream cannot give the stream
 // again — it answers the resume 404, or has no background mode at all —
 // the generation ends as without --upstream-background: owner_lost, and
@@ -190,8 +264,15 @@ func TestOwnerKilledReattachFails(t *testing.T) {
 			if lastEvent(t, evs).Type != "response.completed" {
 				t.Fatalf("regeneration ends with %s", lastEvent(t, evs).Type)
 			}
-			if g := testutil.Settled(t, fake.Ledger(), prompt, 2); g.Generations != 2 {
+			g := testutil.Settled(t, fake.Ledger(), prompt, 2)
+			if g.Generations != 2 {
 				t.Fatalf("ledger %+v, want the killed generation and its regeneration", g)
+			}
+			// A response the upstream did not give again may still run there:
+			// it is cancelled before the key generates again, or it would
+			// complete (and bill) beside the regeneration.
+			if want := 1; tc.background && g.Completed != want {
+				t.Errorf("ledger %+v: %d generations completed, want %d (the first cancelled when its resume failed)", g, g.Completed, want)
 			}
 		})
 	}

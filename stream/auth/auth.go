@@ -9,6 +9,7 @@
 package auth
 
 import (
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -78,6 +79,7 @@ type Config struct {
 type Auth struct {
 	cfg       Config
 	proxyKeys map[string]bool // tenant ids of the static proxy keys
+	aead      cipher.AEAD     // Seal's
 }
 
 // New returns an Auth.
@@ -99,7 +101,7 @@ func New(cfg Config) (*Auth, error) {
 	if cfg.CapabilityTTL <= 0 {
 		cfg.CapabilityTTL = DefaultCapabilityTTL
 	}
-	a := &Auth{cfg: cfg, proxyKeys: map[string]bool{}}
+	a := &Auth{cfg: cfg, proxyKeys: map[string]bool{}, aead: sealer(cfg.Secret)}
 	for _, k := range cfg.ProxyKeys {
 		a.proxyKeys[a.TenantOf(k)] = true
 	}

@@ -89,6 +89,12 @@ type Decorator interface {
 	// RedactResponse cleans an upstream answer before it is read: its
 	// headers, and its body as it streams.
 	RedactResponse(resp *http.Response)
+	// Seal returns what Decorate takes of caller, sealed for the key of
+	// stream id id (nil when it takes nothing): kept in the key's record,
+	// so that an instance taking its generation over calls the upstream
+	// as its caller did (reattach.go). Open opens it.
+	Seal(id string, caller http.Header) []byte
+	Open(id string, sealed []byte) (http.Header, error)
 }
 
 // Namer remembers the upstream's own id of a generation (a Responses

@@ -127,34 +127,38 @@ func (e *Engine) Adoptable(ctx context.Context, id string, rec resume.Record) bo
 }
 
 // Adopts reports whether a generation of path whose owner died can be
-// adopted here (an upstream serving it runs background mode): only then
-// does a request need to carry its caller's headers (WithCaller).
+// adopted here: an upstream serving it runs background mode.
 func (e *Engine) Adopts(path string) bool { return len(e.backgrounds(path)) > 0 }
 
-// callerKey is the context key of WithCaller's headers.
-type callerKey struct{}
-
-// WithCaller returns ctx carrying the request headers of its caller: a
-// generation that request finds its owner lost and adopts (Adopt) asks the
-// upstream with that caller's credential (Decorator) — the dead owner's
-// caller's is gone with it, and a caller of the key is one of its tenant.
-// A nil h leaves ctx as it is.
-func WithCaller(ctx context.Context, h http.Header) context.Context {
-	if h == nil {
-		return ctx
+// SealCaller returns what the upstream calls of a generation of path take
+// of its caller, sealed for the key of stream id id (resume.Request.Caller):
+// when another instance may take the generation over (Adopts), it asks the
+// upstream as the generation's caller — not as whoever finds its owner
+// dead (a capability URL's reader without a credential, or of another
+// tenant). Nil otherwise.
+func (e *Engine) SealCaller(id, path string, caller http.Header) []byte {
+	ups := e.backgrounds(path)
+	if len(ups) == 0 {
+		return nil
 	}
-	return context.WithValue(ctx, callerKey{}, h)
+	return ups[0].Decorator.Seal(id, caller)
 }
 
 // Adopt implements resume.Adopter: a pump continues the generation, on
-// behalf of ctx's caller (WithCaller). Its tail is not shown to readers (it
-// holds only what it appends): readers here follow the journal, as on any
-// other instance.
+// behalf of its caller (the record's, SealCaller). Its tail is not shown to
+// readers (it holds only what it appends): readers here follow the
+// journal, as on any other instance.
 func (e *Engine) Adopt(ctx context.Context, id string, rec resume.Record, lease *resume.Lease) {
 	proto, _ := ProtocolOf(rec.Path)
-	caller, _ := ctx.Value(callerKey{}).(http.Header)
+	var caller http.Header
+	if ups := e.backgrounds(rec.Path); len(ups) > 0 {
+		var err error
+		if caller, err = ups[0].Decorator.Open(id, rec.Caller); err != nil {
+			e.cfg.Logger.Warn("the caller of an adopted generation was not restored", "key_id", id, "err", err)
+		}
+	}
 	g := Generation{Key: rec.Key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: lease, Protocol: proto,
-		Model: rec.Model, Stream: true, Path: rec.Path, Header: caller.Clone()}
+		Model: rec.Model, Stream: true, Path: rec.Path, Header: caller}
 	p := &pump{e: e, g: g, tail: newTail(), log: e.cfg.Logger.With("key_id", id), tenant: rec.Tenant, adopted: true}
 	if err := e.startPump(p); err != nil {
 		go func() {
@@ -231,15 +235,19 @@ func (p *pump) reattach(ctx context.Context, sink func(journal.Event)) (w *journ
 // resume journals the upstream's stream of response id after the event of
 // sequence number after, asking the upstreams in background mode in turn;
 // when none gives it, the generation ends with owner_lost, as it would have
-// without background mode.
+// without background mode — once each upstream asked was told to cancel
+// the response: one that failed to give a stream it still runs would
+// generate (and bill) on beside the key's next generation.
 func (p *pump) resume(ctx context.Context, w *journal.Writer, bg Backgrounder, id string, after uint64) resume.Result {
 	ctx, cancel := context.WithTimeout(ctx, p.e.cfg.Limits.MaxGeneration)
 	defer cancel()
 	streamCtx, stall := context.WithCancelCause(ctx)
 	defer stall(nil)
 	path, query := bg.Resume(id, after)
+	var asked []Upstream
 	for _, up := range p.e.backgrounds(p.g.Path) {
 		p.up = up
+		asked = append(asked, up)
 		resp, release, _, err := p.call(streamCtx, up, p.bareRequest(http.MethodGet, path, query))
 		if err != nil {
 			p.log.Warn("the upstream did not resume the generation", "upstream", up.Name, "response", id, "err", err)
@@ -257,6 +265,10 @@ func (p *pump) resume(ctx context.Context, w *journal.Writer, bg Backgrounder, i
 		res := p.events(ctx, streamCtx, w, resp.Body, stall)
 		res.Upstream = up.Name
 		return res
+	}
+	for _, up := range asked {
+		p.up = up
+		p.cancelBackground(ctx)
 	}
 	e := apierr.New(apierr.OwnerLost)
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
