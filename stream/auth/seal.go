@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 )
 
@@ -75,7 +74,7 @@ func (a *Auth) Open(id string, sealed []byte) (http.Header, error) {
 	}
 	var h http.Header
 	if err := json.Unmarshal(plain, &h); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSealed, err)
+		return nil, ErrSealed
 	}
 	return h, nil
 }
