@@ -37,6 +37,10 @@ type EmbeddedConfig struct {
 	Routes []string
 	// ServerName is the node's name. Default "reprise".
 	ServerName string
+	// MaxStore caps the bytes JetStream stores on disk; past it writes are
+	// refused (ErrStoreFull). Default 0: NATS's own, three quarters of the
+	// volume's free space when it starts.
+	MaxStore int64
 }
 
 // Embedded is an in-process nats-server with JetStream.
@@ -94,6 +98,9 @@ func startServer(cfg EmbeddedConfig) (*server.Server, error) {
 		Port:       cfg.Port,
 		Host:       "127.0.0.1",
 		DontListen: cfg.Port == 0,
+		// JetStreamMaxStore 0 lets NATS size it; it takes a negative for
+		// "unlimited", which reprise does not offer.
+		JetStreamMaxStore: cfg.MaxStore,
 	}
 	if cfg.Cluster != nil {
 		opts.Cluster = *cfg.Cluster

@@ -147,6 +147,7 @@ type Journal struct {
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
 	appendErrors                              atomic.Uint64
+	full                                      atomic.Bool // the last write was refused for want of storage (full.go)
 }
 
 // Stats counts the failures the journal rode out by trying again, and
@@ -317,7 +318,7 @@ func (j *Journal) Ready(ctx context.Context) error {
 	if info.Cluster != nil && info.Cluster.Leader == "" {
 		return errors.New("journal: not ready: the stream has no leader")
 	}
-	return nil
+	return j.writable(ctx)
 }
 
 // Last returns the last stored event of a generation (its end marker once

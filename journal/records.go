@@ -40,7 +40,7 @@ func (j *Journal) Create(ctx context.Context, id string, value []byte) (rev uint
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, false, nil
 	}
-	if err != nil {
+	if err = j.wrote(err); err != nil {
 		return 0, false, fmt.Errorf("journal: create record: %w", err)
 	}
 	return rev, true, nil
@@ -56,7 +56,7 @@ func (j *Journal) Update(ctx context.Context, id string, value []byte, rev uint6
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, false, nil
 	}
-	if err != nil {
+	if err = j.wrote(err); err != nil {
 		return 0, false, fmt.Errorf("journal: update record: %w", err)
 	}
 	return nrev, true, nil

@@ -378,8 +378,9 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, 
 		return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, ctx.Err())
 	case err != nil:
 		w.j.appendErrors.Add(1)
-		return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, err)
+		return 0, fmt.Errorf("journal: append %d..%d: %w", first, last, w.j.wrote(err))
 	}
+	_ = w.j.wrote(nil)
 	if w.j.cfg.OnAppend != nil {
 		w.j.cfg.OnAppend(time.Since(start))
 	}
@@ -387,9 +388,9 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, 
 }
 
 // appendRetryable: a message is sent again after anything but a fence, a
-// message too large for the server, or a closed connection.
+// message too large for the server, a full store, or a closed connection.
 func appendRetryable(err error) bool {
-	return !errors.Is(err, ErrFenced) && !errors.Is(err, nats.ErrMaxPayload) && !errors.Is(err, nats.ErrConnectionClosed)
+	return !errors.Is(err, ErrFenced) && !errors.Is(err, nats.ErrMaxPayload) && !errors.Is(err, nats.ErrConnectionClosed) && !isFull(err)
 }
 
 // Unanswered reports whether an append that failed with err may have been
@@ -446,12 +447,13 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 		ack, err := j.js.PublishMsg(ctx, encode(ref.subject(), sealWriter, evs),
 			jetstream.WithExpectLastSequencePerSubject(lastSeq), jetstream.WithRetryAttempts(0))
 		if err == nil {
+			_ = j.wrote(nil)
 			end := evs[len(evs)-1]
 			end.Seq = ack.Sequence
 			return end, nil
 		}
 		if !isWrongLast(err) {
-			return Event{}, fmt.Errorf("journal: seal: %w", err)
+			return Event{}, fmt.Errorf("journal: seal: %w", j.wrote(err))
 		}
 		// Something was stored meanwhile (or a replica behind the leader
 		// answered): look again.

@@ -142,7 +142,11 @@ func (s watchedStore) Update(ctx context.Context, id string, value []byte, rev u
 func (m *Manager) lapsed(id string, rec Record, rev uint64, now time.Time) bool {
 	if rec.State != InProgress {
 		m.contact.forget(id)
+		m.gaveUp.forget(id)
 		return false
+	}
+	if rec.Owner == m.cfg.Owner && m.gaveUp.has(id, rec) {
+		return true
 	}
 	if !rec.Expired(now) {
 		m.contact.sighted(id, rev, now)

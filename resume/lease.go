@@ -203,8 +203,9 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	rp := retrypolicy.NewBuilder[any]().
 		HandleIf(func(_ any, err error) bool {
 			// ErrContended too: duplicates counting themselves (Duplicate)
-			// write the record while it runs.
-			return err != nil && !errors.Is(err, ErrFenced)
+			// write the record while it runs. Not a write the store
+			// refused for good (it is full).
+			return err != nil && !errors.Is(err, ErrFenced) && !refused(err)
 		}).
 		WithBackoff(100*time.Millisecond, 2*time.Second).
 		WithMaxAttempts(-1).
@@ -224,7 +225,11 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 	if err == nil {
 		l.settled = settled
 	}
+	attempt := l.rec.Attempt
 	l.mu.Unlock()
+	if err != nil && !errors.Is(err, ErrFenced) {
+		l.m.gaveUp.add(l.id, attempt)
+	}
 	return err
 }
 
@@ -236,7 +241,9 @@ func (l *Lease) Abandon() {
 	l.halt()
 	l.mu.Lock()
 	l.done = true
+	attempt := l.rec.Attempt
 	l.mu.Unlock()
+	l.m.gaveUp.add(l.id, attempt)
 }
 
 // Settled is the requests, by kind, served from the generation while it

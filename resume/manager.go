@@ -97,6 +97,7 @@ type Manager struct {
 	adopter  Adopter      // nil: none is adopted
 	salvager Salvager     // nil: none is salvaged
 	watched  atomic.Int64 // writes that got no answer, watched (unanswered.go)
+	gaveUp   gaveUp       // generations this instance gave up on (gaveup.go)
 }
 
 // SetSalvager makes s asked about every generation whose owner's lease ran

@@ -99,7 +99,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		return
 	case err != nil:
 		s.log.Error("resume decision failed", "err", err)
-		fail(w, r, apierr.New(apierr.Unavailable))
+		fail(w, r, unavailable(err))
 		return
 	}
 	rec := out.Record

@@ -92,7 +92,7 @@ func (s *Server) readerRecord(w http.ResponseWriter, r *http.Request, key string
 		fail(w, r, apierr.New(apierr.KeyNotFound))
 		return "", "", rec, false
 	case err != nil:
-		fail(w, r, apierr.New(apierr.Unavailable))
+		fail(w, r, unavailable(err))
 		return "", "", rec, false
 	}
 	return tenant, id, rec, true

@@ -265,11 +265,20 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.journal.Ready(ctx); err != nil {
-		apierr.New(apierr.Unavailable).Write(w)
+		unavailable(err).Write(w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ready"}`))
+}
+
+// unavailable is the error for a request the journal failed (err): its
+// store full, or not available.
+func unavailable(err error) apierr.Error {
+	if errors.Is(err, journal.ErrStoreFull) {
+		return apierr.New(apierr.JournalFull)
+	}
+	return apierr.New(apierr.Unavailable)
 }
 
 // Close ends the readers. Readers of a generation running on another

@@ -46,7 +46,8 @@ type env struct {
 type envOptions struct {
 	lease      time.Duration
 	attachWait time.Duration
-	natsPort   int // 0: in-process only; -1: a random TCP port
+	natsPort   int   // 0: in-process only; -1: a random TCP port
+	maxStore   int64 // the embedded JetStream's disk cap (0: NATS's default)
 	tokenDelay time.Duration
 	// demoModel: the fake model as `go run ./cmd/reprise` serves it
 	// (readable text, 120 tokens), for the page's screenshot.
@@ -70,6 +71,7 @@ type envOption func(*envOptions)
 func withLease(d time.Duration) envOption      { return func(o *envOptions) { o.lease = d } }
 func withAttachWait(d time.Duration) envOption { return func(o *envOptions) { o.attachWait = d } }
 func withNATSPort() envOption                  { return func(o *envOptions) { o.natsPort = -1 } }
+func withMaxStore(n int64) envOption           { return func(o *envOptions) { o.maxStore = n } }
 func withTokenDelay(d time.Duration) envOption { return func(o *envOptions) { o.tokenDelay = d } }
 func withDemoModel() envOption                 { return func(o *envOptions) { o.demoModel = true } }
 func withAbandon() envOption                   { return func(o *envOptions) { o.abandon = true } }
@@ -119,7 +121,7 @@ func newEnv(tb testing.TB, opts ...envOption) *env {
 
 func (e *env) startNATS() {
 	e.tb.Helper()
-	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: e.dir, Port: e.opt.natsPort})
+	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: e.dir, Port: e.opt.natsPort, MaxStore: e.opt.maxStore})
 	if err != nil {
 		e.tb.Fatal(err)
 	}

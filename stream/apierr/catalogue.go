@@ -27,8 +27,10 @@ const (
 	BadRange           = "invalid_range"
 	Unsatisfiable      = "range_not_satisfiable"
 	Unavailable        = "journal_unavailable"
-	ShuttingDown       = "shutting_down"
-	NoStreaming        = "streaming_unsupported"
+	// JournalFull: JetStream refuses writes, its store full (journal.ErrStoreFull).
+	JournalFull  = "journal_full"
+	ShuttingDown = "shutting_down"
+	NoStreaming  = "streaming_unsupported"
 	// Overloaded refuses a new generation while the instance's journal is
 	// behind (stream.Settings.ShedLag); attaches, replays and resumes are
 	// still served.
@@ -80,6 +82,7 @@ var catalogue = map[string]Error{
 	BadRange:           {Status: http.StatusBadRequest, Message: "the Range header is malformed; want bytes=<first>-[<last>] or bytes=-<suffix>"},
 	Unsatisfiable:      {Status: http.StatusRequestedRangeNotSatisfiable, Message: "the Range is outside the stored result"},
 	Unavailable:        {Status: http.StatusServiceUnavailable, Message: "the journal is not available", RetryAfter: 1},
+	JournalFull:        {Status: http.StatusServiceUnavailable, Message: "the journal's store is full: nothing new is stored until space is freed (old events expire) or its limit is raised", RetryAfter: 10},
 	ShuttingDown:       {Status: http.StatusServiceUnavailable, Message: "this instance is shutting down", RetryAfter: 1},
 	NoStreaming:        {Status: http.StatusInternalServerError, Message: "the connection cannot stream"},
 	Overloaded:         {Status: http.StatusTooManyRequests, Message: "this instance is behind on its running generations and refuses new ones for now; retry after Retry-After (running generations, their readers, replays and resumes are served)", RetryAfter: 1},

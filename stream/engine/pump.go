@@ -151,10 +151,14 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 	case err != nil && !journal.Unanswered(err):
 		// JetStream refused the message: nothing more of it is stored.
 		p.log.Error("journal append failed", "gen", p.g.Ref.Gen, "err", err)
-		res = resume.Result{State: resume.Failed, Error: apierr.JournalFailure, Usage: res.Usage, Basis: res.Basis,
+		code := apierr.JournalFailure
+		if errors.Is(err, journal.ErrStoreFull) {
+			code = apierr.JournalFull
+		}
+		res = resume.Result{State: resume.Failed, Error: code, Usage: res.Usage, Basis: res.Basis,
 			Events: min(res.Events, w.Stored())} // only what a reader can get
 		// Readers here get the reason, though this writer could not store it.
-		p.tail.fail(apierr.New(apierr.JournalFailure).BodyIn(p.shape()))
+		p.tail.fail(apierr.New(code).BodyIn(p.shape()))
 	case err != nil:
 		// The writer gave up, not knowing what it stored: the journal
 		// settles it (settle.go).
