@@ -33,6 +33,9 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, err := range check(".", facts(t)) {
 		t.Error(err)
 	}
+	if b, err := os.ReadFile("../../docs/scaling.md"); err != nil || !strings.Contains(string(b), "(../deploy/kubernetes/README.md)") {
+		t.Errorf("docs/scaling.md should link to deploy/kubernetes/README.md (%v)", err)
+	}
 }
 
 // TestKubernetesBrokenManifests breaks the manifests one way at a time, in
