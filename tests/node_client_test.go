@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -113,7 +114,8 @@ func checkJSCases(t *testing.T, e *env, cases []*jsCase) {
 }
 
 // runJS runs a command of the Node tests in dir, with env added, and
-// fails with its output if it fails.
+// returns its standard output; it fails with both outputs if the command
+// fails.
 func runJS(t *testing.T, dir string, env []string, name string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -121,11 +123,12 @@ func runJS(t *testing.T, dir string, env []string, name string, args ...string) 
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), append([]string{"NO_COLOR=1"}, env...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s (in %s): %v\n%s", filepath.Base(name), strings.Join(args, " "), dir, err, out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s (in %s): %v\n%s\n%s", filepath.Base(name), strings.Join(args, " "), dir, err, stdout.String(), stderr.String())
 	}
-	return string(out)
+	return stdout.String()
 }
 
 // TestJSClientNode runs tests/js (node --test) with web/client/reprise.js
@@ -194,7 +197,7 @@ func TestJSPackage(t *testing.T) {
 			Path string `json:"path"`
 		} `json:"files"`
 	}
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "["):]), &packed); err != nil || len(packed) != 1 {
+	if err := json.Unmarshal([]byte(out), &packed); err != nil || len(packed) != 1 {
 		t.Fatalf("npm pack --json: %v\n%s", err, out)
 	}
 	var files []string
