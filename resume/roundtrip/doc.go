@@ -22,7 +22,10 @@
 // origin the caller did not send it to. A redirect answering a
 // reconnection is not followed: it ends the stream with [ErrResume].
 //
-// It owns nothing on the server: the proxy's documented contract (the
-// README's "Client helpers" section, docs/security.md) is all it relies
-// on. web/client/reprise.js is the same helper for JavaScript.
+// It owns nothing on the server: the proxy's documented contract is all it
+// relies on, in README.md ("Client helpers: streams that resume by
+// themselves", with a Go snippet that builds as written) and
+// docs/security.md ("Client helpers and other origins"). The same helper
+// for JavaScript is the npm package in web/client (web/client/reprise.js,
+// served by reprise at /reprise.js).
 package roundtrip

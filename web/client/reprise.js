@@ -22,6 +22,9 @@
 // reconnection is not followed: it ends the stream with a ResumeError.
 //
 // A plain ES module, no dependencies: Node 18+, Deno, Bun and browsers.
+// It is also the npm package @reprise-dev/client (package.json here): this
+// file for import, reprise.cjs for require(), which build.mjs writes from
+// it (run node build.mjs after an edit), and the types in reprise.d.ts.
 
 const STREAMING = /\/v1\/(chat\/completions|responses|messages|audio\/speech)\/?$/;
 
