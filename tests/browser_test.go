@@ -31,31 +31,11 @@ import (
 // otherwise the screenshot goes to the temp directory.
 func TestBrowserDemo(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("browser test skipped in -short mode")
-	}
-	chromium := webtest.FindChromium()
-	if chromium == "" {
-		t.Skip("no Chromium: /usr/bin/chromium is absent and none of chromium, chromium-browser, google-chrome is in PATH")
-	}
+	chromium := needChromium(t)
 
 	e := newEnv(t, withTokenDelay(15*time.Millisecond))
 	web.Mount(e.p)
-
-	// Start stops the browser in a t.Cleanup registered after newEnv's, so
-	// the browser stops before the proxy closes.
-	p := &demoPage{
-		Browser: webtest.Start(t, webtest.Config{
-			ExecPath:      chromium,
-			TempDirPrefix: "reprise-tests-chromium-",
-			StartTimeout:  20 * time.Second,
-			Options: []chromedp.ExecAllocatorOption{
-				chromedp.WindowSize(1280, 1000),
-				chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
-			},
-		}),
-		base: e.URL,
-	}
+	p := newDemoPage(t, chromium, e.URL)
 	// Leave the page before the proxy closes, so that its EventSource and
 	// status polls stop first (deferred calls run before t.Cleanup).
 	defer func() { _ = p.run(5*time.Second, chromedp.Navigate("about:blank")) }()
@@ -375,10 +355,47 @@ func formatThousands(n int) string {
 	return s
 }
 
+// needChromium returns the browser to drive the page with. Without one the
+// test skips, or fails when CI is set; in -short mode it skips.
+func needChromium(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode")
+	}
+	chromium := webtest.FindChromium()
+	if chromium == "" {
+		const msg = "no Chromium: /usr/bin/chromium is absent and none of chromium, chromium-browser, google-chrome is in PATH (apt-get install chromium)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + "; CI is set")
+		}
+		t.Skip(msg + "; CI=1 makes this a failure")
+	}
+	return chromium
+}
+
 // demoPage is the tab that shows the demo page.
 type demoPage struct {
 	*webtest.Browser
 	base string
+}
+
+// newDemoPage starts chromium headless and returns its tab, to show the
+// pages of base. The browser stops in a t.Cleanup registered after those
+// of the caller's environment, so it stops before the proxy closes.
+func newDemoPage(t *testing.T, chromium, base string) *demoPage {
+	t.Helper()
+	return &demoPage{
+		Browser: webtest.Start(t, webtest.Config{
+			ExecPath:      chromium,
+			TempDirPrefix: "reprise-tests-chromium-",
+			StartTimeout:  20 * time.Second,
+			Options: []chromedp.ExecAllocatorOption{
+				chromedp.WindowSize(1280, 1000),
+				chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
+			},
+		}),
+		base: base,
+	}
 }
 
 func (p *demoPage) run(d time.Duration, steps ...chromedp.Action[chromedp.Void]) error {

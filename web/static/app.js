@@ -93,6 +93,8 @@ function renderChat() {
     out.scrollTop = out.scrollHeight; // follow the answer as it grows
   }
   out.dataset.state = s.state;
+  // A screen reader reads the answer once it stops growing, not at every token.
+  out.setAttribute('aria-busy', String(s.state === 'streaming' || s.state === 'resuming'));
   text('conn', s.state);
   $('conn').dataset.state = s.state;
   const err = $('error');
