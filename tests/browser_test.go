@@ -268,6 +268,10 @@ func TestBrowserDemo(t *testing.T) {
 			if v := p.text(t, "sp-verdict"); !strings.HasPrefix(v, "✓") {
 				p.fail(t, "#sp-verdict = %q", v)
 			}
+			// The meter counts events here: all of them, full.
+			if bar := p.meter(t); bar.Value != bar.Max || bar.Max != float64(30+1) {
+				p.fail(t, "#sp-progress %v of %v at the end, want 31 of 31 (30 chunks and the done event)", bar.Value, bar.Max)
+			}
 			t.Logf("speech %s: %d bytes played = generated after %d drops; %v", mode.name, want, drops, time.Since(start).Round(time.Millisecond))
 		})
 	}
@@ -295,6 +299,11 @@ func TestBrowserDemo(t *testing.T) {
 		}
 		if !p.logHas(t, "→ 206 bytes ") {
 			p.fail(t, "the log shows no Range resume answered 206")
+		}
+		// The meter counts the answer's bytes (not body reads against
+		// journal chunks): all of them, full.
+		if bar, size := p.meter(t), float64(mockllm.WAVHeaderSize+want); bar.Value != size || bar.Max != size {
+			p.fail(t, "#sp-progress %v of %v at the end, want %v of %v (the WAV's bytes)", bar.Value, bar.Max, size, size)
 		}
 		for _, l := range evaluate[[]string](t, p, `Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).filter((l) => l.includes('206')).reverse()`) {
 			t.Logf("page log: %s", l)
@@ -527,6 +536,14 @@ func (p *demoPage) waitJS(t *testing.T, predicate string, d time.Duration) {
 func (p *demoPage) waitText(t *testing.T, id, want string, d time.Duration) {
 	t.Helper()
 	p.waitJS(t, fmt.Sprintf(`document.getElementById(%q).textContent === %q`, id, want), d)
+}
+
+// meter is what the speech pane's progress bar shows.
+type meter struct{ Value, Max float64 }
+
+func (p *demoPage) meter(t *testing.T) meter {
+	t.Helper()
+	return evaluate[meter](t, p, `(() => { const b = document.getElementById('sp-progress'); return {Value: b.value, Max: b.max}; })()`)
 }
 
 // checkPlayed checks the speech pane against the audio the upstream
