@@ -59,6 +59,12 @@ func TestBrowserDemo(t *testing.T) {
 		p.open(t)
 		p.typePrompt(t, prompt)
 		p.click(t, "generate")
+		// Mid-stream the client holds events the server's count lacks yet
+		// (shown before stored, and counted at the last poll): the page
+		// says so beside the numbers.
+		if seen := p.ahead(t, "conn", "count", "server-events", "ahead"); !strings.Contains(seen.Hint, "the journal catches up") || !seen.Shown {
+			p.fail(t, "client %s > server journaled %s, with the hint %q (shown %v): want it explained", seen.Count, seen.Server, seen.Hint, seen.Shown)
+		}
 		p.waitText(t, "conn", "done", 10*time.Second)
 		p.expectText(t, "output", want)
 		p.expectText(t, "count", "43") // role, 40 tokens, stop, [DONE]
@@ -75,6 +81,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.waitText(t, "server-state", "completed", 5*time.Second)
 		p.expectText(t, "server-generation", "1")
 		p.expectText(t, "server-events", "43") // the client got every event the server journaled
+		p.expectText(t, "ahead", "")
 		p.expectText(t, "tokens-billed", "40")
 		p.expectText(t, "gens-naive", "1")
 		p.expectText(t, "saved", "") // nothing served without a generation
@@ -251,8 +258,12 @@ func TestBrowserDemo(t *testing.T) {
 			p.click(t, "unreliable")
 			p.setValue(t, "sp-input", input)
 			p.click(t, "sp-speak")
+			if seen := p.ahead(t, "sp-conn", "sp-count", "sp-server-events", "sp-ahead"); !strings.Contains(seen.Hint, "the journal catches up") || !seen.Shown {
+				p.fail(t, "client %s > server journaled %s, with the hint %q (shown %v): want it explained", seen.Count, seen.Server, seen.Hint, seen.Shown)
+			}
 			p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok !== ''`, 20*time.Second)
 			p.expectText(t, "sp-conn", "done")
+			p.waitText(t, "sp-ahead", "", 5*time.Second) // once the status says the journal holds them all
 			gen := ledgerIs1(t, input)
 			want := len(gen.Content)
 			if want != 30*mockllm.ChunkBytes {
@@ -536,6 +547,28 @@ func (p *demoPage) waitJS(t *testing.T, predicate string, d time.Duration) {
 func (p *demoPage) waitText(t *testing.T, id, want string, d time.Duration) {
 	t.Helper()
 	p.waitJS(t, fmt.Sprintf(`document.getElementById(%q).textContent === %q`, id, want), d)
+}
+
+// aheadSeen is a pane's client count ahead of the server's journaled
+// count, and the hint the page showed with them.
+type aheadSeen struct {
+	Count, Server, Hint string
+	Shown               bool
+}
+
+// ahead waits until the pane whose ids are given streams with its client
+// count above the server's journaled count, and returns what the page
+// showed at that moment (the hint is null, "", when it has none).
+func (p *demoPage) ahead(t *testing.T, conn, count, server, hint string) aheadSeen {
+	t.Helper()
+	p.waitJS(t, fmt.Sprintf(`(() => {
+		const text = (id) => document.getElementById(id)?.textContent ?? '';
+		if (text(%[1]q) !== 'streaming' || text(%[3]q) === '' || +text(%[2]q) <= +text(%[3]q)) return false;
+		const h = document.getElementById(%[4]q);
+		window.aheadSeen = {Count: text(%[2]q), Server: text(%[3]q), Hint: text(%[4]q), Shown: !!h && h.getClientRects().length > 0};
+		return true;
+	})()`, conn, count, server, hint), 10*time.Second)
+	return evaluate[aheadSeen](t, p, `window.aheadSeen`)
 }
 
 // meter is what the speech pane's progress bar shows.

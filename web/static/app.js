@@ -1,6 +1,6 @@
 // reprise demo page: the network switches, the chat pane and the log. Plain
 // JavaScript modules, no build step, no dependencies.
-import { Session, SSEParser, savedDuplicates, savedSummary } from './session.js';
+import { Session, SSEParser, aheadHint, savedDuplicates, savedSummary } from './session.js';
 import { SpeechPane } from './speech.js';
 
 const $ = (id) => document.getElementById(id);
@@ -112,6 +112,7 @@ function renderChat() {
   text('server-events', st.events);
   text('server-updated', st.updated_at ? new Date(st.updated_at).toLocaleTimeString() : '');
   text('tokens-delivered', chat.tokens);
+  text('ahead', aheadHint(s));
 
   // Billed: every generation of the key (docs/cost.md), known once one ends.
   const billed = st.billed || st.usage;

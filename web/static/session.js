@@ -144,6 +144,17 @@ export function savedDuplicates(saved) {
   return saved.by.attach + saved.by.replay + saved.by.retry;
 }
 
+// aheadHint explains a client that holds more events than the server's
+// journaled count, or is '' when it does not: the instance that runs a
+// generation shows its readers an event as soon as it hands it to
+// JetStream, which stores it a moment later (docs/live-path.md), and the
+// page reads the count every half second.
+export function aheadHint(s) {
+  const journaled = s.status ? s.status.events : null;
+  if (journaled == null || s.count <= journaled) return '';
+  return 'Client ahead: events are shown before JetStream stores them, and this count is read every ½ s — the journal catches up.';
+}
+
 export function errorMessage(text, fallback) {
   try {
     const j = JSON.parse(text);

@@ -3,7 +3,7 @@
 // PCM at 24 kHz, base64) is played through Web Audio as it arrives, right
 // after the previous one, so a drop and resume continues mid-sentence with
 // no repeated and no missing sample.
-import { RangeSession, Session, SSEParser, savedDuplicates, savedSummary } from './session.js';
+import { RangeSession, Session, SSEParser, aheadHint, savedDuplicates, savedSummary } from './session.js';
 
 const SAMPLE_RATE = 24000;
 const WAV_HEADER = 44; // the canonical RIFF header before the PCM
@@ -238,6 +238,8 @@ export class SpeechPane {
     text('sp-events-label', s === this.raw ? 'Body reads · journal chunks' : 'Events');
     text('sp-count', s.count);
     text('sp-server-events', st.events);
+    // A raw answer's reads and the journal's chunks are not the same unit.
+    text('sp-ahead', s === this.raw ? '' : aheadHint(s));
     text('sp-generation', st.generation);
     text('sp-gens-naive', s.key ? (st.generation || 1) + s.drops + savedDuplicates(st.saved) : '');
     const saved = savedSummary(st.saved);
