@@ -82,6 +82,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "server-generation", "1")
 		p.expectText(t, "server-events", "43") // the client got every event the server journaled
 		p.expectText(t, "ahead", "")
+		p.expectText(t, "replay-note", "") // no replay yet
 		p.expectText(t, "tokens-billed", "40")
 		p.expectText(t, "gens-naive", "1")
 		p.expectText(t, "saved", "") // nothing served without a generation
@@ -157,6 +158,10 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "output", resumedWant)
 		p.expectText(t, "count", "63")
 		p.expectText(t, "dupes", "0") // repeated events: none, beside Idempotent-Replayed: true
+		// The page says what the replay was, and why it skipped nothing.
+		if note := p.text(t, "replay-note"); !strings.Contains(note, "from the journal") || !strings.Contains(note, "skipped only when a resume") {
+			p.fail(t, "#replay-note = %q, want it to say the replay came from the journal and that repeats are skipped only on a resume", note)
+		}
 		// The replay is a saving the page shows beside the resume.
 		p.waitText(t, "saved", fmt.Sprintf("saved by reprise: 1 resume, 1 replay — %d tokens", 2*resumedTokens), 5*time.Second)
 		ledgerIs1(t, resumedPrompt)

@@ -1,6 +1,6 @@
 // reprise demo page: the network switches, the chat pane and the log. Plain
 // JavaScript modules, no build step, no dependencies.
-import { Session, SSEParser, aheadHint, savedDuplicates, savedSummary } from './session.js';
+import { Session, SSEParser, aheadHint, replayNote, savedDuplicates, savedSummary } from './session.js';
 import { SpeechPane } from './speech.js';
 
 const $ = (id) => document.getElementById(id);
@@ -107,6 +107,7 @@ function renderChat() {
   text('dupes', s.dupes);
   text('drops', `${s.drops} / ${s.reconnects}`);
   text('replayed', s.replayed);
+  text('replay-note', replayNote(s));
   text('server-state', st.state);
   text('server-generation', st.generation);
   text('server-events', st.events);
