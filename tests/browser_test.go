@@ -31,31 +31,11 @@ import (
 // otherwise the screenshot goes to the temp directory.
 func TestBrowserDemo(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("browser test skipped in -short mode")
-	}
-	chromium := webtest.FindChromium()
-	if chromium == "" {
-		t.Skip("no Chromium: /usr/bin/chromium is absent and none of chromium, chromium-browser, google-chrome is in PATH")
-	}
+	chromium := needChromium(t)
 
 	e := newEnv(t, withTokenDelay(15*time.Millisecond))
 	web.Mount(e.p)
-
-	// Start stops the browser in a t.Cleanup registered after newEnv's, so
-	// the browser stops before the proxy closes.
-	p := &demoPage{
-		Browser: webtest.Start(t, webtest.Config{
-			ExecPath:      chromium,
-			TempDirPrefix: "reprise-tests-chromium-",
-			StartTimeout:  20 * time.Second,
-			Options: []chromedp.ExecAllocatorOption{
-				chromedp.WindowSize(1280, 1000),
-				chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
-			},
-		}),
-		base: e.URL,
-	}
+	p := newDemoPage(t, chromium, e.URL)
 	// Leave the page before the proxy closes, so that its EventSource and
 	// status polls stop first (deferred calls run before t.Cleanup).
 	defer func() { _ = p.run(5*time.Second, chromedp.Navigate("about:blank")) }()
@@ -79,6 +59,12 @@ func TestBrowserDemo(t *testing.T) {
 		p.open(t)
 		p.typePrompt(t, prompt)
 		p.click(t, "generate")
+		// Mid-stream the client holds events the server's count lacks yet
+		// (shown before stored, and counted at the last poll): the page
+		// says so beside the numbers.
+		if seen := p.ahead(t, "conn", "count", "server-events", "ahead"); !strings.Contains(seen.Hint, "the journal catches up") || !seen.Shown {
+			p.fail(t, "client %s > server journaled %s, with the hint %q (shown %v): want it explained", seen.Count, seen.Server, seen.Hint, seen.Shown)
+		}
 		p.waitText(t, "conn", "done", 10*time.Second)
 		p.expectText(t, "output", want)
 		p.expectText(t, "count", "43") // role, 40 tokens, stop, [DONE]
@@ -95,6 +81,8 @@ func TestBrowserDemo(t *testing.T) {
 		p.waitText(t, "server-state", "completed", 5*time.Second)
 		p.expectText(t, "server-generation", "1")
 		p.expectText(t, "server-events", "43") // the client got every event the server journaled
+		p.expectText(t, "ahead", "")
+		p.expectText(t, "replay-note", "") // no replay yet
 		p.expectText(t, "tokens-billed", "40")
 		p.expectText(t, "gens-naive", "1")
 		p.expectText(t, "saved", "") // nothing served without a generation
@@ -170,6 +158,10 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "output", resumedWant)
 		p.expectText(t, "count", "63")
 		p.expectText(t, "dupes", "0") // repeated events: none, beside Idempotent-Replayed: true
+		// The page says what the replay was, and why it skipped nothing.
+		if note := p.text(t, "replay-note"); !strings.Contains(note, "from the journal") || !strings.Contains(note, "skipped only when a resume") {
+			p.fail(t, "#replay-note = %q, want it to say the replay came from the journal and that repeats are skipped only on a resume", note)
+		}
 		// The replay is a saving the page shows beside the resume.
 		p.waitText(t, "saved", fmt.Sprintf("saved by reprise: 1 resume, 1 replay — %d tokens", 2*resumedTokens), 5*time.Second)
 		ledgerIs1(t, resumedPrompt)
@@ -271,8 +263,12 @@ func TestBrowserDemo(t *testing.T) {
 			p.click(t, "unreliable")
 			p.setValue(t, "sp-input", input)
 			p.click(t, "sp-speak")
+			if seen := p.ahead(t, "sp-conn", "sp-count", "sp-server-events", "sp-ahead"); !strings.Contains(seen.Hint, "the journal catches up") || !seen.Shown {
+				p.fail(t, "client %s > server journaled %s, with the hint %q (shown %v): want it explained", seen.Count, seen.Server, seen.Hint, seen.Shown)
+			}
 			p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok !== ''`, 20*time.Second)
 			p.expectText(t, "sp-conn", "done")
+			p.waitText(t, "sp-ahead", "", 5*time.Second) // once the status says the journal holds them all
 			gen := ledgerIs1(t, input)
 			want := len(gen.Content)
 			if want != 30*mockllm.ChunkBytes {
@@ -287,6 +283,10 @@ func TestBrowserDemo(t *testing.T) {
 			p.expectText(t, "sp-dupes", "0")
 			if v := p.text(t, "sp-verdict"); !strings.HasPrefix(v, "✓") {
 				p.fail(t, "#sp-verdict = %q", v)
+			}
+			// The meter counts events here: all of them, full.
+			if bar := p.meter(t); bar.Value != bar.Max || bar.Max != float64(30+1) {
+				p.fail(t, "#sp-progress %v of %v at the end, want 31 of 31 (30 chunks and the done event)", bar.Value, bar.Max)
 			}
 			t.Logf("speech %s: %d bytes played = generated after %d drops; %v", mode.name, want, drops, time.Since(start).Round(time.Millisecond))
 		})
@@ -315,6 +315,11 @@ func TestBrowserDemo(t *testing.T) {
 		}
 		if !p.logHas(t, "→ 206 bytes ") {
 			p.fail(t, "the log shows no Range resume answered 206")
+		}
+		// The meter counts the answer's bytes (not body reads against
+		// journal chunks): all of them, full.
+		if bar, size := p.meter(t), float64(mockllm.WAVHeaderSize+want); bar.Value != size || bar.Max != size {
+			p.fail(t, "#sp-progress %v of %v at the end, want %v of %v (the WAV's bytes)", bar.Value, bar.Max, size, size)
 		}
 		for _, l := range evaluate[[]string](t, p, `Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).filter((l) => l.includes('206')).reverse()`) {
 			t.Logf("page log: %s", l)
@@ -375,10 +380,47 @@ func formatThousands(n int) string {
 	return s
 }
 
+// needChromium returns the browser to drive the page with. Without one the
+// test skips, or fails when CI is set; in -short mode it skips.
+func needChromium(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode")
+	}
+	chromium := webtest.FindChromium()
+	if chromium == "" {
+		const msg = "no Chromium: /usr/bin/chromium is absent and none of chromium, chromium-browser, google-chrome is in PATH (apt-get install chromium)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + "; CI is set")
+		}
+		t.Skip(msg + "; CI=1 makes this a failure")
+	}
+	return chromium
+}
+
 // demoPage is the tab that shows the demo page.
 type demoPage struct {
 	*webtest.Browser
 	base string
+}
+
+// newDemoPage starts chromium headless and returns its tab, to show the
+// pages of base. The browser stops in a t.Cleanup registered after those
+// of the caller's environment, so it stops before the proxy closes.
+func newDemoPage(t *testing.T, chromium, base string) *demoPage {
+	t.Helper()
+	return &demoPage{
+		Browser: webtest.Start(t, webtest.Config{
+			ExecPath:      chromium,
+			TempDirPrefix: "reprise-tests-chromium-",
+			StartTimeout:  20 * time.Second,
+			Options: []chromedp.ExecAllocatorOption{
+				chromedp.WindowSize(1280, 1000),
+				chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
+			},
+		}),
+		base: base,
+	}
 }
 
 func (p *demoPage) run(d time.Duration, steps ...chromedp.Action[chromedp.Void]) error {
@@ -510,6 +552,36 @@ func (p *demoPage) waitJS(t *testing.T, predicate string, d time.Duration) {
 func (p *demoPage) waitText(t *testing.T, id, want string, d time.Duration) {
 	t.Helper()
 	p.waitJS(t, fmt.Sprintf(`document.getElementById(%q).textContent === %q`, id, want), d)
+}
+
+// aheadSeen is a pane's client count ahead of the server's journaled
+// count, and the hint the page showed with them.
+type aheadSeen struct {
+	Count, Server, Hint string
+	Shown               bool
+}
+
+// ahead waits until the pane whose ids are given streams with its client
+// count above the server's journaled count, and returns what the page
+// showed at that moment (the hint is null, "", when it has none).
+func (p *demoPage) ahead(t *testing.T, conn, count, server, hint string) aheadSeen {
+	t.Helper()
+	p.waitJS(t, fmt.Sprintf(`(() => {
+		const text = (id) => document.getElementById(id)?.textContent ?? '';
+		if (text(%[1]q) !== 'streaming' || text(%[3]q) === '' || +text(%[2]q) <= +text(%[3]q)) return false;
+		const h = document.getElementById(%[4]q);
+		window.aheadSeen = {Count: text(%[2]q), Server: text(%[3]q), Hint: text(%[4]q), Shown: !!h && h.getClientRects().length > 0};
+		return true;
+	})()`, conn, count, server, hint), 10*time.Second)
+	return evaluate[aheadSeen](t, p, `window.aheadSeen`)
+}
+
+// meter is what the speech pane's progress bar shows.
+type meter struct{ Value, Max float64 }
+
+func (p *demoPage) meter(t *testing.T) meter {
+	t.Helper()
+	return evaluate[meter](t, p, `(() => { const b = document.getElementById('sp-progress'); return {Value: b.value, Max: b.max}; })()`)
 }
 
 // checkPlayed checks the speech pane against the audio the upstream

@@ -10,7 +10,8 @@ var pseudoWords = strings.Fields(`alpha bravo charlie delta echo foxtrot golf ho
 india juliett kilo lima mike november oscar papa quebec romeo sierra tango
 uniform victor whiskey xray yankee zulu`)
 
-// paragraph is the text cycled through in readable mode.
+// paragraph is the text cycled through in readable mode, a sentence at a
+// time: every sentence ends with a full stop.
 const paragraph = `Networks fail in ordinary ways. A phone walks out of range,
 a laptop lid closes, a load balancer recycles a connection in the middle of a
 sentence. When that happens to a streamed answer, the words already generated
@@ -22,43 +23,72 @@ reader's side the pause looks like a short hesitation, and then the text simply
 continues where it stopped. Resuming is cheap, honest and boring, which is
 exactly what good infrastructure should be.`
 
-var (
-	readableWords  = strings.Fields(paragraph)
-	sentenceStarts = findSentenceStarts(readableWords)
-)
+// sentences are the paragraph's sentences, each as its words.
+var sentences = splitSentences(strings.Fields(paragraph))
 
-func findSentenceStarts(words []string) []int {
-	starts := []int{0}
-	for i, w := range words[:len(words)-1] {
-		if strings.HasSuffix(w, ".") {
-			starts = append(starts, i+1)
+func splitSentences(words []string) [][]string {
+	var out [][]string
+	start := 0
+	for i, w := range words {
+		if strings.HasSuffix(w, ".") || i == len(words)-1 {
+			out = append(out, words[start:i+1])
+			start = i + 1
 		}
 	}
-	return starts
+	return out
 }
 
 // Content returns the deterministic content tokens (deltas) the mock produces
 // for prompt with n tokens. Every token but the first starts with a space, so
 // strings.Join(Content(...), "") is the full text. n <= 0 yields an empty
 // slice.
+//
+// Readable content is whole sentences of a paragraph, from a sentence the
+// prompt picks: a token is a word, but for the last sentence's, which share
+// the tokens that remain, so that the answer ends at a full stop with
+// exactly n tokens. Otherwise the tokens are pseudo-words.
 func Content(prompt string, n int, readable bool) []string {
 	if n <= 0 {
 		return []string{}
 	}
-	out := make([]string, n)
 	seed := promptHash(prompt)
-	start := sentenceStarts[seed%uint64(len(sentenceStarts))]
+	if readable {
+		return readableContent(seed, n)
+	}
+	out := make([]string, n)
 	for i := range out {
-		var w string
-		if readable {
-			w = readableWords[(start+i)%len(readableWords)]
-		} else {
-			w = pseudoWords[mix(seed, uint64(i))%uint64(len(pseudoWords))]
-		}
+		w := pseudoWords[mix(seed, uint64(i))%uint64(len(pseudoWords))]
 		if i > 0 {
 			w = " " + w
 		}
 		out[i] = w
+	}
+	return out
+}
+
+// readableContent is n tokens of whole sentences, the first picked by seed.
+func readableContent(seed uint64, n int) []string {
+	out := make([]string, 0, n)
+	add := func(words []string) {
+		tok := strings.Join(words, " ")
+		if len(out) > 0 {
+			tok = " " + tok
+		}
+		out = append(out, tok)
+	}
+	for s := seed % uint64(len(sentences)); len(out) < n; s = (s + 1) % uint64(len(sentences)) {
+		words, left := sentences[s], n-len(out)
+		if len(words) <= left {
+			for i := range words {
+				add(words[i : i+1])
+			}
+			continue
+		}
+		// The last sentence has more words than tokens remain: its words
+		// share them, as evenly as they go.
+		for i := range left {
+			add(words[i*len(words)/left : (i+1)*len(words)/left])
+		}
 	}
 	return out
 }

@@ -1,6 +1,6 @@
 // reprise demo page: the network switches, the chat pane and the log. Plain
 // JavaScript modules, no build step, no dependencies.
-import { Session, SSEParser, savedDuplicates, savedSummary } from './session.js';
+import { Session, SSEParser, aheadHint, replayNote, savedDuplicates, savedSummary } from './session.js';
 import { SpeechPane } from './speech.js';
 
 const $ = (id) => document.getElementById(id);
@@ -93,6 +93,8 @@ function renderChat() {
     out.scrollTop = out.scrollHeight; // follow the answer as it grows
   }
   out.dataset.state = s.state;
+  // A screen reader reads the answer once it stops growing, not at every token.
+  out.setAttribute('aria-busy', String(s.state === 'streaming' || s.state === 'resuming'));
   text('conn', s.state);
   $('conn').dataset.state = s.state;
   const err = $('error');
@@ -105,11 +107,13 @@ function renderChat() {
   text('dupes', s.dupes);
   text('drops', `${s.drops} / ${s.reconnects}`);
   text('replayed', s.replayed);
+  text('replay-note', replayNote(s));
   text('server-state', st.state);
   text('server-generation', st.generation);
   text('server-events', st.events);
   text('server-updated', st.updated_at ? new Date(st.updated_at).toLocaleTimeString() : '');
   text('tokens-delivered', chat.tokens);
+  text('ahead', aheadHint(s));
 
   // Billed: every generation of the key (docs/cost.md), known once one ends.
   const billed = st.billed || st.usage;

@@ -144,6 +144,38 @@ export function savedDuplicates(saved) {
   return saved.by.attach + saved.by.replay + saved.by.retry;
 }
 
+// aheadHint explains a client that holds more events than the server's
+// journaled count, or is '' when it does not: the instance that runs a
+// generation shows its readers an event as soon as it hands it to
+// JetStream, which stores it a moment later (docs/live-path.md), and the
+// page reads the count every half second.
+export function aheadHint(s) {
+  const journaled = s.status ? s.status.events : null;
+  if (journaled == null || s.count <= journaled) return '';
+  return 'Client ahead: events are shown before JetStream stores them, and this count is read every ½ s — the journal catches up.';
+}
+
+// replayNote says what a Replay (the same key and body POSTed again) got,
+// or is '' after any other request. A completed key is replayed from the
+// journal (Idempotent-Replayed), a running one attached to
+// (Reprise-Attached), both without asking the model; a key without a
+// result starts a new generation. A replay reads from the first event on a
+// cleared client, so it repeats nothing: there is nothing for the skipping
+// of repeated events, which guards resumes, to skip.
+export function replayNote(s) {
+  if (s.request !== 'replay' || !s.served) return '';
+  const none = 'Repeated events are skipped only when a resume overlaps what the client already has; ' +
+    'a replay reads afresh from the first event, so it has none to skip.';
+  switch (s.served) {
+    case 'replayed':
+      return `Replay: the key had completed, so reprise answered from the journal (Idempotent-Replayed: true), every event once, without asking the model. ${none}`;
+    case 'attached':
+      return `Replay while the generation ran: reprise attached to it (Reprise-Attached: true), from the journal then live, without asking the model again. ${none}`;
+    default:
+      return 'Replay: the key had no result to give (its generation failed or expired), so this request started a new generation.';
+  }
+}
+
 export function errorMessage(text, fallback) {
   try {
     const j = JSON.parse(text);
@@ -189,6 +221,8 @@ export class Session {
     this.state = 'idle'; // idle | streaming | resuming | dropped | done | error
     this.error = '';
     this.replayed = '';
+    this.request = ''; // what the last POST was: 'generate' | 'replay'
+    this.served = ''; // how the server answered it: 'replayed' | 'attached' | 'generated'
     this.conn = null; // the active connection: {kind, n, stop()}
     this.resumeTimer = 0;
     this.pollTimer = 0;
@@ -382,6 +416,8 @@ export class Session {
     c.stop = () => ac.abort();
     this.error = '';
     this.replayed = '';
+    this.request = what;
+    this.served = '';
     this.setState('streaming');
     this.log(`${what}: POST ${this.path}, Idempotency-Key ${this.key.slice(0, 8)}…`);
 
@@ -411,6 +447,11 @@ export class Session {
     else if (!this.location && res.ok) this.location = '/v1/streams/' + encodeURIComponent(this.key);
     const replayed = res.headers.get('Idempotent-Replayed');
     this.replayed = replayed === null ? 'false' : replayed;
+    if (res.ok) {
+      if (replayed === 'true') this.served = 'replayed';
+      else if (res.headers.get('Reprise-Attached') === 'true') this.served = 'attached';
+      else this.served = 'generated';
+    }
     this.changed();
     this.startPolling();
 

@@ -3,7 +3,7 @@
 // PCM at 24 kHz, base64) is played through Web Audio as it arrives, right
 // after the previous one, so a drop and resume continues mid-sentence with
 // no repeated and no missing sample.
-import { RangeSession, Session, SSEParser, savedDuplicates, savedSummary } from './session.js';
+import { RangeSession, Session, SSEParser, aheadHint, savedDuplicates, savedSummary } from './session.js';
 
 const SAMPLE_RATE = 24000;
 const WAV_HEADER = 44; // the canonical RIFF header before the PCM
@@ -202,6 +202,29 @@ export class SpeechPane {
     this.render();
   }
 
+  // renderMeter shows what the client has of the answer, in one unit: a
+  // raw answer's bytes of its size (Content-Length, Content-Range), else
+  // events of those the server journaled. A complete answer fills it.
+  renderMeter(s, st) {
+    const p = $('sp-progress');
+    if (s === this.raw) {
+      p.setAttribute('aria-label', 'speech: bytes received of the answer');
+      if (s.total > 0) {
+        p.max = s.total;
+        p.value = Math.min(s.offset, s.total);
+      } else if (s.state === 'done' || s.state === 'idle' || s.state === 'error') {
+        p.max = Math.max(s.offset, 1);
+        p.value = s.state === 'done' ? p.max : 0;
+      } else {
+        p.removeAttribute('value'); // size unknown: indeterminate until the end
+      }
+      return;
+    }
+    p.setAttribute('aria-label', 'speech: events received of those journaled');
+    p.max = Math.max(st.events || 0, s.count, 1);
+    p.value = s.state === 'done' ? p.max : s.count;
+  }
+
   render() {
     const s = this.session;
     const st = s.status || {};
@@ -215,15 +238,15 @@ export class SpeechPane {
     text('sp-events-label', s === this.raw ? 'Body reads · journal chunks' : 'Events');
     text('sp-count', s.count);
     text('sp-server-events', st.events);
+    // A raw answer's reads and the journal's chunks are not the same unit.
+    text('sp-ahead', s === this.raw ? '' : aheadHint(s));
     text('sp-generation', st.generation);
     text('sp-gens-naive', s.key ? (st.generation || 1) + s.drops + savedDuplicates(st.saved) : '');
     const saved = savedSummary(st.saved);
     text('sp-saved', saved ? `saved by reprise: ${saved}` : '');
     text('sp-drops', s.drops);
     text('sp-dupes', s.dupes);
-    const p = $('sp-progress');
-    p.max = Math.max(st.events || 0, s.count, 1);
-    p.value = s.count;
+    this.renderMeter(s, st);
     let verdict = 'Chunks play through Web Audio as they arrive.';
     if (this.generated != null) {
       verdict = this.generated === this.played && this.generatedHash === this.hash.hex()
