@@ -28,6 +28,12 @@ const (
 	cursorInside cursorFit = iota // events follow it (or may, live)
 	cursorAtEnd                   // a finished generation read to its end: nothing follows
 	cursorPast                    // past anything stored: never issued (400)
+	// cursorUnsure: past what this instance knows of the key, and the
+	// journal cannot say whether it was issued (503: try again). Its
+	// view may lag — a record read from a replica behind, an owner woken
+	// from a pause that was taken over —, and a 4xx is final for
+	// EventSource, the SDKs and the helpers.
+	cursorUnsure
 )
 
 // answeredCursor answers r, and reports so, when cur cannot read rec's
@@ -41,6 +47,9 @@ func (s *Server) answeredCursor(w http.ResponseWriter, r *http.Request, id strin
 	case cursorAtEnd:
 		w.WriteHeader(http.StatusNoContent)
 		return true
+	case cursorUnsure:
+		failFor(w, rec, apierr.New(apierr.Unavailable).WithMessage("this instance cannot confirm the cursor now (the journal does not answer); retry"))
+		return true
 	}
 	return false
 }
@@ -51,7 +60,16 @@ func (s *Server) answeredCursor(w http.ResponseWriter, r *http.Request, id strin
 func (s *Server) fitCursor(ctx context.Context, id string, rec resume.Record, cur resume.Position) cursorFit {
 	switch {
 	case cur.Gen > rec.Generation:
-		return cursorPast
+		// A generation the record does not know (yet: this view of it may
+		// lag): past only if the journal holds none of it either.
+		stored, ok := s.storedEventsAgain(ctx, journal.Ref{ID: id, Gen: cur.Gen}, func(n uint64) bool { return n == 0 })
+		switch {
+		case !ok:
+			return cursorUnsure
+		case stored == 0:
+			return cursorPast
+		}
+		return cursorUnsure // stored elsewhere: this instance's view is behind
 	case cur.Gen < rec.Generation || cur.Offset == 0:
 		return cursorInside // an older generation's reader gets a reset first
 	case rec.State != resume.InProgress:
@@ -84,9 +102,16 @@ func (s *Server) fitCursor(ctx context.Context, id string, rec resume.Record, cu
 		}
 		// Past it: past the end — unless the journal holds more than the
 		// owner showed, which was taken over (another instance continues
-		// the generation, reattach.go): the journal says.
+		// the generation, reattach.go, and shows what it appends before it
+		// is stored): the journal says, and when it cannot, nobody here
+		// knows.
 		stored, ok := s.storedEvents(ctx, ref)
-		if !ok || stored <= t.Last() || cur.Offset > stored {
+		switch {
+		case !ok:
+			return cursorUnsure
+		case stored <= t.Last():
+			return cursorPast
+		case cur.Offset > stored+previewAhead:
 			return cursorPast
 		}
 		return cursorInside
@@ -94,19 +119,27 @@ func (s *Server) fitCursor(ctx context.Context, id string, rec resume.Record, cu
 	// The owner shows an event to its readers before JetStream stored it,
 	// at most a writer's window ahead (the Tail's preview): such a cursor
 	// is waited for.
-	stored, ok := s.storedEvents(ctx, ref)
-	if ok && cur.Offset > stored+previewAhead {
-		select {
-		case <-time.After(recheckAfter):
-		case <-ctx.Done():
-			return cursorInside
-		}
-		stored, ok = s.storedEvents(ctx, ref)
-	}
+	stored, ok := s.storedEventsAgain(ctx, ref, func(n uint64) bool { return cur.Offset > n+previewAhead })
 	if ok && cur.Offset > stored+previewAhead {
 		return cursorPast
 	}
 	return cursorInside
+}
+
+// storedEventsAgain is storedEvents, looked at once more after
+// recheckAfter when the first answer is short (a replica may apply a
+// message a moment after the leader acknowledged it).
+func (s *Server) storedEventsAgain(ctx context.Context, ref journal.Ref, short func(uint64) bool) (uint64, bool) {
+	stored, ok := s.storedEvents(ctx, ref)
+	if !ok || !short(stored) {
+		return stored, ok
+	}
+	select {
+	case <-time.After(recheckAfter):
+	case <-ctx.Done():
+		return stored, false
+	}
+	return s.storedEvents(ctx, ref)
 }
 
 // storedEvents is the offset of ref's last stored event; ok false when the

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -123,4 +126,54 @@ func TestCursorPastTheEnd(t *testing.T) {
 
 	// Nothing was lost: the key replays whole.
 	checkComplete(t, readEvents(t, do(t, "GET", b.URL+"/v1/streams/k-done", ""), -1), donePrompt, 3)
+}
+
+// TestCursorUnsureIsNotRefused: a cursor past what an instance knows of
+// its key — past its own tail of the generation it runs, or of a
+// generation its record does not know — is refused 400 only when the
+// journal confirms nothing stored reaches it. While the journal cannot
+// answer (here its connection is held, the records' is not: an instance
+// whose view lags) the answer is 503 with Retry-After: a 4xx is final for
+// EventSource, the SDKs and the helpers, and the cursor may be valid (an
+// instance that took the generation over stored it). Once the journal
+// answers, the same cursors are 400.
+func TestCursorUnsureIsNotRefused(t *testing.T) {
+	t.Parallel()
+	ns := startNATSServer(t)
+	gated, gate := gatedLink(t, ns)
+	hs := httptest.NewServer(mockllm.New(mockllm.Config{}))
+	t.Cleanup(hs.Close)
+	direct, err := nats.Connect(ns.Server.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(direct.Close)
+	a := startInstance(t, "A", []string{gated}, hs.URL, instanceOptions{lease: 10 * time.Second, replicas: 1, grace: time.Second, lenient: true,
+		configure: func(c *proxy.Config) {
+			c.Journal.Records = direct // the records answer; the journal is held
+		}})
+	prompt := uniquePrompt(t, "[tokens=2000] [delay=20ms]")
+	resp := do(t, "POST", a.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-unsure")
+	first := readEvents(t, resp, 3)
+	last, err := resume.ParsePosition(lastID(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	beyond := resume.Position{Gen: 1, Offset: last.Offset + 5000, Seq: 1}.String() // past the owner's tail
+	later := resume.Position{Gen: 2, Offset: 3, Seq: 1}.String()                   // a generation the record does not know
+	gate.hold()
+	t.Cleanup(gate.release) // a failure above must not leave the instance's shutdown waiting on it
+	for _, cur := range []string{beyond, later} {
+		start := time.Now()
+		resp := do(t, "GET", a.URL+"/v1/streams/k-unsure", "", "Last-Event-ID", cur)
+		if resp.Header.Get("Retry-After") == "" {
+			t.Errorf("cursor %s with the journal held: no Retry-After", cur)
+		}
+		testutil.ExpectAPIError(t, resp, http.StatusServiceUnavailable, "journal_unavailable")
+		t.Logf("cursor %s with the journal held: answered in %s", cur, time.Since(start))
+	}
+	gate.release()
+	for _, cur := range []string{beyond, later} {
+		testutil.ExpectAPIError(t, do(t, "GET", a.URL+"/v1/streams/k-unsure", "", "Last-Event-ID", cur), http.StatusBadRequest, "invalid_last_event_id")
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2/toxics"
 
+	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
 )
@@ -114,7 +115,13 @@ var pauseFlag = flag.Duration("pause.for", 3500*time.Millisecond, "TestNATSPause
 // It returns the URL instances connect to.
 func pausableNATS(t *testing.T) (url string, g *pauseGate) {
 	t.Helper()
-	ns := startNATSServer(t)
+	return gatedLink(t, startNATSServer(t))
+}
+
+// gatedLink is a link to ns whose gate g holds every byte both ways while
+// held; it returns the URL to connect through it.
+func gatedLink(t *testing.T, ns *journal.Embedded) (url string, g *pauseGate) {
+	t.Helper()
 	link, err := newToxi().link(strings.TrimPrefix(ns.Server.ClientURL(), "nats://"))
 	if err != nil {
 		t.Fatal(err)
