@@ -58,14 +58,15 @@ func TestBrowserDemo(t *testing.T) {
 		want := strings.Join(mockllm.Content(prompt, 40, false), "")
 		p.open(t)
 		p.typePrompt(t, prompt)
+		p.watchAhead(t, "conn", "count", "server-events", "ahead")
 		p.click(t, "generate")
-		// Mid-stream the client holds events the server's count lacks yet
+		p.waitText(t, "conn", "done", 10*time.Second)
+		// Mid-stream the client held events the server's count lacked yet
 		// (shown before stored, and counted at the last poll): the page
-		// says so beside the numbers.
-		if seen := p.ahead(t, "conn", "count", "server-events", "ahead"); !strings.Contains(seen.Hint, "the journal catches up") || !seen.Shown {
+		// said so beside the numbers.
+		if seen := p.aheadSeen(t); !strings.Contains(seen.Hint, "the journal catches up") || !seen.Shown {
 			p.fail(t, "client %s > server journaled %s, with the hint %q (shown %v): want it explained", seen.Count, seen.Server, seen.Hint, seen.Shown)
 		}
-		p.waitText(t, "conn", "done", 10*time.Second)
 		p.expectText(t, "output", want)
 		p.expectText(t, "count", "43") // role, 40 tokens, stop, [DONE]
 		p.expectText(t, "tokens-delivered", "40")
@@ -262,11 +263,12 @@ func TestBrowserDemo(t *testing.T) {
 			p.setNumber(t, "delay", 300)
 			p.click(t, "unreliable")
 			p.setValue(t, "sp-input", input)
+			p.watchAhead(t, "sp-conn", "sp-count", "sp-server-events", "sp-ahead")
 			p.click(t, "sp-speak")
-			if seen := p.ahead(t, "sp-conn", "sp-count", "sp-server-events", "sp-ahead"); !strings.Contains(seen.Hint, "the journal catches up") || !seen.Shown {
+			p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok !== ''`, 20*time.Second)
+			if seen := p.aheadSeen(t); !strings.Contains(seen.Hint, "the journal catches up") || !seen.Shown {
 				p.fail(t, "client %s > server journaled %s, with the hint %q (shown %v): want it explained", seen.Count, seen.Server, seen.Hint, seen.Shown)
 			}
-			p.waitJS(t, `document.getElementById('sp-verdict').dataset.ok !== ''`, 20*time.Second)
 			p.expectText(t, "sp-conn", "done")
 			p.waitText(t, "sp-ahead", "", 5*time.Second) // once the status says the journal holds them all
 			gen := ledgerIs1(t, input)
@@ -561,18 +563,33 @@ type aheadSeen struct {
 	Shown               bool
 }
 
-// ahead waits until the pane whose ids are given streams with its client
-// count above the server's journaled count, and returns what the page
-// showed at that moment (the hint is null, "", when it has none).
-func (p *demoPage) ahead(t *testing.T, conn, count, server, hint string) aheadSeen {
+// watchAhead records, from now on, the first moment the pane whose ids are
+// given streams with its client count above the server's journaled count,
+// and what the page showed then (the hint is "" when it has none): a
+// MutationObserver looks at every change of the pane, so no moment is
+// missed on a busy machine. aheadSeen returns it once the stream is over.
+func (p *demoPage) watchAhead(t *testing.T, conn, count, server, hint string) {
 	t.Helper()
-	p.waitJS(t, fmt.Sprintf(`(() => {
+	evaluate[bool](t, p, fmt.Sprintf(`(() => {
 		const text = (id) => document.getElementById(id)?.textContent ?? '';
-		if (text(%[1]q) !== 'streaming' || text(%[3]q) === '' || +text(%[2]q) <= +text(%[3]q)) return false;
-		const h = document.getElementById(%[4]q);
-		window.aheadSeen = {Count: text(%[2]q), Server: text(%[3]q), Hint: text(%[4]q), Shown: !!h && h.getClientRects().length > 0};
+		window.aheadSeen = null;
+		const look = () => {
+			if (window.aheadSeen || text(%[1]q) !== 'streaming' || text(%[3]q) === '' || +text(%[2]q) <= +text(%[3]q)) return;
+			const h = document.getElementById(%[4]q);
+			window.aheadSeen = {Count: text(%[2]q), Server: text(%[3]q), Hint: text(%[4]q), Shown: !!h && h.getClientRects().length > 0};
+		};
+		new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
 		return true;
-	})()`, conn, count, server, hint), 10*time.Second)
+	})()`, conn, count, server, hint))
+}
+
+// aheadSeen is what watchAhead recorded; it fails the test when the
+// client was never ahead while streaming.
+func (p *demoPage) aheadSeen(t *testing.T) aheadSeen {
+	t.Helper()
+	if !evaluate[bool](t, p, `window.aheadSeen !== null`) {
+		p.fail(t, "the client's count was never above the server's while streaming")
+	}
 	return evaluate[aheadSeen](t, p, `window.aheadSeen`)
 }
 

@@ -60,14 +60,18 @@ func Example() {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Printf("%d replayed=%q events=%d done=%v\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"),
+		// The second is answered from the journal: a replay once the first
+		// generation's record says completed, an attach in the moment
+		// before (its client can read [DONE] first).
+		dup := resp.Header.Get("Idempotent-Replayed") == "true" || resp.Header.Get("Reprise-Attached") == "true"
+		fmt.Printf("%d duplicate=%v events=%d done=%v\n", resp.StatusCode, dup,
 			strings.Count("\n"+string(body), "\nid: "), strings.Contains(string(body), "data: [DONE]"))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	fmt.Println("shutdown:", p.Shutdown(ctx))
 	// Output:
-	// 200 replayed="" events=6 done=true
-	// 200 replayed="true" events=6 done=true
+	// 200 duplicate=false events=6 done=true
+	// 200 duplicate=true events=6 done=true
 	// shutdown: <nil>
 }
