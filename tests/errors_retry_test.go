@@ -125,3 +125,34 @@ func keyRecord(tb testing.TB, e *env, key string) struct {
 	}
 	return st
 }
+
+// TestCancelAnswersLiveStatus: the 202 of POST …/cancel is the key's
+// status as it is when the cancel is sent — the events the running
+// generation journaled so far — not the record as of the lease's last
+// heartbeat (events: 0 for a generation that started less than a beat
+// before).
+func TestCancelAnswersLiveStatus(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withLease(10*time.Second)) // heartbeats every few seconds: none during the test's first second
+	prompt := uniquePrompt(t, "[tokens=2000] [delay=10ms]")
+	resp := do(t, "POST", e.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-cancel-live")
+	readEvents(t, resp, 10)
+	var journaled int
+	testutil.Eventually(t, 5*time.Second, "the status to count 10 events", func() bool {
+		st, _ := getStatus(t, e, "k-cancel-live")
+		journaled = st.Events
+		return st.State == "in_progress" && st.Events >= 10
+	})
+	cancel := do(t, "POST", e.URL+"/v1/streams/k-cancel-live/cancel", "")
+	body := readBody(t, cancel)
+	var st keyStatus
+	if cancel.StatusCode != http.StatusAccepted || json.Unmarshal([]byte(body), &st) != nil {
+		t.Fatalf("cancel: %d %s, want 202 and the status JSON", cancel.StatusCode, body)
+	}
+	if st.Key != "k-cancel-live" || st.State != "in_progress" && st.State != "cancelled" || st.Events < journaled {
+		t.Errorf("cancel answered %s; want the key in_progress (being cancelled) or cancelled, with at least the %d events its status showed before", body, journaled)
+	}
+	if st := waitState(t, e, "k-cancel-live", "cancelled"); st.Events < journaled {
+		t.Errorf("cancelled with %d events, want at least %d", st.Events, journaled)
+	}
+}
