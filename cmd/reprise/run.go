@@ -38,7 +38,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	if cfg.upstreams != "" {
 		getenv := func(k string) string { read = append(read, k); return os.Getenv(k) }
 		if pc.Routes, err = readRoutes(cfg.upstreams, getenv); err != nil {
-			return err
+			return fmt.Errorf("--upstreams: %w", err)
 		}
 	}
 	warnUnknownEnv(log, cfg.environ, read)
@@ -53,7 +53,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	}
 	if cfg.proxyKeys != "" {
 		if pc.Auth.ProxyKeys, err = readKeys(cfg.proxyKeys); err != nil {
-			return err
+			return fmt.Errorf("--proxy-keys: %w", err)
 		}
 	}
 	if cfg.tlsCert != "" {
@@ -108,7 +108,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.Serve(ln) }()
-	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "upstream", upstreams[0].Redacted(), "fallbacks", len(upstreams)-1, "routes", len(pc.Routes), "data", cfg.data)
+	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "version", shortVersion(), "upstream", upstreams[0].Redacted(), "fallbacks", len(upstreams)-1, "routes", len(pc.Routes), "data", cfg.data)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -264,7 +264,7 @@ func loadSecret(cfg config) ([]byte, error) {
 func parseUpstream(raw string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%q: want http(s)://host[:port] or demo", raw)
+		return nil, errors.New("want http(s)://host[:port]")
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.Path = strings.TrimSuffix(u.Path, "/v1")
@@ -274,16 +274,8 @@ func parseUpstream(raw string) (*url.URL, error) {
 // upstreamURL returns the upstream base URL; "demo" starts the built-in fake
 // model on a loopback port.
 func upstreamURL(cfg config, log *slog.Logger) ([]*url.URL, func(), error) {
-	if cfg.upstream != "demo" {
-		var out []*url.URL
-		for raw := range strings.SplitSeq(cfg.upstream, ",") {
-			u, err := parseUpstream(raw)
-			if err != nil {
-				return nil, nil, fmt.Errorf("--upstream %q: %w", cfg.upstream, err)
-			}
-			out = append(out, u)
-		}
-		return out, func() {}, nil
+	if cfg.upstreamURLs != nil { // parsed by validate
+		return cfg.upstreamURLs, func() {}, nil
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
