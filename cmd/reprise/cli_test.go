@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestMain(m *testing.M) {
@@ -97,6 +102,18 @@ func entries(tb testing.TB, dir string) []string {
 	return out
 }
 
+// closedPort is a loopback address nobody listens on.
+func closedPort(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
 // TestVersion: --version prints one line on stdout and runs nothing: the
 // module's version, the revision the build recorded (as the Go toolchain
 // reads it from the binary) or "revision unknown", and the Go release.
@@ -167,3 +184,127 @@ func TestVersionLine(t *testing.T) {
 		}
 	}
 }
+
+// TestStartFailures: a start that cannot go on says why in one line on
+// stderr, "reprise: …" — the form of a flag error, whatever the log's
+// format — exits non-zero, and leaves nothing on disk: no ./data, whether
+// it failed before making anything or after (it removes what it made).
+func TestStartFailures(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() }) // after the parallel subtests
+	nats := closedPort(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+		code int
+		want []string // in the line
+	}{
+		{"bad log level", []string{"--log-level", "verbose"}, nil, 2, []string{"--log-level", "verbose", "debug, info, warn or error"}},
+		{"bad log level from the environment", nil, []string{"REPRISE_LOG_LEVEL=verbose"}, 2, []string{"REPRISE_LOG_LEVEL", "--log-level", "debug, info, warn or error"}},
+		{"bad auth mode", []string{"--auth", "open"}, nil, 2, []string{"--auth", "passthrough, static or none"}},
+		{"negative limit", []string{"--max-body", "-1"}, nil, 2, []string{"--max-body -1", "at least 1"}},
+		{"NATS unreachable", []string{"--nats", "nats://" + nats}, nil, 1, []string{"cannot reach NATS at nats://" + nats}},
+		{"NATS unreachable, text logs", []string{"--nats", "nats://" + nats, "--log-format", "text"}, nil, 1, []string{"cannot reach NATS"}},
+		{"unreadable upstreams file", []string{"--upstreams", "missing.txt"}, nil, 1, []string{"--upstreams", "missing.txt"}},
+		{"port in use", []string{"--listen", busy.Addr().String()}, nil, 1, []string{"--listen " + busy.Addr().String(), "in use"}},
+		{"bad upstream", []string{"--upstream", "ftp://x"}, nil, 2, []string{"--upstream", "http(s)://host[:port]"}},
+		// Refused once the embedded store is up under ./data: it is removed.
+		{"event size over the NATS payload", []string{"--listen", "127.0.0.1:0", "--max-event-size", "2000000"}, nil, 1, []string{"max event size 2000000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			r := runBinary(t, dir, tc.env, tc.args...)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d", r.code, tc.code)
+			}
+			line, rest, _ := strings.Cut(r.stderr, "\n")
+			if rest != "" || !strings.HasPrefix(line, "reprise: ") {
+				t.Errorf("stderr %q, want one line \"reprise: …\"", r.stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(line, w) {
+					t.Errorf("%q does not say %q", line, w)
+				}
+			}
+			if got := entries(t, dir); len(got) != 0 {
+				t.Errorf("the failed start left %q", got)
+			}
+		})
+	}
+}
+
+// TestFailedStartKeepsWhatWasThere: a start that fails after it made the
+// embedded store removes what it made, and only that: a --data directory
+// that was there stays, with what it held.
+func TestFailedStartKeepsWhatWasThere(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "store")
+	if err := os.MkdirAll(filepath.Join(data, "mine"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "notes"), []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := entries(t, dir)
+	r := runBinary(t, dir, nil, "--listen", "127.0.0.1:0", "--data", data, "--max-event-size", "2000000")
+	if r.code == 0 || !strings.HasPrefix(r.stderr, "reprise: ") {
+		t.Fatalf("exit %d, stderr %q; want a failure", r.code, r.stderr)
+	}
+	if after := entries(t, dir); !slices.Equal(after, before) {
+		t.Errorf("left %q, want %q as it was", after, before)
+	}
+	// The nested directories a start makes go as a whole.
+	deep := filepath.Join(dir, "a", "b", "data")
+	runBinary(t, dir, nil, "--listen", "127.0.0.1:0", "--data", deep, "--max-event-size", "2000000")
+	if after := entries(t, dir); !slices.Equal(after, before) {
+		t.Errorf("--data a/b/data: left %q, want %q", after, before)
+	}
+}
+
+// TestDefaultsStart: with its defaults — the demo upstream, --auth
+// passthrough, every interface — reprise starts (no key to relay), makes
+// ./data and serves; here on any port.
+func TestDefaultsStart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg, err := parseConfig([]string{"--listen", ":0", "--data", filepath.Join(dir, "data")}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.registerer = prometheus.NewRegistry()
+	startAndStop(t, cfg)
+	if got := entries(t, dir); !slices.Contains(got, "data") || !slices.Contains(got, filepath.Join("data", "secret")) {
+		t.Errorf("after a start: %q, want ./data and its secret", got)
+	}
+}
+
+// startAndStop runs cfg until it serves, then stops it; it fails the test
+// if it does not start.
+func startAndStop(tb testing.TB, cfg config) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan string, 1), make(chan error, 1)
+	go func() { done <- run(ctx, cfg, discard(), ready) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		tb.Fatalf("did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		tb.Fatal("not ready within 30s")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		tb.Errorf("stopping: %v", err)
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

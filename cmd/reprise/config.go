@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/xhit/go-str2duration/v2"
 
 	"github.com/reprise-dev/reprise/classify"
@@ -60,6 +61,10 @@ type config struct {
 	// setBy names where each flag not on the command line got its value
 	// (REPRISE_X, or the --config file), for the errors about it.
 	setBy map[string]string
+
+	// registerer takes the metrics. Default prometheus.DefaultRegisterer
+	// (tests that run several instances give each its own).
+	registerer prometheus.Registerer
 }
 
 func newFlagSet(c *config, file *string) *flags {

@@ -36,7 +36,10 @@ func main() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	}
 	if err := run(ctx, cfg, log, nil); err != nil {
-		log.Error("reprise stopped", "err", err)
+		// As a flag error is told: one line, whatever the log's format
+		// (run logged a failure after the start too).
+		fmt.Fprintln(os.Stderr, "reprise:", err)
+		stop()
 		os.Exit(1)
 	}
 }
