@@ -213,6 +213,7 @@ func TestStartFailures(t *testing.T) {
 		{"unreadable upstreams file", []string{"--upstreams", "missing.txt"}, nil, 1, []string{"--upstreams", "missing.txt"}},
 		{"port in use", []string{"--listen", busy.Addr().String()}, nil, 1, []string{"--listen " + busy.Addr().String(), "in use"}},
 		{"bad upstream", []string{"--upstream", "ftp://x"}, nil, 2, []string{"--upstream", "http(s)://host[:port]"}},
+		{"open relay", []string{"--auth", "none", "--listen", "0.0.0.0:0"}, []string{"REPRISE_UPSTREAM_KEY=sk-test"}, 1, []string{"open relay", "--allow-open-relay", "--listen 127.0.0.1:"}},
 		// Refused once the embedded store is up under ./data: it is removed.
 		{"event size over the NATS payload", []string{"--listen", "127.0.0.1:0", "--max-event-size", "2000000"}, nil, 1, []string{"max event size 2000000"}},
 	} {
@@ -308,3 +309,53 @@ func startAndStop(tb testing.TB, cfg config) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestOpenRelay: --auth none with an upstream key (--upstream-key, or a
+// route's key_env) refuses an address beyond loopback — before it makes
+// anything — saying why and the ways out; loopback, --allow-open-relay, no
+// key, or another auth mode start.
+func TestOpenRelay(t *testing.T) { // not parallel: t.Setenv
+	t.Setenv("REPRISE_TEST_ROUTE_KEY", "sk-route")
+	routes := filepath.Join(t.TempDir(), "upstreams")
+	if err := os.WriteFile(routes, []byte("openai http://127.0.0.1:1 key_env=REPRISE_TEST_ROUTE_KEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		refused bool
+	}{
+		{"static key, every interface", []string{"--auth", "none", "--upstream-key", "sk-static", "--listen", ":0"}, true},
+		{"static key, 0.0.0.0", []string{"--auth", "none", "--upstream-key", "sk-static", "--listen", "0.0.0.0:0"}, true},
+		{"a route's key", []string{"--auth", "none", "--upstreams", routes, "--listen", ":0"}, true},
+		{"loopback", []string{"--auth", "none", "--upstream-key", "sk-static", "--listen", "127.0.0.1:0"}, false},
+		{"loopback by name", []string{"--auth", "none", "--upstream-key", "sk-static", "--listen", "localhost:0"}, false},
+		{"allowed", []string{"--auth", "none", "--upstream-key", "sk-static", "--listen", ":0", "--allow-open-relay"}, false},
+		{"no key", []string{"--auth", "none", "--listen", ":0"}, false},
+		{"callers authenticated", []string{"--auth", "static", "--proxy-keys", routes, "--upstream-key", "sk-static", "--listen", ":0"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			data := filepath.Join(dir, "data")
+			cfg, err := parseConfig(append(tc.args, "--data", data, "--upstream", "http://127.0.0.1:1"), noEnv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.registerer = prometheus.NewRegistry()
+			if !tc.refused {
+				startAndStop(t, cfg)
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = run(ctx, cfg, discard(), nil)
+			if err == nil || !strings.Contains(err.Error(), "open relay") || !strings.Contains(err.Error(), "--allow-open-relay") ||
+				!strings.Contains(err.Error(), "--listen 127.0.0.1:") || strings.Contains(err.Error(), "sk-") {
+				t.Errorf("run: %v; want a refusal naming the open relay, loopback and --allow-open-relay (and no key)", err)
+			}
+			if got := entries(t, dir); len(got) != 0 {
+				t.Errorf("the refused start made %q", got)
+			}
+		})
+	}
+}

@@ -43,6 +43,10 @@ type config struct {
 	logLevel     slog.Level
 	logFormat    string // json or text
 
+	// allowOpenRelay: --auth none with an upstream key may listen beyond
+	// loopback (openRelay).
+	allowOpenRelay bool
+
 	upstreams      string // routes file
 	prices         string // price table file
 	connectTimeout time.Duration
@@ -130,6 +134,7 @@ func newFlagSet(c *config, file *string) *flags {
 	fs.in(groupAuth).StringVar(&p.Auth.UpstreamKey, "upstream-key", "", "static and none auth: the upstream's API key (prefer REPRISE_UPSTREAM_KEY); never reaches clients")
 	fs.in(groupAuth).StringVar(&c.secret, "secret", "", "server secret for tenant ids (default: generated once under --data)")
 	fs.in(groupAuth).StringVar(&c.secretFile, "secret-file", "", "read the server secret from this `FILE`")
+	fs.in(groupAuth).BoolVar(&c.allowOpenRelay, "allow-open-relay", false, "with --auth none and an upstream key (--upstream-key, key_env in --upstreams), listen beyond loopback anyway: whoever reaches the port spends the key (only behind something that authenticates callers)")
 	fs.in(groupObservability).Var((*levelValue)(&c.logLevel), "log-level", "debug, info, warn or error")
 	fs.in(groupObservability).Var(newChoice(&c.logFormat, "json", "json", "text"), "log-format", "`json` (one slog JSON object a line: the access log, the attempt log) or text (default json)")
 	fs.in(groupObservability).StringVar(&c.prices, "prices", "", "a JSON `FILE` of model prices: {\"model or prefix*\": {\"input_per_1m\": N, \"output_per_1m\": N, \"per_call\": N}}; the status JSON's cost and reprise_cost_total (none without it)")

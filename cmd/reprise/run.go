@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/proxy"
@@ -34,7 +35,7 @@ import (
 // What can be checked before anything is made is checked first: the files
 // the flags name, the listen address (bound once and let go: it is taken
 // for good only once the proxy can serve, so that nobody's connection
-// waits on a port nothing answers). A start that fails after
+// waits on a port nothing answers), an open relay. A start that fails after
 // it made something on disk (the --data directory, the embedded store, the
 // secret under it) removes what it made, and nothing that was there before.
 func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string) (err error) {
@@ -88,7 +89,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", cfg.listen, err)
 	}
+	bound := probe.Addr()
 	_ = probe.Close()
+	if err := openRelay(cfg, pc, bound); err != nil {
+		return err
+	}
 	tel, err := telemetry.New(ctx) // nil unless an OTLP endpoint is set
 	if err != nil {
 		return err
@@ -179,6 +184,34 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	}
 	log.Info("reprise stopped")
 	return nil
+}
+
+// openRelay refuses --auth none with an upstream key (--upstream-key, or a
+// route's key_env) on an address beyond loopback, unless
+// --allow-open-relay: whoever reaches the port would spend the key.
+func openRelay(cfg config, pc proxy.Config, addr net.Addr) error {
+	if pc.Auth.Mode != auth.None || cfg.allowOpenRelay {
+		return nil
+	}
+	keyed := pc.Auth.UpstreamKey != ""
+	for _, rt := range pc.Routes {
+		keyed = keyed || rt.Key != ""
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !keyed || ok && tcp.IP.IsLoopback() {
+		return nil
+	}
+	where := addr.String()
+	if ok && tcp.IP.IsUnspecified() {
+		where = "every interface"
+	}
+	_, port, err := net.SplitHostPort(cfg.listen)
+	if err != nil {
+		port = "8080"
+	}
+	return fmt.Errorf("--auth none with an upstream key on --listen %s (%s) is an open relay: whoever reaches the port spends the key; "+
+		"listen on loopback (--listen 127.0.0.1:%s), authenticate callers (--auth static --proxy-keys FILE), "+
+		"or pass --allow-open-relay if what is in front of reprise already does", cfg.listen, where, port)
 }
 
 func pageURL(a net.Addr) string {
