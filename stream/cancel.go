@@ -14,9 +14,11 @@ import (
 // disconnect. The running generation of the key — on whichever instance
 // runs it — is cancelled at once: its upstream request ends, the key
 // becomes cancelled (no result; readers get an error event cancelled) and
-// may generate again. It answers 202 with the status JSON; 409 when no
-// generation of the key runs. Access is the reader's: the creator's
-// credential or the Location's capability.
+// may generate again. It answers 202 with the key's status as it is when
+// the cancel is sent (still in_progress, with the events journaled so far:
+// the cancel takes effect a moment later; poll the status for cancelled);
+// 409 when no generation of the key runs. Access is the reader's: the
+// creator's credential or the Location's capability.
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	key, err := resume.ParseKey(r.PathValue("key"))
 	if err != nil {
@@ -41,5 +43,5 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.metrics.Decision("cancel")
-	writeStatus(w, http.StatusAccepted, rec)
+	writeStatus(w, http.StatusAccepted, s.live(r.Context(), id, rec)) // the record's own count moves only at heartbeats
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
@@ -425,11 +424,12 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, tenant, id s
 		if ra := seconds(head.RetryAfter); ra > 0 && head.Status >= 400 {
 			w.Header().Set("Retry-After", strconv.Itoa(ra))
 		}
-		if head.Status >= 400 && head.Attempts > 1 || apierr.Final(head.Status) || classify.Unanswered(head.Code) || head.Code == apierr.NoUpstream {
+		if head.Status >= 400 && head.Attempts > 1 || apierr.ShouldNotRetry(head.Status, head.Code) {
 			// reprise already retried, or a retry cannot help (no upstream
-			// is configured for it), or it would bill again: an SDK
-			// retrying on top would multiply the upstream's load for
-			// nothing (the OpenAI and Anthropic SDKs honour this header).
+			// is configured for it: no_upstream), or it would bill again
+			// (the catalogue's NoRetry): an SDK retrying on top would
+			// multiply the upstream's load for nothing (the OpenAI and
+			// Anthropic SDKs honour this header).
 			w.Header().Set("X-Should-Retry", "false")
 		}
 		writeRaw(w, head.Status, head.ContentType, head.Body)
@@ -537,7 +537,7 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 		if status < 400 {
 			status = http.StatusBadGateway
 		}
-		if apierr.Final(status) || classify.Unanswered(rec.Error) {
+		if apierr.ShouldNotRetry(status, rec.Error) {
 			w.Header().Set("X-Should-Retry", "false")
 		}
 		writeRaw(w, status, "application/json", errBody)

@@ -154,7 +154,7 @@ func serveUpstream(tb testing.TB, h http.Handler) *url.URL {
 }
 
 // TestPassThroughNoRoute: with named upstreams, a pass-through path no
-// route serves is a configuration error (502 no_upstream, not to be
+// route serves is a configuration error (404 no_upstream, not to be
 // retried), not a call to the first upstream with its key.
 func TestPassThroughNoRoute(t *testing.T) {
 	t.Parallel()
@@ -169,7 +169,7 @@ func TestPassThroughNoRoute(t *testing.T) {
 	}))
 	for _, m := range []string{"GET", "POST"} {
 		resp := do(t, m, e.URL+"/v1/models", "", "Authorization", "Bearer pk-1")
-		testutil.ExpectAPIError(t, resp, http.StatusBadGateway, "no_upstream")
+		testutil.ExpectAPIError(t, resp, http.StatusNotFound, "no_upstream")
 		if resp.Header.Get("X-Should-Retry") != "false" || resp.Header.Get("Reprise-Upstream") != "" {
 			t.Errorf("%s /v1/models: X-Should-Retry %q, Reprise-Upstream %q; want false and none", m,
 				resp.Header.Get("X-Should-Retry"), resp.Header.Get("Reprise-Upstream"))
@@ -192,7 +192,7 @@ func TestPassThroughNoRoute(t *testing.T) {
 				h = append(h, "Idempotency-Key", key)
 			}
 			resp := do(t, "POST", e.URL+"/v1/responses", `{"model":"m","input":"hi","stream":`+strconv.FormatBool(stream)+`}`, h...)
-			testutil.ExpectAPIError(t, resp, http.StatusBadGateway, "no_upstream")
+			testutil.ExpectAPIError(t, resp, http.StatusNotFound, "no_upstream")
 			if resp.Header.Get("X-Should-Retry") != "false" || resp.Header.Get("Reprise-Upstream") != "" {
 				t.Errorf("POST /v1/responses (stream %v, key %q): X-Should-Retry %q, Reprise-Upstream %q; want false and none", stream, key,
 					resp.Header.Get("X-Should-Retry"), resp.Header.Get("Reprise-Upstream"))

@@ -118,7 +118,7 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("chat for llama: key %q, Reprise-Upstream %q", got, resp.Header.Get("Reprise-Upstream"))
 	}
 	resp = post(responsesPath, `{"model":"llama","stream":true,"input":"nobody"}`, "k-r4")
-	if body := readBody(t, resp); resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "no_upstream") {
-		t.Errorf("a request no route serves: %d %s, want 502 no_upstream", resp.StatusCode, body)
+	if body := readBody(t, resp); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "no_upstream") {
+		t.Errorf("a request no route serves: %d %s, want 404 no_upstream", resp.StatusCode, body)
 	}
 }

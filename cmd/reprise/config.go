@@ -7,9 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/xhit/go-str2duration/v2"
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/journal"
@@ -28,12 +34,18 @@ type config struct {
 
 	listen   string
 	upstream string
-	data     string
-	nats     string
-	grace    time.Duration
-	secret   string
-	logLevel slog.Level
-	logText  bool // --log-format text
+	// upstreamURLs is --upstream parsed; nil for demo.
+	upstreamURLs []*url.URL
+	data         string
+	nats         string
+	grace        time.Duration
+	secret       string
+	logLevel     slog.Level
+	logFormat    string // json or text
+
+	// allowOpenRelay: --auth none with an upstream key may listen beyond
+	// loopback (openRelay).
+	allowOpenRelay bool
 
 	upstreams      string // routes file
 	prices         string // price table file
@@ -49,9 +61,17 @@ type config struct {
 	// environ is the process's environment (os.Environ): its REPRISE_*
 	// variables that name no flag are warned about at start.
 	environ []string
+
+	// setBy names where each flag not on the command line got its value
+	// (REPRISE_X, or the --config file), for the errors about it.
+	setBy map[string]string
+
+	// registerer takes the metrics. Default prometheus.DefaultRegisterer
+	// (tests that run several instances give each its own).
+	registerer prometheus.Registerer
 }
 
-func newFlagSet(c *config, level *string, file *string) *flags {
+func newFlagSet(c *config, file *string) *flags {
 	p := &c.p
 	fs := newFlags()
 	fs.in(groupServer).StringVar(file, "config", "", "settings `FILE`: one name = value line per setting, names as the flags (a flag beats REPRISE_*, which beats the file)")
@@ -108,21 +128,15 @@ func newFlagSet(c *config, level *string, file *string) *flags {
 	fs.in(groupLimits).DurationVar(&p.HTTP.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "each write to a reader (an event, a keep-alive) must finish within this, else the reader is cut (visibly) and resumes; the time between events does not count")
 	fs.in(groupLimits).DurationVar(&p.HTTP.ShedLag, "shed-lag", stream.DefaultShedLag, "while the journal is this far behind (its oldest event not yet acknowledged), refuse new generations with 429 overloaded and Retry-After; running generations, duplicates, replays and resumes are served; 0 turns it off")
 	fs.in(groupLimits).IntVar(&p.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "request header bytes at most (431 above)")
-	fs.in(groupAuth).StringVar((*string)(&p.Auth.Mode), "auth", string(auth.Passthrough), "passthrough (the caller's bearer goes upstream), static (callers use --proxy-keys; the upstream gets --upstream-key) or none (one anonymous tenant)")
+	fs.in(groupAuth).Var(newChoice((*string)(&p.Auth.Mode), string(auth.Passthrough), string(auth.Passthrough), string(auth.Static), string(auth.None)), "auth", "passthrough (the caller's bearer goes upstream), static (callers use --proxy-keys; the upstream gets --upstream-key) or none (one anonymous tenant)")
 	fs.in(groupAuth).StringVar(&p.Auth.TenantHeader, "tenant-header", "", "derive the tenant from this header instead of the bearer token")
 	fs.in(groupAuth).StringVar(&c.proxyKeys, "proxy-keys", "", "static auth: a `FILE` of proxy keys, one per line (# comments)")
 	fs.in(groupAuth).StringVar(&p.Auth.UpstreamKey, "upstream-key", "", "static and none auth: the upstream's API key (prefer REPRISE_UPSTREAM_KEY); never reaches clients")
 	fs.in(groupAuth).StringVar(&c.secret, "secret", "", "server secret for tenant ids (default: generated once under --data)")
 	fs.in(groupAuth).StringVar(&c.secretFile, "secret-file", "", "read the server secret from this `FILE`")
-	fs.in(groupObservability).StringVar(level, "log-level", "info", "debug, info, warn or error")
-	fs.in(groupObservability).Func("log-format", "`json` (one slog JSON object a line: the access log, the attempt log) or text (default json)", func(v string) error {
-		switch v {
-		case "json", "text":
-			c.logText = v == "text"
-			return nil
-		}
-		return fmt.Errorf("%q: want json or text", v)
-	})
+	fs.in(groupAuth).BoolVar(&c.allowOpenRelay, "allow-open-relay", false, "with --auth none and an upstream key (--upstream-key, key_env in --upstreams), listen beyond loopback anyway: whoever reaches the port spends the key (only behind something that authenticates callers)")
+	fs.in(groupObservability).Var((*levelValue)(&c.logLevel), "log-level", "debug, info, warn or error")
+	fs.in(groupObservability).Var(newChoice(&c.logFormat, "json", "json", "text"), "log-format", "`json` (one slog JSON object a line: the access log, the attempt log) or text (default json)")
 	fs.in(groupObservability).StringVar(&c.prices, "prices", "", "a JSON `FILE` of model prices: {\"model or prefix*\": {\"input_per_1m\": N, \"output_per_1m\": N, \"per_call\": N}}; the status JSON's cost and reprise_cost_total (none without it)")
 	fs.claim()
 	return fs
@@ -130,8 +144,8 @@ func newFlagSet(c *config, level *string, file *string) *flags {
 
 func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var c config
-	var level, file string
-	fs := newFlagSet(&c, &level, &file)
+	var file string
+	fs := newFlagSet(&c, &file)
 	if err := parseArgs(fs, args); err != nil {
 		return c, err
 	}
@@ -155,6 +169,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 			}
 		}
 	}
+	c.setBy = map[string]string{}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil || onCommandLine[f.Name] || f.Name == "config" {
@@ -162,57 +177,122 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		}
 		env := envName(f.Name)
 		if v := getenv(env); v != "" {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", env, e)
+			c.setBy[f.Name] = env
+			if e := fs.set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q (--%s): %w", env, v, f.Name, e)
 			}
 		} else if v, ok := fromFile[f.Name]; ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %s: %w", file, f.Name, e)
+			c.setBy[f.Name] = file
+			if e := fs.set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %s = %q: %w", file, f.Name, v, e)
 			}
 		}
 	})
 	if err != nil {
 		return c, err
 	}
-	return c, c.validate(level)
+	return c, c.validate()
 }
 
-func (c *config) validate(level string) error {
+// invalid is the error for flag name's value v, want saying what it should
+// be; it names the variable or the file that set it, if one did.
+func (c *config) invalid(name string, v any, want string) error {
+	if d, ok := v.(time.Duration); ok {
+		v = str2duration.String(d)
+	}
+	flag := "--" + name
+	if v != nil { // nil: not to be repeated (a secret)
+		flag += fmt.Sprint(" ", v)
+	}
+	if by := c.setBy[name]; by != "" {
+		flag += " (from " + by + ")"
+	}
+	return errors.New(flag + ": " + want)
+}
+
+// maxBreakerFailures bounds --breaker-failures: the breaker keeps a bit
+// per failure it counts (a trillion would take all the memory there is).
+const maxBreakerFailures = 10000
+
+// budgetWindowMin is the shortest retry budget window classify takes (its
+// ten buckets of at least 1 ms).
+const budgetWindowMin = 10 * time.Millisecond
+
+// validate checks every value against its range before anything starts,
+// naming the flag and what it takes, and fills the defaults that depend
+// on other flags.
+func (c *config) validate() error {
 	p := &c.p
-	if err := c.logLevel.UnmarshalText([]byte(level)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	pol := &p.Policy
+	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+	for _, r := range []struct {
+		ok   bool
+		name string
+		v    any
+		want string
+	}{
+		{c.grace >= 0, "grace", c.grace, "must not be negative"},
+		{p.HTTP.KeylessRetryWindow >= 0, "keyless-retry-window", p.HTTP.KeylessRetryWindow, "must not be negative (0 turns it off)"},
+		{pol.MaxAttempts >= 1 && pol.MaxAttempts <= 10, "retry-attempts", pol.MaxAttempts, "must be 1 to 10 (1: no retries)"},
+		{pol.BaseDelay >= 0, "retry-base-delay", pol.BaseDelay, "must not be negative"},
+		{pol.MaxDelay >= 0 && (pol.MaxDelay == 0 || pol.MaxDelay >= pol.BaseDelay), "retry-max-delay", pol.MaxDelay, "must be at least --retry-base-delay (" + str2duration.String(pol.BaseDelay) + ")"},
+		{pol.Deadline >= 0, "retry-deadline", pol.Deadline, "must not be negative"},
+		{pol.BudgetRatio >= 0 && pol.BudgetRatio <= 1, "retry-budget", pol.BudgetRatio, "must be 0 to 1 (a share of the calls)"},
+		{pol.BudgetWindow == 0 || pol.BudgetWindow >= budgetWindowMin, "retry-budget-window", pol.BudgetWindow, "must be at least " + budgetWindowMin.String()},
+		{pol.BreakerFailures >= 1 && pol.BreakerFailures <= maxBreakerFailures, "breaker-failures", pol.BreakerFailures, fmt.Sprintf("must be 1 to %d", maxBreakerFailures)},
+		{pol.BreakerDelay >= 0, "breaker-delay", pol.BreakerDelay, "must not be negative"},
+		{pol.MaxConcurrent >= 0, "upstream-concurrency", pol.MaxConcurrent, "must be at least 1"},
+		{pol.QueueTimeout >= 0, "upstream-queue-timeout", pol.QueueTimeout, "must not be negative"},
+		{c.connectTimeout > 0, "connect-timeout", c.connectTimeout, "must be more than 0"},
+		{c.headerTimeout > 0, "header-timeout", c.headerTimeout, "must be more than 0"},
+		{p.Limits.IdleTimeout > 0, "idle-timeout", p.Limits.IdleTimeout, "must be more than 0"},
+		{p.Limits.MaxGeneration > 0, "max-generation", p.Limits.MaxGeneration, "must be more than 0"},
+		{p.Limits.CancelUnread == 0 || p.Limits.CancelUnread >= time.Second, "cancel-unread", p.Limits.CancelUnread, "must be 0 (never) or at least 1s"},
+		{p.CostGuard.Ratio >= 0 && finite(p.CostGuard.Ratio), "cost-guard-ratio", p.CostGuard.Ratio, "must be 0 (off) or more (0.3: +30%)"},
+		{p.CostGuard.MinHourly >= 0 && finite(p.CostGuard.MinHourly), "cost-guard-min-hourly", p.CostGuard.MinHourly, "must be 0 or more"},
+		{p.CostGuard.DailyBudget >= 0 && finite(p.CostGuard.DailyBudget), "daily-budget", p.CostGuard.DailyBudget, "must be 0 (off) or more"},
+		{p.Journal.TTL >= p.MinTTL(), "ttl", p.Journal.TTL, "must be at least " + str2duration.String(p.MinTTL()) + " (1m, and --max-generation plus --lease: a running generation's first events must not expire)"},
+		{p.Lease >= 100*time.Millisecond, "lease", p.Lease, "must be at least 100ms"},
+		{p.Journal.AppendTimeout >= time.Second, "journal-timeout", p.Journal.AppendTimeout, "must be at least 1s"},
+		{p.Journal.Replicas >= 1 && p.Journal.Replicas <= 5, "replicas", p.Journal.Replicas, "must be 1 to 5"},
+		{p.Journal.Linger >= 0 && p.Journal.Linger <= time.Second, "journal-linger", p.Journal.Linger, "must be 0 (none) to 1s"},
+		{p.HTTP.MaxBody > 0, "max-body", p.HTTP.MaxBody, "must be at least 1 (bytes)"},
+		{p.Limits.MaxEventSize > 0, "max-event-size", p.Limits.MaxEventSize, "must be at least 1 (bytes)"},
+		{p.Limits.MaxStreamEvents > 0, "max-stream-events", p.Limits.MaxStreamEvents, "must be at least 1"},
+		{p.Limits.MaxStreamBytes > 0, "max-stream-bytes", p.Limits.MaxStreamBytes, "must be at least 1 (bytes)"},
+		{p.Limits.MaxTenantGenerations >= 0, "max-tenant-generations", p.Limits.MaxTenantGenerations, "must not be negative (0: the same as --upstream-concurrency)"},
+		{p.HTTP.MaxReadersPerKey > 0, "max-readers-per-key", p.HTTP.MaxReadersPerKey, "must be at least 1"},
+		{p.HTTP.MaxReadersPerTenant > 0, "max-readers-per-tenant", p.HTTP.MaxReadersPerTenant, "must be at least 1"},
+		{p.HTTP.MaxWSMessage > 0, "max-ws-message", p.HTTP.MaxWSMessage, "must be at least 1 (bytes)"},
+		{p.HTTP.WriteTimeout > 0, "write-timeout", p.HTTP.WriteTimeout, "must be more than 0"},
+		{p.HTTP.ShedLag >= 0, "shed-lag", p.HTTP.ShedLag, "must not be negative (0 turns it off)"},
+		{p.MaxHeaderBytes > 0, "max-header-bytes", p.MaxHeaderBytes, "must be at least 1 (bytes)"},
+		{c.secret == "" || len(c.secret) >= 16, "secret", nil, "must be at least 16 characters"},
+	} {
+		if !r.ok {
+			return c.invalid(r.name, r.v, r.want)
+		}
 	}
 	switch {
-	case p.Journal.TTL < p.MinTTL():
-		return fmt.Errorf("--ttl %s: must be at least %s (1m, and --max-generation plus --lease: a running generation's first events must not expire)", p.Journal.TTL, p.MinTTL())
-	case p.Journal.Linger < 0 || p.Journal.Linger > time.Second:
-		return fmt.Errorf("--journal-linger %s: 0 (none) up to 1s", p.Journal.Linger)
-	case p.Journal.AppendTimeout < time.Second:
-		return fmt.Errorf("--journal-timeout %s: must be at least 1s", p.Journal.AppendTimeout)
-	case p.Lease < 100*time.Millisecond:
-		return fmt.Errorf("--lease %s: must be at least 100ms", p.Lease)
-	case c.connectTimeout <= 0 || c.headerTimeout <= 0 || p.Limits.IdleTimeout <= 0 || p.Limits.MaxGeneration <= 0:
-		return errors.New("timeouts must be positive")
-	case p.Limits.CancelUnread < 0 || p.Limits.CancelUnread > 0 && p.Limits.CancelUnread < time.Second:
-		return fmt.Errorf("--cancel-unread %s: 0 (never) or at least 1s", p.Limits.CancelUnread)
-	case p.HTTP.KeylessRetryWindow < 0:
-		return fmt.Errorf("--keyless-retry-window %s: must not be negative (0 turns it off)", p.HTTP.KeylessRetryWindow)
-	case p.HTTP.ShedLag < 0:
-		return errors.New("--shed-lag must not be negative")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return errors.New("--tls-cert and --tls-key go together")
-	case p.HTTP.MaxBody <= 0 || p.Limits.MaxEventSize <= 0 || p.Limits.MaxStreamEvents <= 0 || p.Limits.MaxStreamBytes <= 0 ||
-		p.Limits.MaxTenantGenerations < 0 || p.HTTP.MaxReadersPerKey <= 0 || p.HTTP.MaxReadersPerTenant <= 0 || p.HTTP.MaxWSMessage <= 0 || p.HTTP.WriteTimeout <= 0 || p.MaxHeaderBytes <= 0:
-		return errors.New("limits must be positive")
+	case p.Auth.Mode == auth.Static && c.proxyKeys == "":
+		return errors.New("--auth static needs --proxy-keys FILE")
+	case (p.CostGuard.Ratio > 0 || p.CostGuard.DailyBudget > 0) && c.prices == "":
+		return errors.New("the cost guard (--cost-guard-ratio, --daily-budget) needs --prices FILE")
 	}
-	switch p.Auth.Mode {
-	case auth.Passthrough, auth.None:
-	case auth.Static:
-		if c.proxyKeys == "" {
-			return errors.New("--auth static needs --proxy-keys FILE")
+	if c.upstream != "demo" {
+		for raw := range strings.SplitSeq(c.upstream, ",") {
+			u, err := parseUpstream(raw)
+			if err != nil {
+				want := "want http(s)://host[:port], a comma-separated list of them, or demo"
+				if strings.Contains(c.upstream, ",") {
+					want = strconv.Quote(strings.TrimSpace(raw)) + ": " + want
+				}
+				return c.invalid("upstream", strconv.Quote(c.upstream), want)
+			}
+			c.upstreamURLs = append(c.upstreamURLs, u)
 		}
-	default:
-		return fmt.Errorf("--auth %q: want passthrough, static or none", p.Auth.Mode)
 	}
 	if p.Limits.MaxTenantGenerations == 0 { // a tenant may fill the instance
 		p.Limits.MaxTenantGenerations = cmp.Or(p.Policy.MaxConcurrent, classify.DefaultMaxConcurrent)
@@ -228,7 +308,7 @@ func (c *config) validate(level string) error {
 	}
 	p.Policy.RetryAmbiguous = p.UpstreamIdempotency
 	if _, err := classify.New(p.Policy, engine.DefaultClient(time.Second, time.Second)); err != nil {
-		return err
+		return fmt.Errorf("the upstream call policy (--retry-*, --breaker-*, --upstream-*): %w", err) // a range the checks above missed
 	}
 	return nil
 }
@@ -240,7 +320,7 @@ func (c *config) validate(level string) error {
 func readRoutes(path string, getenv func(string) string) ([]proxy.Route, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--upstreams: %w", err)
+		return nil, err
 	}
 	var routes []proxy.Route
 	n := 0
@@ -258,7 +338,7 @@ func readRoutes(path string, getenv func(string) string) ([]proxy.Route, error) 
 		}
 		u, err := parseUpstream(f[1])
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+			return nil, fmt.Errorf("%s:%d: %q: %w", path, n, f[1], err)
 		}
 		rt := proxy.Route{Name: f[0], URL: u}
 		for _, opt := range f[2:] {
@@ -288,7 +368,7 @@ func readRoutes(path string, getenv func(string) string) ([]proxy.Route, error) 
 func readKeys(path string) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("proxy keys: %w", err)
+		return nil, err
 	}
 	var keys []string
 	for line := range strings.Lines(string(b)) {
@@ -300,7 +380,7 @@ func readKeys(path string) ([]string, error) {
 		}
 	}
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("proxy keys: %s holds no key", path)
+		return nil, fmt.Errorf("%s holds no key", path)
 	}
 	return keys, nil
 }

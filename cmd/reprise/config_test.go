@@ -77,17 +77,20 @@ func TestParseConfig(t *testing.T) {
 
 func TestUpstreamURL(t *testing.T) {
 	for _, bad := range []string{"ftp://x", "not a url", "http://", "localhost:8080", "http://a,", "http://a,ftp://b"} {
-		if _, _, err := upstreamURL(config{upstream: bad}, nil); err == nil {
-			t.Errorf("upstream %q accepted", bad)
+		if _, err := parseConfig([]string{"--upstream", bad}, noEnv); err == nil || !strings.Contains(err.Error(), "--upstream ") {
+			t.Errorf("upstream %q: %v, want an error naming --upstream", bad, err)
 		}
 	}
-	u, _, err := upstreamURL(config{upstream: "https://api.example.test/v1/"}, nil)
-	if err != nil || len(u) != 1 || u[0].String() != "https://api.example.test" {
+	c, err := parseConfig([]string{"--upstream", "https://api.example.test/v1/"}, noEnv)
+	if u := c.upstreamURLs; err != nil || len(u) != 1 || u[0].String() != "https://api.example.test" {
 		t.Errorf("got %v, %v; want the base without /v1", u, err)
 	}
-	u, _, err = upstreamURL(config{upstream: "https://a.test/v1, http://b.test:8080"}, nil)
-	if err != nil || len(u) != 2 || u[0].String() != "https://a.test" || u[1].String() != "http://b.test:8080" {
+	c, err = parseConfig([]string{"--upstream", "https://a.test/v1, http://b.test:8080"}, noEnv)
+	if u := c.upstreamURLs; err != nil || len(u) != 2 || u[0].String() != "https://a.test" || u[1].String() != "http://b.test:8080" {
 		t.Errorf("a list: got %v, %v; want both, in order", u, err)
+	}
+	if c, err := parseConfig(nil, noEnv); err != nil || c.upstreamURLs != nil {
+		t.Errorf("demo: %v, %v; want no URL (the demo starts at run)", c.upstreamURLs, err)
 	}
 }
 

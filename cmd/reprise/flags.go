@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -96,10 +97,95 @@ func (d *durationValue) String() string { return str2duration.String(time.Durati
 
 func (d *durationValue) Get() any { return time.Duration(*d) }
 
+// choiceValue is a flag whose value is one of a few words; a value that is
+// none of them is refused with the list. The --help line shows it as a
+// string.
+type choiceValue struct {
+	v       *string
+	choices []string
+}
+
+func newChoice(p *string, value string, choices ...string) *choiceValue {
+	*p = value
+	return &choiceValue{p, choices}
+}
+
+func (c *choiceValue) Set(s string) error {
+	if !slices.Contains(c.choices, s) {
+		return fmt.Errorf("want %s", orList(c.choices))
+	}
+	*c.v = s
+	return nil
+}
+
+func (c *choiceValue) String() string {
+	if c == nil || c.v == nil {
+		return ""
+	}
+	return *c.v
+}
+
+func (c *choiceValue) Get() any { return *c.v }
+
+// levelValue is --log-level: the names slog knows (debug, info, warn,
+// error, with an offset such as warn+2 for the curious), refused with the
+// list otherwise.
+type levelValue slog.Level
+
+func (l *levelValue) Set(s string) error {
+	var v slog.Level
+	if err := v.UnmarshalText([]byte(s)); err != nil {
+		return errors.New("want debug, info, warn or error")
+	}
+	*l = levelValue(v)
+	return nil
+}
+
+func (l *levelValue) String() string { return strings.ToLower(slog.Level(*l).String()) }
+
+func (l *levelValue) Get() any { return slog.Level(*l) }
+
+// orList is "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// set sets flag name to value, and says what a value it refuses should be
+// when the flag's own error does not (the flag package's numbers say
+// only "parse error").
+func (f *flags) set(name, value string) error {
+	err := f.Set(name, value)
+	if err == nil {
+		return nil
+	}
+	g, ok := f.Lookup(name).Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	switch g.Get().(type) {
+	case int, int64:
+		return errors.New("want a whole number")
+	case uint, uint64:
+		return errors.New("want a whole number, 0 or more")
+	case float64:
+		return errors.New("want a number")
+	case bool:
+		return errors.New("want true or false")
+	}
+	return err
+}
+
+// errVersion is parseArgs' answer to --version: print the version, run
+// nothing.
+var errVersion = errors.New("version asked")
+
 // parseArgs sets fs's flags from args: --name value, --name=value, and a
 // single dash alike; a bool flag takes no value unless after =. It
-// returns flag.ErrHelp for -h and --help, and an error naming the
-// nearest flag for one that does not exist.
+// returns flag.ErrHelp for -h and --help, errVersion for --version, and an
+// error naming the nearest flag for one that does not exist.
 func parseArgs(fs *flags, args []string) error {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -118,8 +204,11 @@ func parseArgs(fs *flags, args []string) error {
 		}
 		f := fs.Lookup(name)
 		if f == nil {
-			if name == "h" || name == "help" {
+			switch {
+			case name == "h" || name == "help":
 				return flag.ErrHelp
+			case name == "version" && !hasValue:
+				return errVersion
 			}
 			return &unknownFlagError{name: name, nearest: nearest(name, fs.names())}
 		}
@@ -133,7 +222,7 @@ func parseArgs(fs *flags, args []string) error {
 			i++
 			value = args[i]
 		}
-		if err := fs.Set(name, value); err != nil {
+		if err := fs.set(name, value); err != nil {
 			return fmt.Errorf("--%s %q: %w", name, value, err)
 		}
 	}
@@ -186,7 +275,7 @@ type unknownVar struct{ name, nearest string }
 // flag and are not among used.
 func unknownEnv(environ []string, used ...string) []unknownVar {
 	var names []string
-	for _, n := range newFlagSet(&config{}, new(string), new(string)).names() {
+	for _, n := range newFlagSet(&config{}, new(string)).names() {
 		names = append(names, envName(n))
 	}
 	var out []unknownVar
@@ -204,8 +293,15 @@ func unknownEnv(environ []string, used ...string) []unknownVar {
 // meaning, its default.
 func usageLine(f *flag.Flag) string {
 	kind, usage := flag.UnquoteUsage(f)
-	if _, ok := f.Value.(*durationValue); ok && kind == "value" {
-		kind = "duration"
+	switch f.Value.(type) {
+	case *durationValue:
+		if kind == "value" {
+			kind = "duration"
+		}
+	case *choiceValue, *levelValue:
+		if kind == "value" {
+			kind = "string"
+		}
 	}
 	switch {
 	case strings.Contains(usage, "(default"): // the usage says it best
@@ -219,8 +315,9 @@ func usageLine(f *flag.Flag) string {
 
 // writeHelp writes --help: the flags by section, each on one line.
 func writeHelp(w io.Writer) {
-	fs := newFlagSet(&config{}, new(string), new(string))
+	fs := newFlagSet(&config{}, new(string))
 	fmt.Fprint(w, `Usage: reprise [--flag value]…
+       reprise --version
 
 reprise is a durable proxy for streaming LLM APIs. With no flags it serves a
 demo on http://localhost:8080/ (embedded JetStream under ./data, a fake model).

@@ -34,7 +34,7 @@ func TestHelpGrouped(t *testing.T) {
 		title := help[strings.LastIndex(help[:i], "\n\n")+2:]
 		return title[:strings.Index(title, ":")]
 	}
-	fs := newFlagSet(&config{}, new(string), new(string))
+	fs := newFlagSet(&config{}, new(string))
 	fs.VisitAll(func(f *flag.Flag) {
 		if n := strings.Count(help, "\n  --"+f.Name+" "); n != 1 {
 			t.Errorf("--%s is listed %d times", f.Name, n)
@@ -157,8 +157,8 @@ func TestUnknownEnv(t *testing.T) {
 
 // TestParseArgs: the forms a flag may take, and what is refused.
 func TestParseArgs(t *testing.T) {
-	c, err := parseConfig([]string{"-listen", ":1", "--upstream=http://u:1", "--upstream-idempotency", "--replicas", "-3", "--"}, noEnv)
-	if err != nil || c.listen != ":1" || c.upstream != "http://u:1" || !c.p.UpstreamIdempotency || c.p.Journal.Replicas != -3 {
+	c, err := parseConfig([]string{"-listen", ":1", "--upstream=http://u:1", "--upstream-idempotency", "--tenant-header", "-3", "--"}, noEnv)
+	if err != nil || c.listen != ":1" || c.upstream != "http://u:1" || !c.p.UpstreamIdempotency || c.p.Auth.TenantHeader != "-3" {
 		t.Errorf("%+v, %v", c, err)
 	}
 	for _, bad := range [][]string{{"extra"}, {"--", "extra"}, {"---listen", ":1"}, {"-=x"}, {"--listen"}, {"--upstream-idempotency=maybe"}, {"-"}} {
@@ -179,8 +179,8 @@ func FuzzParseArgs(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		args := strings.Split(s, "\x00")
-		mine := newFlagSet(&config{}, new(string), new(string))
-		theirs := newFlagSet(&config{}, new(string), new(string))
+		mine := newFlagSet(&config{}, new(string))
+		theirs := newFlagSet(&config{}, new(string))
 		errMine := parseArgs(mine, args)
 		errTheirs := theirs.Parse(args)
 		okTheirs := errTheirs == nil && theirs.NArg() == 0
@@ -228,7 +228,7 @@ func TestFlagsDocumented(t *testing.T) {
 			rows = append(rows, line[:strings.Index(line[1:], "|")+1]) // the first cell: the flags it is about
 		}
 	}
-	newFlagSet(&config{}, new(string), new(string)).VisitAll(func(f *flag.Flag) {
+	newFlagSet(&config{}, new(string)).VisitAll(func(f *flag.Flag) {
 		for _, r := range rows {
 			if strings.Contains(r, "`--"+f.Name+"`") || strings.Contains(r, "`--"+f.Name+" ") {
 				return

@@ -11,16 +11,20 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
 func main() {
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		writeHelp(os.Stdout)
 		return
-	}
-	if err != nil {
+	case errors.Is(err, errVersion):
+		fmt.Println(versionLine(debug.ReadBuildInfo()))
+		return
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "reprise:", err)
 		os.Exit(2)
 	}
@@ -28,11 +32,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
-	if cfg.logText {
+	if cfg.logFormat == "text" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	}
 	if err := run(ctx, cfg, log, nil); err != nil {
-		log.Error("reprise stopped", "err", err)
+		// As a flag error is told: one line, whatever the log's format
+		// (run logged a failure after the start too).
+		fmt.Fprintln(os.Stderr, "reprise:", err)
+		stop()
 		os.Exit(1)
 	}
 }

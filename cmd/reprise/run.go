@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/stream/auth"
 	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/stream/engine"
 	"github.com/reprise-dev/reprise/stream/proxy"
@@ -29,31 +31,39 @@ import (
 
 // run serves until ctx ends, then shuts down gracefully. ready, when not nil,
 // receives the listen address once the proxy serves.
-func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string) error {
+//
+// What can be checked before anything is made is checked first: the files
+// the flags name, the listen address (bound once and let go: it is taken
+// for good only once the proxy can serve, so that nobody's connection
+// waits on a port nothing answers), an open relay. A start that fails after
+// it made something on disk (the --data directory, the embedded store, the
+// secret under it) removes what it made, and nothing that was there before.
+func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string) (err error) {
+	var made created
+	serving := false
+	defer func() {
+		if err != nil && !serving {
+			made.undo()
+		}
+	}()
 	pc := cfg.p
-	var err error
 	// Named routes replace --upstream; the variables they read (key_env)
 	// are no typo.
 	var read []string
 	if cfg.upstreams != "" {
 		getenv := func(k string) string { read = append(read, k); return os.Getenv(k) }
 		if pc.Routes, err = readRoutes(cfg.upstreams, getenv); err != nil {
-			return err
+			return fmt.Errorf("--upstreams: %w", err)
 		}
 	}
 	warnUnknownEnv(log, cfg.environ, read)
-	nc, records, closeNATS, err := connectNATS(cfg, log)
+	secret, err := readSecret(cfg) // nil: the one kept under --data, once NATS is up
 	if err != nil {
-		return err
-	}
-	defer closeNATS()
-	pc.Journal.Records = records // lease renewals never wait behind the events
-	if pc.Auth.Secret, err = loadSecret(cfg); err != nil {
 		return err
 	}
 	if cfg.proxyKeys != "" {
 		if pc.Auth.ProxyKeys, err = readKeys(cfg.proxyKeys); err != nil {
-			return err
+			return fmt.Errorf("--proxy-keys: %w", err)
 		}
 	}
 	if cfg.tlsCert != "" {
@@ -68,16 +78,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 			return fmt.Errorf("--prices: %w", err)
 		}
 	}
-	var upstreams []*url.URL
-	if len(pc.Routes) > 0 {
-		upstreams = []*url.URL{pc.Routes[0].URL}
-	} else {
-		var stopDemo func()
-		if upstreams, stopDemo, err = upstreamURL(cfg, log); err != nil {
-			return err
+	if cfg.nats != "" {
+		for name, file := range map[string]string{"nats-creds": cfg.natsCreds, "nats-ca": cfg.natsCA} {
+			if err := readable(file); err != nil {
+				return fmt.Errorf("--%s: %w", name, err)
+			}
 		}
-		defer stopDemo()
-		pc.Upstream, pc.Fallbacks = upstreams[0], upstreams[1:]
+	}
+	probe, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", cfg.listen, err)
+	}
+	bound := probe.Addr()
+	_ = probe.Close()
+	if err := openRelay(cfg, pc, bound); err != nil {
+		return err
 	}
 	tel, err := telemetry.New(ctx) // nil unless an OTLP endpoint is set
 	if err != nil {
@@ -92,29 +107,67 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 				log.Warn("OpenTelemetry: flushing on exit failed", "err", err)
 			}
 		}()
-		log.Info("OpenTelemetry: exporting GenAI metrics and traces over OTLP/HTTP")
 	}
-	pc.NATS, pc.Logger, pc.Registerer = nc, log, prometheus.DefaultRegisterer
+	nc, records, closeNATS, err := connectNATS(cfg, log, &made)
+	if err != nil {
+		return err
+	}
+	defer closeNATS()
+	pc.Journal.Records = records // lease renewals never wait behind the events
+	if secret == nil {
+		if secret, err = keptSecret(cfg.data, &made); err != nil {
+			return err
+		}
+	}
+	pc.Auth.Secret = secret
+	upstreams := cfg.upstreamURLs
+	if len(pc.Routes) > 0 {
+		upstreams = []*url.URL{pc.Routes[0].URL}
+	} else {
+		if upstreams == nil { // demo
+			var stopDemo func()
+			if upstreams, stopDemo, err = startDemo(log); err != nil {
+				return err
+			}
+			defer stopDemo()
+		}
+		pc.Upstream, pc.Fallbacks = upstreams[0], upstreams[1:]
+	}
+	pc.NATS, pc.Logger, pc.Registerer = nc, log, cfg.registerer
+	if pc.Registerer == nil {
+		pc.Registerer = prometheus.DefaultRegisterer
+	}
 	pc.Client = engine.DefaultClient(cfg.connectTimeout, cfg.headerTimeout)
 	p, err := proxy.New(ctx, pc)
 	if err != nil {
 		return err
 	}
 	web.Mount(p)
-
 	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.listen, err)
+	if err != nil { // taken since it was tried
+		stopping, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Shutdown(stopping)
+		return fmt.Errorf("--listen %s: %w", cfg.listen, err)
 	}
+
 	errc := make(chan error, 1)
+	serving = true // from here on the store holds what it served: a failure keeps it
 	go func() { errc <- p.Serve(ln) }()
-	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "upstream", upstreams[0].Redacted(), "fallbacks", len(upstreams)-1, "routes", len(pc.Routes), "data", cfg.data)
+	if tel != nil {
+		log.Info("OpenTelemetry: exporting GenAI metrics and traces over OTLP/HTTP")
+	}
+	if cfg.upstreamURLs == nil && len(pc.Routes) == 0 {
+		log.Info("using the built-in demo upstream (a fake model, ~30 tokens/s)")
+	}
+	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "version", shortVersion(), "upstream", upstreams[0].Redacted(), "fallbacks", len(upstreams)-1, "routes", len(pc.Routes), "data", cfg.data)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
 
 	select {
 	case err := <-errc:
+		log.Error("serving failed", "err", err)
 		return err
 	case <-ctx.Done():
 	}
@@ -133,6 +186,34 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	return nil
 }
 
+// openRelay refuses --auth none with an upstream key (--upstream-key, or a
+// route's key_env) on an address beyond loopback, unless
+// --allow-open-relay: whoever reaches the port would spend the key.
+func openRelay(cfg config, pc proxy.Config, addr net.Addr) error {
+	if pc.Auth.Mode != auth.None || cfg.allowOpenRelay {
+		return nil
+	}
+	keyed := pc.Auth.UpstreamKey != ""
+	for _, rt := range pc.Routes {
+		keyed = keyed || rt.Key != ""
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !keyed || ok && tcp.IP.IsLoopback() {
+		return nil
+	}
+	where := addr.String()
+	if ok && tcp.IP.IsUnspecified() {
+		where = "every interface"
+	}
+	_, port, err := net.SplitHostPort(cfg.listen)
+	if err != nil {
+		port = "8080"
+	}
+	return fmt.Errorf("--auth none with an upstream key on --listen %s (%s) is an open relay: whoever reaches the port spends the key; "+
+		"listen on loopback (--listen 127.0.0.1:%s), authenticate callers (--auth static --proxy-keys FILE), "+
+		"or pass --allow-open-relay if what is in front of reprise already does", cfg.listen, where, port)
+}
+
 func pageURL(a net.Addr) string {
 	tcp, ok := a.(*net.TCPAddr)
 	if !ok || tcp.IP.IsUnspecified() {
@@ -148,7 +229,7 @@ func pageURL(a net.Addr) string {
 // connectNATS connects to NATS twice: for the events, and for the key
 // records (journal.Config.Records), so that the owners' lease renewals do
 // not queue behind the events of a loaded instance.
-func connectNATS(cfg config, log *slog.Logger) (events, records *nats.Conn, closeAll func(), err error) {
+func connectNATS(cfg config, log *slog.Logger, made *created) (events, records *nats.Conn, closeAll func(), err error) {
 	if cfg.nats != "" {
 		// The first connection is tried once per server, each dial
 		// bounded: a cluster that cannot be reached is an error at start,
@@ -173,8 +254,8 @@ func connectNATS(cfg config, log *slog.Logger) (events, records *nats.Conn, clos
 		return nc, rc, func() { _ = nc.Drain(); _ = rc.Drain() }, nil
 	}
 	dir := filepath.Join(cfg.data, "jetstream")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, nil, fmt.Errorf("data dir: %w", err)
+	if err := made.mkdirAll(dir); err != nil {
+		return nil, nil, nil, fmt.Errorf("--data %s: %w", cfg.data, err)
 	}
 	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
 	if errors.Is(err, journal.ErrStoreInUse) {
@@ -184,7 +265,7 @@ func connectNATS(cfg config, log *slog.Logger) (events, records *nats.Conn, clos
 		return nil, nil, nil, fmt.Errorf("--data %s: another reprise is running on this directory (%w); give each instance its own --data, or run several on one NATS cluster with --nats", cfg.data, err)
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("--data %s: %w", cfg.data, err)
 	}
 	nc, err := emb.Connect("reprise")
 	if err != nil {
@@ -229,34 +310,91 @@ func warnUnknownEnv(log *slog.Logger, environ, used []string) {
 	}
 }
 
-// loadSecret returns --secret, or the secret kept under --data (made on first run).
-func loadSecret(cfg config) ([]byte, error) {
-	if cfg.secretFile != "" && cfg.secret == "" {
-		b, err := os.ReadFile(cfg.secretFile)
-		if err != nil {
-			return nil, fmt.Errorf("--secret-file: %w", err)
-		}
-		cfg.secret = strings.TrimSpace(string(b))
-	}
+// readSecret returns the server secret --secret or --secret-file gives;
+// nil when neither does (keptSecret).
+func readSecret(cfg config) ([]byte, error) {
 	if cfg.secret != "" {
-		if len(cfg.secret) < 16 {
-			return nil, errors.New("the server secret must be at least 16 characters")
-		}
-		return []byte(cfg.secret), nil
+		return []byte(cfg.secret), nil // its length: validate
 	}
-	path := filepath.Join(cfg.data, "secret")
+	if cfg.secretFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(cfg.secretFile)
+	if err != nil {
+		return nil, fmt.Errorf("--secret-file: %w", err)
+	}
+	if s := strings.TrimSpace(string(b)); len(s) >= 16 {
+		return []byte(s), nil
+	}
+	return nil, fmt.Errorf("--secret-file %s: the secret must be at least 16 characters", cfg.secretFile)
+}
+
+// keptSecret returns the secret kept under the data directory, made on the
+// first run.
+func keptSecret(data string, made *created) ([]byte, error) {
+	path := filepath.Join(data, "secret")
 	if b, err := os.ReadFile(path); err == nil && len(b) >= 16 {
 		return b, nil
 	}
-	if err := os.MkdirAll(cfg.data, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+	if err := made.mkdirAll(data); err != nil {
+		return nil, fmt.Errorf("--data %s: %w", data, err)
 	}
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return nil, fmt.Errorf("writing secret: %w", err)
+	if err := made.writeFile(path, b); err != nil {
+		return nil, fmt.Errorf("--data %s: writing the secret: %w", data, err)
 	}
 	return b, nil
+}
+
+// readable reports why file (when named) cannot be read.
+func readable(file string) error {
+	if file == "" {
+		return nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// created is what a start made on disk, to remove if it fails.
+type created struct{ paths []string }
+
+// mkdirAll makes dir and its missing parents (0o700), remembering the
+// outermost one it made.
+func (c *created) mkdirAll(dir string) error {
+	top := ""
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		top = d
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if top != "" {
+		c.paths = append(c.paths, top)
+	}
+	return os.MkdirAll(dir, 0o700)
+}
+
+// writeFile writes path (0o600), remembering it when it is new.
+func (c *created) writeFile(path string, b []byte) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		c.paths = append(c.paths, path)
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// undo removes what was made, newest first.
+func (c *created) undo() {
+	for i := len(c.paths) - 1; i >= 0; i-- {
+		_ = os.RemoveAll(c.paths[i])
+	}
+	c.paths = nil
 }
 
 // parseUpstream reads an upstream's base URL; a trailing /v1 is dropped
@@ -264,27 +402,16 @@ func loadSecret(cfg config) ([]byte, error) {
 func parseUpstream(raw string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%q: want http(s)://host[:port] or demo", raw)
+		return nil, errors.New("want http(s)://host[:port]")
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.Path = strings.TrimSuffix(u.Path, "/v1")
 	return u, nil
 }
 
-// upstreamURL returns the upstream base URL; "demo" starts the built-in fake
-// model on a loopback port.
-func upstreamURL(cfg config, log *slog.Logger) ([]*url.URL, func(), error) {
-	if cfg.upstream != "demo" {
-		var out []*url.URL
-		for raw := range strings.SplitSeq(cfg.upstream, ",") {
-			u, err := parseUpstream(raw)
-			if err != nil {
-				return nil, nil, fmt.Errorf("--upstream %q: %w", cfg.upstream, err)
-			}
-			out = append(out, u)
-		}
-		return out, func() {}, nil
-	}
+// startDemo starts the built-in fake model on a loopback port and returns
+// its URL.
+func startDemo(log *slog.Logger) ([]*url.URL, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, fmt.Errorf("demo upstream: %w", err)
@@ -294,6 +421,5 @@ func upstreamURL(cfg config, log *slog.Logger) ([]*url.URL, func(), error) {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() { _ = demo.Serve(ln) }()
-	log.Info("using the built-in demo upstream (a fake model, ~30 tokens/s)")
 	return []*url.URL{{Scheme: "http", Host: ln.Addr().String()}}, func() { _ = demo.Close() }, nil
 }

@@ -63,7 +63,7 @@ func TestUnreachableNATS(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // a closed loopback port: connection refused
 	url := "nats://reprise:hunter2@" + addr
-	cfg, err := parseConfig([]string{"--nats", url, "--data", t.TempDir()}, noEnv)
+	cfg, err := parseConfig([]string{"--nats", url, "--data", t.TempDir(), "--listen", "127.0.0.1:0"}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

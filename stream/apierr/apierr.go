@@ -24,6 +24,11 @@ type Error struct {
 	Code    string `json:"code"`
 	// RetryAfter, when positive, is sent as Retry-After (seconds).
 	RetryAfter int `json:"-"`
+	// NoRetry: a retry of the same request cannot change the answer, or
+	// would undo or pay again for what it reports, whatever the status
+	// says; it is sent as X-Should-Retry: false (as for every Final
+	// status).
+	NoRetry bool `json:"-"`
 }
 
 func (e Error) Error() string { return e.Code + ": " + e.Message }
@@ -70,6 +75,14 @@ func New(code string) Error {
 		return e
 	}
 	return Error{Status: http.StatusBadGateway, Type: "server_error", Code: code, Message: "the proxy failed (" + code + ")"}
+}
+
+// ShouldNotRetry reports whether an answer of status that names code is
+// one to send with X-Should-Retry: false: a Final status, or a code of the
+// catalogue marked NoRetry. An upstream's own code is never one of the
+// catalogue's (Foreign).
+func ShouldNotRetry(status int, code string) bool {
+	return Final(status) || catalogue[code].NoRetry
 }
 
 // Known reports whether the catalogue has code.

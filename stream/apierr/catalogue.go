@@ -53,7 +53,13 @@ const (
 	StreamTooLarge = "stream_too_large"
 	InvalidEvent   = "upstream_invalid_event"
 	UpstreamBody   = "upstream_invalid_response"
-	// NoUpstream: no configured upstream serves the request's path and model.
+	// NoUpstream: no configured upstream serves the request's path and
+	// model — the operator's configuration, not an upstream's failure (none
+	// was called). 404, as OpenAI and Anthropic answer a model they do not
+	// serve (model_not_found, not_found_error) and a server a path it does
+	// not route: not a 502, which would blame an upstream and which the
+	// SDKs retry, nor a 400, as the request itself is well-formed. Final:
+	// X-Should-Retry: false.
 	NoUpstream = "no_upstream"
 	// UpstreamError is an upstream's own error answer that named no code;
 	// its status is the upstream's.
@@ -61,7 +67,20 @@ const (
 )
 
 // catalogue is every code's status, type (derived from the status when
-// empty) and message.
+// empty) and message, and its retry signal: what tells a client whether
+// to send the request again (the OpenAI and Anthropic SDKs retry 408, 409,
+// 429 and 5xx unless X-Should-Retry: false).
+//
+//   - An answer a retry cannot change, or whose retry would undo or pay
+//     again for what it reports, says X-Should-Retry: false: a Final status
+//     (4xx but 408, 409 and 429), or NoRetry with any other.
+//   - An answer that asks to come back later (429, 503) says when:
+//     Retry-After.
+//   - Any other leaves the retry to the client: a 5xx a retry may get past
+//     (on another instance, or as a fresh generation).
+//
+// TestRetrySignals holds the decision, and why, for every code: a code
+// added here without one fails it.
 var catalogue = map[string]Error{
 	NotFound:           {Status: http.StatusNotFound, Message: "no such route"},
 	MethodNotAllowed:   {Status: http.StatusMethodNotAllowed, Message: "method not allowed"},
@@ -84,28 +103,28 @@ var catalogue = map[string]Error{
 	Unavailable:        {Status: http.StatusServiceUnavailable, Message: "the journal is not available", RetryAfter: 1},
 	JournalFull:        {Status: http.StatusServiceUnavailable, Message: "the journal's store is full: nothing new is stored until space is freed (old events expire) or its limit is raised", RetryAfter: 10},
 	ShuttingDown:       {Status: http.StatusServiceUnavailable, Message: "this instance is shutting down", RetryAfter: 1},
-	NoStreaming:        {Status: http.StatusInternalServerError, Message: "the connection cannot stream"},
+	NoStreaming:        {Status: http.StatusInternalServerError, Message: "the connection cannot stream", NoRetry: true},
 	Overloaded:         {Status: http.StatusTooManyRequests, Message: "this instance is behind on its running generations and refuses new ones for now; retry after Retry-After (running generations, their readers, replays and resumes are served)", RetryAfter: 1},
 	OriginNotAllowed:   {Status: http.StatusForbidden, Message: "this origin may not call the proxy from a browser; add it to --cors-origins"},
 	InvalidPath:        {Status: http.StatusBadRequest, Message: "the request path may not hold dot segments (. or ..) or encoded slashes (%2F, %5C), nor leave /v1/"},
 
 	OwnerLost:      {Status: http.StatusBadGateway, Message: "the instance running this generation stopped before it completed"},
-	Cancelled:      {Status: http.StatusConflict, Message: "the generation was cancelled; no result was stored"},
-	NotRunning:     {Status: http.StatusConflict, Message: "no generation of this key is running"},
-	ProxyShutdown:  {Status: http.StatusServiceUnavailable, Message: "the proxy shut down before the generation completed"},
-	JournalFailure: {Status: http.StatusServiceUnavailable, Message: "the journal could not store the stream"},
-	StreamTooLarge: {Status: http.StatusBadGateway, Message: "the upstream stream exceeded the proxy's events or bytes limit; no result was stored"},
+	Cancelled:      {Status: http.StatusConflict, Message: "the generation was cancelled; no result was stored", NoRetry: true},
+	NotRunning:     {Status: http.StatusConflict, Message: "no generation of this key is running", NoRetry: true},
+	ProxyShutdown:  {Status: http.StatusServiceUnavailable, Message: "the proxy shut down before the generation completed", RetryAfter: 1},
+	JournalFailure: {Status: http.StatusServiceUnavailable, Message: "the journal could not store the stream", RetryAfter: 1},
+	StreamTooLarge: {Status: http.StatusBadGateway, Message: "the upstream stream exceeded the proxy's events or bytes limit; no result was stored", NoRetry: true},
 	InvalidEvent:   {Status: http.StatusBadGateway, Message: "the upstream sent an event that is not valid UTF-8 SSE; no result was stored"},
 	UpstreamBody:   {Status: http.StatusBadGateway, Message: "the upstream response could not be read"},
-	NoUpstream:     {Status: http.StatusBadGateway, Message: "no upstream is configured for this path and model"},
+	NoUpstream:     {Status: http.StatusNotFound, Message: "no upstream is configured for this path and model"},
 	UpstreamError:  {Status: http.StatusBadGateway, Message: "the upstream answered with an error"},
 
 	classify.CodeUnreachable: {Status: http.StatusBadGateway, Message: "the upstream could not be reached"},
-	classify.CodeTimeout:     {Status: http.StatusGatewayTimeout, Message: "the upstream did not answer in time after the request was sent"},
-	classify.CodeNoResponse:  {Status: http.StatusBadGateway, Message: "the connection to the upstream broke after the request was sent"},
-	classify.CodeBadResponse: {Status: http.StatusBadGateway, Message: "the upstream's answer is not a valid response to this request (a broken head, a redirect, or not the event stream asked for); no result was stored"},
-	classify.CodeTLS:         {Status: http.StatusBadGateway, Message: "the upstream's TLS certificate is not trusted"},
-	classify.CodeUnavailable: {Status: http.StatusServiceUnavailable, Message: "the upstream is failing; the circuit breaker is open"},
-	classify.CodeSaturated:   {Status: http.StatusServiceUnavailable, Message: "too many generations are running toward the upstream"},
+	classify.CodeTimeout:     {Status: http.StatusGatewayTimeout, Message: "the upstream did not answer in time after the request was sent", NoRetry: true},
+	classify.CodeNoResponse:  {Status: http.StatusBadGateway, Message: "the connection to the upstream broke after the request was sent", NoRetry: true},
+	classify.CodeBadResponse: {Status: http.StatusBadGateway, Message: "the upstream's answer is not a valid response to this request (a broken head, a redirect, or not the event stream asked for); no result was stored", NoRetry: true},
+	classify.CodeTLS:         {Status: http.StatusBadGateway, Message: "the upstream's TLS certificate is not trusted", NoRetry: true},
+	classify.CodeUnavailable: {Status: http.StatusServiceUnavailable, Message: "the upstream is failing; the circuit breaker is open", RetryAfter: 1},
+	classify.CodeSaturated:   {Status: http.StatusServiceUnavailable, Message: "too many generations are running toward the upstream", RetryAfter: 1},
 	classify.CodeInterrupted: {Status: http.StatusBadGateway, Message: "the upstream stream broke before it completed; no result was stored"},
 }

@@ -50,7 +50,7 @@ func (e Error) WriteIn(w http.ResponseWriter, s Shape) {
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
-	if Final(e.Status) {
+	if e.NoRetry || Final(e.Status) {
 		h.Set("X-Should-Retry", "false")
 	}
 	w.WriteHeader(e.Status)
@@ -58,11 +58,11 @@ func (e Error) WriteIn(w http.ResponseWriter, s Shape) {
 }
 
 // Final reports whether an answer of status is one a retry of the same
-// request cannot change: 400, 401, 403, 404, 413, 415, 422.
+// request cannot change: 400, 401, 403, 404, 405, 413, 415, 416, 422.
 func Final(status int) bool {
 	switch status {
-	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
-		http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity:
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed,
+		http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusRequestedRangeNotSatisfiable, http.StatusUnprocessableEntity:
 		return true
 	}
 	return false

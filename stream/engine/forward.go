@@ -62,7 +62,7 @@ func CallerShape(h http.Header, path string) apierr.Shape {
 // answer flushed as it comes, status and headers kept — with the caller's
 // credential set as the decorator says. It neither journals nor retries:
 // it is for requests that carry no key. A path CleanPath refuses is 400
-// invalid_path; one no upstream serves is 502 no_upstream (configuration:
+// invalid_path; one no upstream serves is 404 no_upstream (configuration:
 // not to be retried); a body that could not be read whole (over a
 // http.MaxBytesReader's limit: 413, malformed: 400) is the caller's error,
 // not the upstream's.
@@ -75,8 +75,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 	shape := CallerShape(r.Header, path)
 	ups := e.upstreams(path, "")
 	if len(ups) == 0 {
-		w.Header().Set("X-Should-Retry", "false") // no upstream was called: a retry changes nothing
-		apierr.New(apierr.NoUpstream).WriteIn(w, shape)
+		apierr.New(apierr.NoUpstream).WriteIn(w, shape) // no upstream was called: Final, a retry changes nothing
 		return
 	}
 	up := ups[0]

@@ -235,7 +235,7 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 	ups, attempts := p.e.upstreams(p.g.Path, p.g.Model), 0
 	if len(ups) == 0 {
 		p.up = Upstream{Decorator: p.e.cfg.Upstream.Decorator} // unnamed: none was called (its decorator redacts)
-		return p.refuse(ctx, w, &classify.Error{Kind: classify.ErrFatal, Status: http.StatusBadGateway, Code: apierr.NoUpstream}, 0)
+		return p.refuse(ctx, w, &classify.Error{Kind: classify.ErrFatal, Status: apierr.New(apierr.NoUpstream).Status, Code: apierr.NoUpstream}, 0)
 	}
 	for i, up := range ups {
 		p.up = up
