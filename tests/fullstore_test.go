@@ -2,6 +2,7 @@ package tests
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // TestFullStore: JetStream's store fills up (its max store reached). The
@@ -78,4 +80,21 @@ func TestFullStore(t *testing.T) {
 	if pos, err := resume.ParsePosition(evs[0].ID); err != nil || pos.Gen != 2 {
 		t.Fatalf("the full key's next request got event %s (%v), want generation 2", evs[0].ID, err)
 	}
+}
+
+// TestDataMaxFlag: --data-max caps the embedded JetStream's store; past it
+// a generation ends with journal_full and /readyz says so.
+func TestDataMaxFlag(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds and runs a reprise binary")
+	}
+	llm := httptest.NewServer(mockllm.New(mockllm.Config{}))
+	t.Cleanup(llm.Close)
+	p := startReprise(t, "--upstream", llm.URL, "--data", t.TempDir(), "--data-max", "1048576")
+	evs := readEvents(t, do(t, "POST", p.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=12000] [delay=0ms]"), true), "Idempotency-Key", "k-data-max"), -1)
+	if last := lastEvent(t, evs); last.Type != "error" || !strings.Contains(last.Data, `"journal_full"`) {
+		t.Fatalf("the stream ended with %s %s, want event: error journal_full", last.Type, last.Data)
+	}
+	testutil.ExpectAPIError(t, do(t, "GET", p.URL+"/readyz", ""), http.StatusServiceUnavailable, "journal_full")
 }

@@ -37,6 +37,7 @@ type config struct {
 	// upstreamURLs is --upstream parsed; nil for demo.
 	upstreamURLs []*url.URL
 	data         string
+	dataMax      int64 // --data-max: the embedded JetStream's disk cap (0: NATS's own)
 	nats         string
 	grace        time.Duration
 	secret       string
@@ -109,6 +110,7 @@ func newFlagSet(c *config, file *string) *flags {
 	fs.in(groupUpstream).Float64Var(&p.CostGuard.MinHourly, "cost-guard-min-hourly", 0, "cost guard: a previous hour that spent less than this is no baseline for --cost-guard-ratio")
 	fs.in(groupUpstream).Float64Var(&p.CostGuard.DailyBudget, "daily-budget", 0, "cost guard: while the last 24 hours spent more than this, retry connect failures only; needs --prices; 0 off")
 	fs.in(groupStorage).StringVar(&c.data, "data", "./data", "embedded JetStream storage and the server secret; one instance per directory (a second one refuses to start)")
+	fs.in(groupStorage).Int64Var(&c.dataMax, "data-max", 0, "bytes the embedded JetStream may store under --data at most; past it writes are refused (503 journal_full, /readyz 503) until old events expire; 0: three quarters of the volume's free space at start (NATS's default)")
 	fs.in(groupStorage).StringVar(&c.nats, "nats", "", "external NATS cluster URL[,URL] instead of the embedded server")
 	fs.in(groupStorage).StringVar(&c.natsCreds, "nats-creds", "", "NATS credentials `FILE` for an external cluster")
 	fs.in(groupStorage).StringVar(&c.natsCA, "nats-ca", "", "CA certificate `FILE` to verify an external cluster's TLS")
@@ -256,6 +258,8 @@ func (c *config) validate() error {
 		{p.Journal.AppendTimeout >= time.Second, "journal-timeout", p.Journal.AppendTimeout, "must be at least 1s"},
 		{p.Journal.Replicas >= 1 && p.Journal.Replicas <= 5, "replicas", p.Journal.Replicas, "must be 1 to 5"},
 		{p.Journal.Linger >= 0 && p.Journal.Linger <= time.Second, "journal-linger", p.Journal.Linger, "must be 0 (none) to 1s"},
+		{c.dataMax == 0 || c.dataMax >= 1<<20, "data-max", c.dataMax, "must be 0 (NATS's default) or at least 1048576 (bytes)"},
+		{c.dataMax == 0 || c.nats == "", "data-max", c.dataMax, "is the embedded server's: with --nats, set max_file_store in the NATS server's configuration"},
 		{p.HTTP.MaxBody > 0, "max-body", p.HTTP.MaxBody, "must be at least 1 (bytes)"},
 		{p.Limits.MaxEventSize > 0, "max-event-size", p.Limits.MaxEventSize, "must be at least 1 (bytes)"},
 		{p.Limits.MaxStreamEvents > 0, "max-stream-events", p.Limits.MaxStreamEvents, "must be at least 1"},

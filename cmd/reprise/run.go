@@ -257,7 +257,7 @@ func connectNATS(cfg config, log *slog.Logger, made *created) (events, records *
 	if err := made.mkdirAll(dir); err != nil {
 		return nil, nil, nil, fmt.Errorf("--data %s: %w", cfg.data, err)
 	}
-	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir})
+	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir, MaxStore: cfg.dataMax})
 	if errors.Is(err, journal.ErrStoreInUse) {
 		// Both would start, each blind to what the other stores: a key
 		// completed on one would be unknown to the other, and generated

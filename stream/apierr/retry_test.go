@@ -49,6 +49,7 @@ func TestRetrySignals(t *testing.T) {
 		BadRange:           {noRetry, "a malformed Range"},
 		Unsatisfiable:      {noRetry, "the size is known: the same Range is outside it again"},
 		Unavailable:        {retryAfter, "NATS reconnects, leaders are elected"},
+		JournalFull:        {retryAfter, "old events expire (the TTL) or the store's limit is raised"},
 		ShuttingDown:       {retryAfter, "another instance (or this one restarted) serves it"},
 		NoStreaming:        {noRetry, "the server reprise is mounted in cannot flush: the same on a retry"},
 		Overloaded:         {retryAfter, "the journal catches up"},
