@@ -56,7 +56,7 @@ func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.InvalidBody))
 		return
 	}
-	s.begin(w, r, tenant, engine.Generic{}, body, false)
+	s.begin(w, r, tenant, engine.Generic{Caller: engine.CallerShape(r.Header, r.URL.Path)}, body, false)
 }
 
 // sameOrigin tells a browser's request made by a page of another site

@@ -3,6 +3,7 @@ package tests
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,9 +71,12 @@ func TestPassThrough(t *testing.T) {
 // valid proxy key is refused before anything is forwarded.
 func TestPassThroughStatic(t *testing.T) {
 	t.Parallel()
-	var seen []string
+	var mu sync.Mutex
+	var seen []http.Header
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"object":"list","data":[]}`))
 	})
@@ -82,10 +86,41 @@ func TestPassThroughStatic(t *testing.T) {
 	if resp := do(t, "GET", e.URL+"/v1/models", "", "Authorization", "Bearer pk-wrong"); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a wrong proxy key: %d", resp.StatusCode)
 	}
-	resp := do(t, "GET", e.URL+"/v1/models", "", "Authorization", "Bearer pk-1")
-	readBody(t, resp)
-	if resp.StatusCode != 200 || len(seen) != 1 || seen[0] != "Bearer sk-upstream" {
-		t.Errorf("%d; the upstream saw %q, want only Bearer sk-upstream", resp.StatusCode, seen)
+	// The caller does not pick the organization or project the proxy's key
+	// bills; an Anthropic call (a path under /v1/messages, plain or keyed)
+	// gets the key as x-api-key.
+	picks := []string{"Authorization", "Bearer pk-1", "OpenAI-Organization", "org-caller", "OpenAI-Project", "proj-caller"}
+	for _, req := range []struct{ method, path, body, key, want string }{
+		{"GET", "/v1/models", "", "", "bearer"},
+		{"POST", "/v1/embeddings", `{"model":"e","input":"x"}`, "k-static-emb", "bearer"},
+		{"POST", "/v1/messages/count_tokens", `{"model":"m","messages":[]}`, "", "x-api-key"},
+		{"POST", "/v1/messages/count_tokens", `{"model":"m","messages":[]}`, "k-static-count", "x-api-key"},
+	} {
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		header := picks
+		if req.key != "" {
+			header = append(header[:len(header):len(header)], "Idempotency-Key", req.key)
+		}
+		resp := do(t, req.method, e.URL+req.path, req.body, header...)
+		readBody(t, resp)
+		mu.Lock()
+		got := seen
+		mu.Unlock()
+		if resp.StatusCode != 200 || len(got) != 1 {
+			t.Errorf("%s %s (key %q): %d, %d upstream requests", req.method, req.path, req.key, resp.StatusCode, len(got))
+			continue
+		}
+		h := got[0]
+		cred := h.Get("Authorization") == "Bearer sk-upstream" && h.Get("X-Api-Key") == ""
+		if req.want == "x-api-key" {
+			cred = h.Get("X-Api-Key") == "sk-upstream" && h.Get("Authorization") == ""
+		}
+		if !cred || h.Get("OpenAI-Organization") != "" || h.Get("OpenAI-Project") != "" {
+			t.Errorf("%s %s (key %q): the upstream saw Authorization %q, X-Api-Key %q, organization %q, project %q; want the proxy's key as %s and no caller's organization or project",
+				req.method, req.path, req.key, h.Get("Authorization"), h.Get("X-Api-Key"), h.Get("OpenAI-Organization"), h.Get("OpenAI-Project"), req.want)
+		}
 	}
 }
 

@@ -178,14 +178,21 @@ func (a *Auth) Decorate(req *http.Request, caller http.Header, shape apierr.Shap
 	if a.hidden() != "" {
 		req.Header.Del("Accept-Encoding")
 	}
-	switch {
-	case a.cfg.Mode == Passthrough:
+	if a.cfg.Mode == Passthrough {
 		// The caller's own account: its credential, organization and project.
-		for _, h := range []string{"Authorization", "X-Api-Key", "OpenAI-Organization", "OpenAI-Project"} {
+		for _, h := range forwarded {
 			if v := caller.Values(h); len(v) > 0 {
-				req.Header[h] = v
+				req.Header[http.CanonicalHeaderKey(h)] = v
 			}
 		}
+		return
+	}
+	// The proxy's key, and its owner's choice of organization and project:
+	// a caller must not pick which of them is billed.
+	for _, h := range forwarded {
+		req.Header.Del(h)
+	}
+	switch {
 	case a.cfg.UpstreamKey != "" && shape == apierr.Anthropic:
 		req.Header.Set("X-Api-Key", a.cfg.UpstreamKey)
 	case a.cfg.UpstreamKey != "":

@@ -18,7 +18,9 @@ import (
 // Generic is the format of an endpoint reprise does not know (embeddings,
 // images, files …): a keyed request's answer is stored and replayed whole;
 // an event stream completes only with data: [DONE], OpenAI's convention.
-type Generic struct{}
+// Caller is its caller's API shape (CallerShape): the credential the
+// upstream gets and the errors its caller gets follow it.
+type Generic struct{ Caller apierr.Shape }
 
 // Path implements Protocol: Generic serves every path no other format
 // does; it is not listed in Protocols.
@@ -44,8 +46,8 @@ func (Generic) Result(ct string, body []byte) (resume.Usage, bool) { return Chat
 // never asks for a stream (Streams), so any answer is whole.
 func (Generic) Whole(string, []byte) bool { return true }
 
-// Shape implements Protocol.
-func (Generic) Shape() apierr.Shape { return apierr.OpenAI }
+// Shape implements Protocol: its caller's.
+func (g Generic) Shape() apierr.Shape { return g.Caller }
 
 // CallerShape is the error shape of a caller of path (decoded) whose
 // request headers are h: Anthropic's for an Anthropic client's call (its
