@@ -24,10 +24,14 @@ import (
 // composeSecret is the REPRISE_SECRET the compose file is loaded with.
 const composeSecret = "compose-test-secret-0123456789abcdef"
 
-// composeShutdownTail is how long reprise may need after --grace on
-// SIGTERM: up to 15 s for the pumps to record their generations as failed
-// (stream.Server.Shutdown), then 2 s to close connections (cmd/reprise).
-const composeShutdownTail = 17 * time.Second
+// composeShutdownTail is the margin stop_grace_period keeps beyond what
+// reprise may need on SIGTERM: --grace for running generations to finish,
+// then up to --journal-timeout for the ones still running to be recorded as
+// failed (cmd/reprise run), then closing connections and NATS.
+const composeShutdownTail = 5 * time.Second
+
+// composeJournalTimeout is --journal-timeout's default.
+const composeJournalTimeout = 30 * time.Second
 
 // TestComposeFile checks the cluster topology of docker-compose.yml without
 // a Docker engine: a 3-node JetStream cluster, two reprise replicas on it
@@ -145,8 +149,15 @@ func TestComposeFile(t *testing.T) {
 			if env["REPRISE_SECRET"] != composeSecret {
 				t.Errorf("%s: REPRISE_SECRET=%q, want the one from the environment", svc, env["REPRISE_SECRET"])
 			}
-			if u, err := url.Parse(env["REPRISE_UPSTREAM"]); err != nil || u.Hostname() != top.upstream || ":"+u.Port() != composePortOf(upPort) {
-				t.Errorf("%s: REPRISE_UPSTREAM=%q, want http://%s%s", svc, env["REPRISE_UPSTREAM"], top.upstream, composePortOf(upPort))
+			// By default the upstreams file is the demo model's: the
+			// upstream service, on the port it listens on.
+			for _, rt := range composeRoutes(t, s, env) {
+				if u, err := url.Parse(rt.url); err != nil || u.Hostname() != top.upstream || ":"+u.Port() != composePortOf(upPort) {
+					t.Errorf("%s: the upstreams file sends %s to %q, want http://%s%s", svc, rt.name, rt.url, top.upstream, composePortOf(upPort))
+				}
+			}
+			if env["REPRISE_AUTH"] != "passthrough" || env["REPRISE_PROXY_KEYS"] != "" {
+				t.Errorf("%s: REPRISE_AUTH=%q REPRISE_PROXY_KEYS=%q by default, want passthrough and none", svc, env["REPRISE_AUTH"], env["REPRISE_PROXY_KEYS"])
 			}
 			if len(s.Ports) > 0 {
 				t.Errorf("%s publishes %v: replicas are reached through the load balancer only", svc, s.Ports)
@@ -159,23 +170,30 @@ func TestComposeFile(t *testing.T) {
 					t.Errorf("%s: should wait for %s to be healthy (depends_on %+v)", svc, n, s.DependsOn)
 				}
 			}
-			// Graceful stop: --grace, then the shutdown tail, before SIGKILL.
+			// Graceful stop: --grace, then --journal-timeout, then the
+			// tail, before SIGKILL.
 			grace := 30 * time.Second
 			if v := env["REPRISE_GRACE"]; v != "" {
 				if grace, err = time.ParseDuration(v); err != nil {
 					t.Errorf("%s: REPRISE_GRACE=%q: %v", svc, v, err)
 				}
 			}
+			journal := composeJournalTimeout
+			if v := env["REPRISE_JOURNAL_TIMEOUT"]; v != "" {
+				if journal, err = time.ParseDuration(v); err != nil {
+					t.Errorf("%s: REPRISE_JOURNAL_TIMEOUT=%q: %v", svc, v, err)
+				}
+			}
 			stop := 10 * time.Second // Docker's default
 			if s.StopGracePeriod != nil {
 				stop = time.Duration(*s.StopGracePeriod)
 			}
-			if stop < grace+composeShutdownTail {
-				t.Errorf("%s: stop_grace_period %s < REPRISE_GRACE %s + %s: running generations would be killed mid-journal", svc, stop, grace, composeShutdownTail)
+			if stop < grace+journal+composeShutdownTail {
+				t.Errorf("%s: stop_grace_period %s < REPRISE_GRACE %s + REPRISE_JOURNAL_TIMEOUT %s + %s: generations cut at the end of the grace would be killed before they are recorded as failed", svc, stop, grace, journal, composeShutdownTail)
 			}
 		}
 		a, b := composeEnvOf(p.Services[top.reprise[0]]), composeEnvOf(p.Services[top.reprise[1]])
-		for _, k := range []string{"REPRISE_SECRET", "REPRISE_NATS", "REPRISE_REPLICAS", "REPRISE_UPSTREAM", "REPRISE_TTL", "REPRISE_LEASE", "REPRISE_LISTEN"} {
+		for _, k := range []string{"REPRISE_SECRET", "REPRISE_NATS", "REPRISE_REPLICAS", "REPRISE_UPSTREAMS", "REPRISE_AUTH", "REPRISE_TTL", "REPRISE_LEASE", "REPRISE_LISTEN", "REPRISE_JOURNAL_TIMEOUT"} {
 			if a[k] != b[k] {
 				t.Errorf("%s differs between the replicas: %q and %q", k, a[k], b[k])
 			}
