@@ -42,9 +42,10 @@
 // it touched (running between the SIGSTOP and the recovery), of them
 // regenerated (the upstream generated the key twice), failed by code, left
 // without an answer (by final state), seen giving two different completed
-// results, the ids seen naming two different events, the keys still
-// in_progress, and the recovery time. A key with two answers, an id naming
-// two events or a key stuck in_progress also exits 1.
+// results, whose client's result a replay did not give again, the ids seen
+// naming two different events, the keys still in_progress, and the
+// recovery time. A key with two answers or an answer not replayed, an id
+// naming two events, or a key stuck in_progress also exits 1.
 package main
 
 import (

@@ -106,6 +106,10 @@ func TestFlags(t *testing.T) {
 		{"--min-tokens", "9", "--max-tokens", "3"},
 		{"--max-delay", "0s"},
 		{"--format", "speech"},
+		{"--nats-pause", "5s"},
+		{"--nats-pid", "1"},
+		{"--nats-pause", "5s,later", "--nats-pid", "1"},
+		{"--nats-pause", "5s", "--nats-pid", "1", "--nats-pause-gap", "0s"},
 		{"--nope"},
 	} {
 		if _, err := run(context.Background(), args, os.Stderr); err == nil {

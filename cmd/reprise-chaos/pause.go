@@ -157,7 +157,9 @@ type pauseReport struct {
 	// key's final state and error ("failed:journal_failure").
 	Unanswered map[string]int
 	// TwoAnswers: keys seen giving two different completed results.
-	TwoAnswers int
+	// Denied: keys whose client got the completed result and whose replay
+	// then gave another, or a failure.
+	TwoAnswers, Denied int
 	// Clashes: ids seen naming two different events. Superseded: ids of an
 	// event shown but never stored, then of the break's failure in its place.
 	Clashes, Superseded int
@@ -169,7 +171,7 @@ type pauseReport struct {
 }
 
 // bad reports whether the pause broke an invariant.
-func (pr pauseReport) bad() bool { return pr.TwoAnswers+pr.Clashes+pr.Stuck > 0 }
+func (pr pauseReport) bad() bool { return pr.TwoAnswers+pr.Denied+pr.Clashes+pr.Stuck > 0 }
 
 // keyState is one key's account once the load is over.
 type keyState struct {
@@ -226,6 +228,9 @@ func (pr *pauseReport) add(k keyState) {
 	if k.reread.Answers > 1 {
 		pr.TwoAnswers++
 	}
+	if k.reread.Denied {
+		pr.Denied++
+	}
 	st := k.reread.Status
 	if st.State == "in_progress" {
 		pr.Stuck++
@@ -252,8 +257,8 @@ func (pr *pauseReport) add(k keyState) {
 // printPauses writes the pause table (Markdown) to w.
 func printPauses(w io.Writer, rows []pauseReport, pid int) {
 	fmt.Fprintf(w, "NATS (pid %d) paused under the load:\n\n", pid)
-	fmt.Fprintln(w, "| pause | in flight at SIGSTOP | keys touched | regenerated | failed, by code | unanswered | two answers | ids naming two events | stuck in_progress | recovery |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| pause | in flight at SIGSTOP | keys touched | regenerated | failed, by code | unanswered | two answers | answer not replayed | ids naming two events | stuck in_progress | recovery |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		name, rec, inFlight := r.Dur.String(), "none within the bound", fmt.Sprint(r.InFlight)
 		switch {
@@ -266,8 +271,8 @@ func printPauses(w io.Writer, rows []pauseReport, pid int) {
 		if r.Superseded > 0 {
 			ids += fmt.Sprintf(" (+%d superseded by the break's error)", r.Superseded)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %s | %s | %d | %s | %d | %s |\n",
-			name, inFlight, r.Keys, r.Regenerated, tally(r.Failed), tally(r.Unanswered), r.TwoAnswers, ids, r.Stuck, rec)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %s | %s | %d | %d | %s | %d | %s |\n",
+			name, inFlight, r.Keys, r.Regenerated, tally(r.Failed), tally(r.Unanswered), r.TwoAnswers, r.Denied, ids, r.Stuck, rec)
 	}
 	fmt.Fprintln(w)
 }

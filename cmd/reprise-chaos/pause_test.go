@@ -197,8 +197,8 @@ func TestNATSPause(t *testing.T) {
 	keys := 0
 	for _, p := range out.Pauses {
 		keys += p.Keys
-		if p.TwoAnswers+p.Clashes+p.Stuck > 0 {
-			t.Errorf("pause %v: %d keys with two answers, %d ids naming two events, %d keys stuck in_progress", p.Dur, p.TwoAnswers, p.Clashes, p.Stuck)
+		if p.TwoAnswers+p.Denied+p.Clashes+p.Stuck > 0 {
+			t.Errorf("pause %v: %d keys with two answers, %d whose answer was not replayed, %d ids naming two events, %d keys stuck in_progress", p.Dur, p.TwoAnswers, p.Denied, p.Clashes, p.Stuck)
 		}
 		for code := range p.Failed {
 			if c := code[strings.Index(code, ":")+1:]; !slices.Contains(rules.Breaks, c) {

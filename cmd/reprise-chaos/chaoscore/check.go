@@ -111,6 +111,9 @@ func (r *Run) saw(evs []Event) {
 	if len(evs) > 0 && r.Plan.Terminal(evs[len(evs)-1]) {
 		r.result(evs)
 	}
+	if r.done > 0 && !slices.Equal(evs, r.Result()) {
+		r.denied = true
+	}
 }
 
 // result notes a completed result the key gave.
@@ -132,6 +135,9 @@ type Reread struct {
 	// to give: the client's, the replays checking it, and this read's
 	// (more than one: a key with two answers).
 	Answers int
+	// Denied: the client got its completed result, and a replay of the key
+	// gave something else (another result, or a failure).
+	Denied bool
 }
 
 // Reread reads r's key again through World.Direct: its status, the
@@ -178,7 +184,7 @@ func (r *Run) Reread(ctx context.Context) (Reread, error) {
 		}
 		r.saw(rep)
 	}
-	rr.Answers = len(r.answers)
+	rr.Answers, rr.Denied = len(r.answers), r.denied
 	if rr.Answers > 1 {
 		r.problem("the key gave %d different completed results (status %+v)", rr.Answers, rr.Status)
 	}

@@ -49,8 +49,10 @@ type Run struct {
 	// ids is every event the harness saw under each id, on any connection
 	// or replay of the run (an id names one event).
 	ids map[string]Event
-	// answers are the different completed results the key gave.
+	// answers are the different completed results the key gave; denied:
+	// a replay gave another than the client's.
 	answers [][]Event
+	denied  bool
 
 	mu       sync.Mutex // problems is also written by a harness's goroutines
 	problems []string
