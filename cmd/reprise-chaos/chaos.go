@@ -24,6 +24,9 @@ type config struct {
 	seed                 uint64
 	verbose              bool
 	format               chaoscore.Format
+	pauses               []time.Duration // the NATS-pause fault's
+	natsPID              int
+	pauseGap             time.Duration
 }
 
 func (c config) validate() error {
@@ -42,6 +45,14 @@ func (c config) validate() error {
 		return errors.New("--max-delay must be at least 1ms and --run-timeout positive")
 	case c.format != chaoscore.Chat && c.format != chaoscore.Responses:
 		return fmt.Errorf("--format %q: want chat or responses", c.format)
+	case len(c.pauses) > 0 && c.natsPID <= 0, len(c.pauses) == 0 && c.natsPID != 0:
+		return errors.New("--nats-pause and --nats-pid go together")
+	case len(c.pauses) > 0 && c.pauseGap <= 0:
+		return errors.New("--nats-pause-gap must be positive")
+	case len(c.pauses) > 0:
+		if err := natsAlive(c.natsPID); err != nil {
+			return fmt.Errorf("--nats-pid %d: %w", c.natsPID, err)
+		}
 	}
 	return c.shape().Validate()
 }
@@ -63,7 +74,7 @@ func (c config) shape() chaoscore.Shape {
 // when a check reaches it.
 var rules = chaoscore.Rules{
 	Breaks:           []string{"owner_lost", "upstream_interrupted", "journal_failure"},
-	Refusals:         []string{"too_many_generations", "upstream_saturated", "too_many_readers", "shutting_down", "overloaded"},
+	Refusals:         []string{"too_many_generations", "upstream_saturated", "too_many_readers", "shutting_down", "overloaded", "journal_unavailable"},
 	ThrottleStatuses: []int{http.StatusTooManyRequests, http.StatusServiceUnavailable},
 	RetryLinks:       true,
 	BreaksSeen:       true,
@@ -85,16 +96,47 @@ func (t *targets) Direct(*chaoscore.Run) string {
 	return t.urls[(t.next.Add(1)-1)%uint64(len(t.urls))]
 }
 
+// outcome is what a chaos run found: the summary, and with --nats-pause a
+// row per pause (the last: keys no pause touched).
+type outcome struct {
+	chaoscore.Summary
+	Pauses []pauseReport
+	pid    int
+}
+
+// Clean reports whether the summary is clean and no pause left a key with
+// two answers, an id naming two events, or a key in progress.
+func (o outcome) Clean() bool {
+	for _, p := range o.Pauses {
+		if p.bad() {
+			return false
+		}
+	}
+	return o.Summary.Clean()
+}
+
 // chaos plays c.runs keys, c.concurrency at a time, and reports the first
-// failed runs (all with --v) to log.
-func chaos(ctx context.Context, c config, log io.Writer) (chaoscore.Summary, error) {
+// failed runs (all with --v) to log. With pauses, the load goes on until the
+// last one recovered, then every key is read again.
+func chaos(ctx context.Context, c config, log io.Writer) (outcome, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = c.concurrency
 	defer transport.CloseIdleConnections()
 	hc := &http.Client{Transport: transport}
 	var mu sync.Mutex
 	reported := 0
-	rn, err := chaoscore.New(chaoscore.Config{
+	report := func(r *chaoscore.Run) {
+		mu.Lock()
+		defer mu.Unlock()
+		if reported++; c.verbose || reported <= 10 {
+			fmt.Fprintln(log, r.Report())
+		}
+	}
+	var p *pauses
+	if len(c.pauses) > 0 {
+		p = newPauses(c.natsPID, c.pauses, c.pauseGap, c.runTimeout)
+	}
+	cfg := chaoscore.Config{
 		World:   &targets{urls: c.targets},
 		Ledger:  chaoscore.RemoteLedger(hc, c.ledger),
 		Rules:   rules,
@@ -103,19 +145,61 @@ func chaos(ctx context.Context, c config, log io.Writer) (chaoscore.Summary, err
 		Header:  http.Header{"Authorization": {"Bearer " + c.token}},
 		Timeout: c.runTimeout,
 		OnEnd: func(r *chaoscore.Run) {
-			if !r.Verdict().Failed() {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if reported++; c.verbose || reported <= 10 {
-				fmt.Fprintln(log, r.Report())
+			if r.Verdict().Failed() {
+				report(r)
 			}
 		},
-	})
-	if err != nil {
-		return chaoscore.Summary{}, err
 	}
-	sum := rn.Play(ctx, c.seed, c.runs, c.concurrency)
-	return sum, ctx.Err()
+	if p != nil {
+		cfg.OnAnswer = p.answered
+	}
+	rn, err := chaoscore.New(cfg)
+	if err != nil {
+		return outcome{}, err
+	}
+	if p == nil {
+		sum := rn.Play(ctx, c.seed, c.runs, c.concurrency)
+		return outcome{Summary: sum}, ctx.Err()
+	}
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Go(func() { p.run(pctx) })
+	rn.PlayWhile(ctx, c.seed, c.concurrency, func(i int) bool { return i < c.runs || !p.done() })
+	stop()
+	wg.Wait()
+	if p.err != nil {
+		return outcome{}, p.err
+	}
+	keys := reread(ctx, rn, c.concurrency, report)
+	return outcome{Summary: rn.Summary(), Pauses: p.report(keys), pid: c.natsPID}, ctx.Err()
+}
+
+// reread reads every run's key again, parallel at a time, once the load and
+// the faults are over; a run in which it finds a problem is reported.
+func reread(ctx context.Context, rn *chaoscore.Runner, parallel int, report func(*chaoscore.Run)) []keyState {
+	var runs []*chaoscore.Run
+	rn.Each(func(r *chaoscore.Run) bool { runs = append(runs, r); return true })
+	keys := make([]keyState, len(runs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, parallel) {
+		wg.Go(func() {
+			for i := range next {
+				r := runs[i]
+				before := len(r.Verdict().Problems)
+				rr, err := r.Reread(ctx)
+				keys[i] = keyState{run: r, reread: rr, err: err}
+				if len(r.Verdict().Problems) > before {
+					report(r)
+				}
+			}
+		})
+	}
+	for i := range runs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return keys
 }

@@ -30,6 +30,22 @@
 // lost, duplicated, extra_generations and failed are zero:
 //
 //	chaos: runs=N lost=0 duplicated=0 extra_generations=0 failed=0 throttled=T regenerated=R seed=S
+//
+// --nats-pause 5s,12s,30s --nats-pid PID is the NATS-pause fault: with
+// reprise on an external nats-server (--nats), that process is stopped
+// (SIGSTOP) for each duration in turn and continued, the first
+// --nats-pause-gap into the load and each next one as long after the load
+// recovered (a key first asked after the SIGCONT got its answer). The load
+// goes on until the last pause recovered and --runs keys were played; then
+// every key is read again (status, upstream ledger, GET and POST replays),
+// and a table says per pause: the keys in flight at the SIGSTOP, the keys
+// it touched (running between the SIGSTOP and the recovery), of them
+// regenerated (the upstream generated the key twice), failed by code, left
+// without an answer (by final state), seen giving two different completed
+// results, whose client's result a replay did not give again, the ids seen
+// naming two different events, the keys still in_progress, and the
+// recovery time. A key with two answers or an answer not replayed, an id
+// naming two events, or a key stuck in_progress also exits 1.
 package main
 
 import (
@@ -49,18 +65,21 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sum, err := run(ctx, os.Args[1:], os.Stderr)
+	out, err := run(ctx, os.Args[1:], os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reprise-chaos:", err)
 		os.Exit(2)
 	}
-	fmt.Println(sum)
-	if !sum.Clean() {
+	if out.Pauses != nil {
+		printPauses(os.Stdout, out.Pauses, out.pid)
+	}
+	fmt.Println(out.Summary)
+	if !out.Clean() {
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string, log io.Writer) (chaoscore.Summary, error) {
+func run(ctx context.Context, args []string, log io.Writer) (outcome, error) {
 	fs := flag.NewFlagSet("reprise-chaos", flag.ContinueOnError)
 	var c config
 	target := fs.String("target", "http://localhost:8080", "reprise's base URL; several, comma-separated, are used at random per request (instances behind no sticky balancer)")
@@ -75,16 +94,23 @@ func run(ctx context.Context, args []string, log io.Writer) (chaoscore.Summary, 
 	fs.DurationVar(&c.runTimeout, "run-timeout", 2*time.Minute, "one key's budget, drops and resumes included")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock); the same seed gives the same plans")
 	fs.BoolVar(&c.verbose, "v", false, "print every failed run's report")
+	pauses := fs.String("nats-pause", "", "the NATS-pause fault: stop the nats-server --nats-pid for each of these durations in turn (e.g. 5s,12s,30s) under the load, and report per pause")
+	fs.IntVar(&c.natsPID, "nats-pid", 0, "the process id of the nats-server reprise uses (--nats-pause stops and continues it)")
+	fs.DurationVar(&c.pauseGap, "nats-pause-gap", 10*time.Second, "load before the first pause, and after each pause recovered before the next")
 	format := fs.String("format", "chat", "the API the runs stream through: chat (/v1/chat/completions) or responses (/v1/responses, which a reprise with --upstream-background runs in background mode, so that an instance killed mid-stream is reattached instead of regenerated)")
 	if err := fs.Parse(args); err != nil {
-		return chaoscore.Summary{}, err
+		return outcome{}, err
+	}
+	var err error
+	if c.pauses, err = parsePauses(*pauses); err != nil {
+		return outcome{}, err
 	}
 	if c.format = chaoscore.Format(*format); *format == "chat" {
 		c.format = chaoscore.Chat
 	}
 	c.targets = strings.Split(*target, ",")
 	if err := c.validate(); err != nil {
-		return chaoscore.Summary{}, err
+		return outcome{}, err
 	}
 	if c.seed == 0 {
 		c.seed = uint64(time.Now().UnixNano())

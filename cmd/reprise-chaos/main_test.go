@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // TestAgainstReprise runs the client against a real reprise binary (embedded
@@ -22,30 +17,12 @@ func TestAgainstReprise(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the reprise binary")
 	}
-	fake := mockllm.New(mockllm.Config{})
-	mux := http.NewServeMux()
-	mux.Handle("/ledger", fake.LedgerHandler())
-	mux.Handle("/", fake)
-	up := httptest.NewServer(mux)
-	t.Cleanup(up.Close)
-
-	bin := filepath.Join(t.TempDir(), "reprise")
-	if out, err := exec.Command("go", "build", "-o", bin, "../reprise").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	addr := testutil.FreeAddr(t)
-	cmd := exec.Command(bin, "--listen", addr, "--upstream", up.URL, "--data", t.TempDir(), "--log-level", "error")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	target := "http://" + addr
-	testutil.WaitReady(t, target, 30*time.Second, nil)
+	fake, upstream := fakeUpstream(t)
+	target := startReprise(t, upstream)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sum, err := run(ctx, []string{"--target", target, "--ledger", up.URL + "/ledger",
+	sum, err := run(ctx, []string{"--target", target, "--ledger", upstream + "/ledger",
 		"--runs", "120", "--concurrency", "40", "--max-tokens", "40", "--max-delay", "5ms", "--seed", "7"}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +80,7 @@ func TestFindsDefects(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Log(sum)
-			if sum.Clean() || !tc.want(sum) {
+			if sum.Clean() || !tc.want(sum.Summary) {
 				t.Errorf("summary %v: the defect went unnoticed", sum)
 			}
 		})
@@ -129,6 +106,10 @@ func TestFlags(t *testing.T) {
 		{"--min-tokens", "9", "--max-tokens", "3"},
 		{"--max-delay", "0s"},
 		{"--format", "speech"},
+		{"--nats-pause", "5s"},
+		{"--nats-pid", "1"},
+		{"--nats-pause", "5s,later", "--nats-pid", "1"},
+		{"--nats-pause", "5s", "--nats-pid", "1", "--nats-pause-gap", "0s"},
 		{"--nope"},
 	} {
 		if _, err := run(context.Background(), args, os.Stderr); err == nil {

@@ -116,6 +116,11 @@ func (r *Run) attempt(ctx context.Context, mode Mode, d *Drop) (result, error) {
 	switch {
 	case midErr != nil:
 		return result{events: n}, midErr
+	case c.cut != "":
+		// The instance cut the connection, the generation goes on: resume
+		// once the refusal's wait is over.
+		r.count("throttled:cut:" + c.cut)
+		return result{out: outRefused, events: n, wait: cfg.RefusalWait}, nil
 	case c.refusal != "" && n == 1:
 		// The generation was refused for capacity while nobody listened:
 		// it never reached the upstream, and asking again later is the answer.

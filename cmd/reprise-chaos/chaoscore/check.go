@@ -80,8 +80,10 @@ func (r *Run) check(ctx context.Context) {
 		r.problem("content: client reassembled %q; the upstream's last of %d generations is %q (completed=%v); expected %q", got, len(gens), final.Content, final.Completed, want)
 	}
 	// Replays are identical and cost no generation.
+	r.result(evs)
 	for _, mode := range []Mode{Get, Retry} {
 		rep, header, err := r.replay(ctx, mode)
+		r.saw(rep)
 		switch {
 		case err != nil:
 			r.problem("%s replay: %v", mode, err)
@@ -98,6 +100,95 @@ func (r *Run) check(ctx context.Context) {
 		r.v.Extra += n
 		r.problem("replays made %d upstream generations", n)
 	}
+}
+
+// saw notes the events of a replay: the ids they name, and the result
+// they make if they end with the terminal event.
+func (r *Run) saw(evs []Event) {
+	for _, ev := range evs {
+		r.name(ev, false, false)
+	}
+	if len(evs) > 0 && r.Plan.Terminal(evs[len(evs)-1]) {
+		r.result(evs)
+	}
+	if r.done > 0 && !slices.Equal(evs, r.Result()) {
+		r.denied = true
+	}
+}
+
+// result notes a completed result the key gave.
+func (r *Run) result(evs []Event) {
+	for _, a := range r.answers {
+		if slices.Equal(a, evs) {
+			return
+		}
+	}
+	r.answers = append(r.answers, slices.Clone(evs))
+}
+
+// Reread is what a run's key shows once the harness's faults are over.
+type Reread struct {
+	Status Status // the key's
+	// Generations is how many times the upstream generated the run's prompt.
+	Generations int
+	// Answers is how many different completed results the key was seen
+	// to give: the client's, the replays checking it, and this read's
+	// (more than one: a key with two answers).
+	Answers int
+	// Denied: the client got its completed result, and a replay of the key
+	// gave something else (another result, or a failure).
+	Denied bool
+}
+
+// Reread reads r's key again through World.Direct: its status, the
+// upstream's ledger, a GET replay unless the key is still in progress, and
+// a POST replay if the client got its answer (a POST would generate a key
+// that has none). What the replays show is checked as the client's events
+// are: an id naming another event than before is a clash (a problem). Only
+// once the run is over; a harness calls it once its faults are over.
+func (r *Run) Reread(ctx context.Context) (Reread, error) {
+	var rr Reread
+	gens, err := r.rn.cfg.Ledger.Settled(ctx, r.Plan.Prompt())
+	if err != nil {
+		return rr, err
+	}
+	rr.Generations = len(gens)
+	for {
+		st, code, err := r.Status(ctx, r.rn.cfg.World.Direct(r))
+		if err == nil && code == http.StatusOK {
+			rr.Status = st
+			break
+		}
+		rules := &r.rn.cfg.Rules
+		if ctx.Err() != nil || err != nil && !rules.RetryLinks || err == nil && !rules.refused(code, "") {
+			rr.Answers = len(r.answers)
+			return rr, errors.Join(err, ctx.Err())
+		}
+		pause(ctx, 100*time.Millisecond) // an instance down or refusing: its replacement answers
+	}
+	modes := []Mode{Get}
+	if r.done > 0 {
+		modes = append(modes, Retry)
+	}
+	for _, mode := range modes {
+		if rr.Status.State == "in_progress" {
+			break
+		}
+		rep, _, err := r.replay(ctx, mode)
+		if err != nil {
+			var ae *answerError
+			if !errors.As(err, &ae) {
+				return rr, fmt.Errorf("%s replay: %w", mode, err)
+			}
+			continue // a key without a result answers no stream
+		}
+		r.saw(rep)
+	}
+	rr.Answers, rr.Denied = len(r.answers), r.denied
+	if rr.Answers > 1 {
+		r.problem("the key gave %d different completed results (status %+v)", rr.Answers, rr.Status)
+	}
+	return rr, nil
 }
 
 // replay replays the key through World.Direct: a refusal is waited out, a

@@ -31,6 +31,10 @@ type Run struct {
 	rng   *rand.Rand
 	start time.Time
 
+	// When the client got the terminal event, and when the run was over
+	// (unix nanoseconds, 0: not yet): read by a harness's goroutines.
+	answered, ended atomic.Int64
+
 	// What the client holds: the generation it follows, that generation's
 	// events by offset, the last id it saw, and the offset of [DONE].
 	gen    uint64
@@ -42,6 +46,13 @@ type Run struct {
 	attempts, early int
 	v               Verdict
 	trace           []string
+	// ids is every event the harness saw under each id, on any connection
+	// or replay of the run (an id names one event).
+	ids map[string]Event
+	// answers are the different completed results the key gave; denied:
+	// a replay gave another than the client's.
+	answers [][]Event
+	denied  bool
 
 	mu       sync.Mutex // problems is also written by a harness's goroutines
 	problems []string
@@ -52,7 +63,12 @@ type Run struct {
 type Verdict struct {
 	Lost, Duplicated, Extra int
 	Throttled, Regenerated  int
-	Problems                []string
+	// Clashes are ids seen naming two different events (each is also a
+	// problem). Superseded are ids of an event its owner showed but never
+	// stored, then named by the break's stored error that took its place
+	// (docs/live-path.md): allowed, counted apart.
+	Clashes, Superseded int
+	Problems            []string
 }
 
 // Failed reports whether the run found anything.
@@ -72,6 +88,28 @@ func (r *Run) Errorf(format string, args ...any) {
 	r.problems = append(r.problems, fmt.Sprintf(format, args...))
 	r.mu.Unlock()
 }
+
+// Began is when the run started. Safe from any goroutine.
+func (r *Run) Began() time.Time { return r.start }
+
+// Answered is when the client got the completed generation's terminal
+// event (zero: not yet, or never). Safe from any goroutine.
+func (r *Run) Answered() time.Time { return unixTime(r.answered.Load()) }
+
+// Ended is when the run was over, checks included (zero: not yet). Safe
+// from any goroutine.
+func (r *Run) Ended() time.Time { return unixTime(r.ended.Load()) }
+
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// Codes are the error codes the client saw (error events, failed POSTs),
+// in order. Only once the run is over.
+func (r *Run) Codes() []string { return slices.Clone(r.codes) }
 
 // Gen is the generation the client ended on. Only once the run is over.
 func (r *Run) Gen() uint64 { return r.gen }
@@ -150,7 +188,7 @@ func (r *Run) count(name string) { r.rn.Count(name, 1) }
 func (r *Run) play(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.rn.cfg.Timeout)
 	defer cancel()
-	r.start = time.Now()
+	defer func() { r.ended.Store(time.Now().UnixNano()) }()
 	if f := r.rn.faults; f != nil {
 		end, err := f.Begin(ctx, r)
 		if err != nil {
@@ -166,6 +204,10 @@ func (r *Run) play(ctx context.Context) {
 		r.v.Regenerated = int(r.gen) - 1 // every generation before the last one broke
 	}
 	if r.done > 0 {
+		r.answered.Store(time.Now().UnixNano())
+		if r.rn.cfg.OnAnswer != nil {
+			r.rn.cfg.OnAnswer(r)
+		}
 		r.check(ctx)
 	}
 }

@@ -127,6 +127,9 @@ type Config struct {
 	// StopAfter, when positive, starts no new run once so many failed.
 	// Default: 0, every run is played.
 	StopAfter int
+	// OnAnswer, when set, is called with each run whose client got its
+	// completed generation, before the checks, from its goroutine.
+	OnAnswer func(*Run)
 	// OnEnd, when set, is called with each run once it is checked, from its
 	// goroutine.
 	OnEnd func(*Run)
@@ -176,16 +179,23 @@ func New(cfg Config) (*Runner, error) {
 // summary of every run played so far. It returns when they are all checked,
 // or when ctx ends (runs in flight end with it).
 func (rn *Runner) Play(ctx context.Context, seed uint64, n, parallel int) Summary {
+	return rn.PlayWhile(ctx, seed, max(1, min(parallel, n)), func(i int) bool { return i < n })
+}
+
+// PlayWhile plays runs 0, 1, … of seed, parallel at a time, while more(i)
+// says run i is to be played (called from the runs' goroutines), and
+// returns as Play does.
+func (rn *Runner) PlayWhile(ctx context.Context, seed uint64, parallel int, more func(i int) bool) Summary {
 	rn.mu.Lock()
 	rn.sum.Seed = seed
 	rn.mu.Unlock()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range max(1, min(parallel, n)) {
+	for range max(1, parallel) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil || rn.stopped() {
+				if !more(i) || ctx.Err() != nil || rn.stopped() {
 					return
 				}
 				r := rn.newRun(seed, i)
@@ -209,7 +219,7 @@ func (rn *Runner) newRun(seed uint64, i int) *Run {
 	if rn.cfg.Extend != nil {
 		rn.cfg.Extend(rng, &p)
 	}
-	return &Run{Plan: p, Index: i, Seed: seed, rn: rn, rng: rng, evs: map[uint64]Event{}}
+	return &Run{Plan: p, Index: i, Seed: seed, rn: rn, rng: rng, start: time.Now(), evs: map[uint64]Event{}, ids: map[string]Event{}}
 }
 
 func (rn *Runner) stopped() bool {

@@ -14,6 +14,8 @@ type conn struct {
 	next    uint64
 	failed  bool   // the generation ended with an error event on this connection
 	refusal string // the code of a refusal's error event
+	cut     string // the code of an error without an id of its own: the connection, not the generation, ends
+	last    string // the id of the connection's last event
 }
 
 // take checks one delivered event against what its connection must deliver
@@ -23,6 +25,14 @@ type conn struct {
 // place of events shown before they were stored; an event that cannot be
 // placed is a protocol violation, returned.
 func (r *Run) take(c *conn, ev Event) error {
+	if ev.Type == "error" && (ev.ID == "" || ev.ID == c.last) && r.rn.cfg.Rules.isRefusal(errorCode([]byte(ev.Data))) {
+		// An error without an id (an SSE reader carries the last one on):
+		// the instance ends this connection (it is closing, the journal does
+		// not answer), not the generation; the cursor stays where it was.
+		c.cut = errorCode([]byte(ev.Data))
+		return nil
+	}
+	defer func() { c.last = ev.ID }()
 	pos, err := resume.ParsePosition(ev.ID)
 	if err != nil || pos.Gen == 0 {
 		return fmt.Errorf("%s: event with id %q: not a position (%+v)", c.mode, ev.ID, ev)
@@ -49,7 +59,9 @@ func (r *Run) take(c *conn, ev Event) error {
 		return fmt.Errorf("%s: event %s of generation %d without a reset (the connection was in generation %d)", c.mode, ev.ID, pos.Gen, c.gen)
 	}
 	r.follow(pos.Gen)
+	supersedes := false
 	if have, seen := r.evs[pos.Offset]; ev.Type == "error" && (pos.Offset < c.next || seen && have != ev) && r.rn.cfg.Rules.isBreak(errorCode([]byte(ev.Data))) {
+		supersedes = true
 		// The generation broke after its owner showed events the journal
 		// never stored (docs/live-path.md): its stored failure takes their
 		// place. They were no result; the view drops them.
@@ -61,6 +73,8 @@ func (r *Run) take(c *conn, ev Event) error {
 		}
 		c.next = min(c.next, pos.Offset)
 	}
+	have, seen := r.evs[pos.Offset]
+	r.name(ev, supersedes, seen && have != ev) // the latter reported below as delivered twice
 	switch {
 	case pos.Offset > c.next:
 		r.v.Lost += int(pos.Offset - c.next)
@@ -96,6 +110,28 @@ func (r *Run) take(c *conn, ev Event) error {
 		r.done = pos.Offset
 	}
 	return nil
+}
+
+// name notes that ev's id names ev: an id seen before naming another event
+// is a clash (a problem, unless reported otherwise), unless ev is a break's
+// error taking the place of events shown but never stored (supersedes).
+func (r *Run) name(ev Event, supersedes, reported bool) {
+	have, ok := r.ids[ev.ID]
+	switch {
+	case !ok:
+		r.ids[ev.ID] = ev
+	case have == ev:
+	case supersedes:
+		r.v.Superseded++
+		r.count("id_superseded")
+		r.ids[ev.ID] = ev
+	default:
+		r.v.Clashes++
+		r.count("id_clash")
+		if !reported {
+			r.problem("id %s names two events: %+v and %+v", ev.ID, have, ev)
+		}
+	}
 }
 
 // follow switches the client's view to generation gen when it is newer.

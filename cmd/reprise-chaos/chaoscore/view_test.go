@@ -37,6 +37,7 @@ var (
 	chunk = `{"choices":[{"delta":{"content":"a"}}]}`
 	done  = "[DONE]"
 	lost  = `{"error":{"code":"owner_lost"}}`
+	gone  = `{"error":{"code":"journal_unavailable"}}`
 )
 
 // TestTake: what the client's view makes of connections' events.
@@ -53,6 +54,9 @@ func TestTake(t *testing.T) {
 		lost, dup int
 		problems  int
 		gen, done uint64
+		// ids naming two events; of them, a break's failure in the place
+		// of an event shown but lost
+		clashes, superseded int
 	}{
 		{name: "whole stream", conns: []connection{{First, "", []Event{ev("1-1-1", "", chunk), ev("1-2-2", "", done)}}}, gen: 1, done: 2},
 		{name: "resume after the cursor", conns: []connection{
@@ -74,7 +78,7 @@ func TestTake(t *testing.T) {
 		{name: "a full replay with other content", conns: []connection{
 			{First, "", []Event{ev("1-1-1", "", chunk)}},
 			{Retry, "", []Event{ev("1-1-1", "", "other"), ev("1-2-2", "", done)}},
-		}, dup: 1, problems: 1, gen: 1, done: 2},
+		}, dup: 1, problems: 1, gen: 1, done: 2, clashes: 1},
 		{name: "the first event is not the first", conns: []connection{{First, "", []Event{ev("1-2-2", "", chunk)}}}, lost: 1, problems: 1, gen: 1},
 		{name: "a reset leads to the next generation", conns: []connection{
 			{First, "", []Event{ev("1-1-1", "", chunk), ev("1-2-2", "error", lost)}},
@@ -105,6 +109,23 @@ func TestTake(t *testing.T) {
 			{First, "", []Event{ev("2-1-1", "", chunk)}},
 			{Retry, "", []Event{ev("1-1-1", "", chunk)}},
 		}, wantErr: "after the client saw generation 2"},
+		{name: "an error without an id cuts the connection, not the generation", conns: []connection{
+			{First, "", []Event{ev("1-1-1", "", chunk)}},
+			{Get, "1-1-1", []Event{ev("", "error", gone)}},
+			{Get, "1-1-1", []Event{ev("1-2-2", "", done)}},
+		}, gen: 1, done: 2},
+		{name: "an SSE reader carries the last id onto an error without one", conns: []connection{
+			{First, "", []Event{ev("1-1-1", "", chunk), ev("1-1-1", "error", gone)}},
+			{Get, "1-1-1", []Event{ev("1-2-2", "", done)}},
+		}, gen: 1, done: 2},
+		{name: "an id names two events", conns: []connection{
+			{First, "", []Event{ev("1-1-1", "", chunk), ev("1-2-2", "", chunk)}},
+			{Get, "1-1-1", []Event{ev("1-2-2", "", "other")}},
+		}, dup: 1, problems: 1, gen: 1, clashes: 1},
+		{name: "a break's failure under the id of an event shown but lost", conns: []connection{
+			{First, "", []Event{ev("1-1-1", "", chunk), ev("1-2-1", "", chunk)}},
+			{Get, "1-2-1", []Event{ev("1-2-1", "error", lost)}},
+		}, gen: 1, superseded: 1},
 		{name: "an event without a position", conns: []connection{{First, "", []Event{ev("", "error", lost)}}}, wantErr: "not a position"},
 		{name: "an error no fault explains", conns: []connection{
 			{First, "", []Event{ev("1-1-1", "error", `{"error":{"code":"journal_failure"}}`)}},
@@ -112,7 +133,7 @@ func TestTake(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := testRun(t, Rules{Breaks: []string{"owner_lost"}})
+			r := testRun(t, Rules{Breaks: []string{"owner_lost"}, Refusals: []string{"journal_unavailable"}})
 			var err error
 			for _, cn := range tc.conns {
 				r.cursor = cn.cursor
@@ -141,6 +162,9 @@ func TestTake(t *testing.T) {
 			if v.Lost != tc.lost || v.Duplicated != tc.dup || len(v.Problems) != tc.problems || r.gen != tc.gen || r.done != tc.done {
 				t.Errorf("lost=%d dup=%d problems=%q gen=%d done=%d; want lost=%d dup=%d %d problems gen=%d done=%d",
 					v.Lost, v.Duplicated, v.Problems, r.gen, r.done, tc.lost, tc.dup, tc.problems, tc.gen, tc.done)
+			}
+			if v.Clashes != tc.clashes || v.Superseded != tc.superseded {
+				t.Errorf("clashes=%d superseded=%d, want %d and %d", v.Clashes, v.Superseded, tc.clashes, tc.superseded)
 			}
 		})
 	}
