@@ -1092,11 +1092,11 @@ func TestSeal(t *testing.T) {
 	if _, err := j.First(ctx, journal.Ref{ID: "seal-none", Gen: 1}); !errors.Is(err, journal.ErrNotFound) {
 		t.Fatalf("First of an empty generation: %v, want ErrNotFound", err)
 	}
-	if _, err := j.Seal(ctx, journal.Ref{ID: "seal-bad", Gen: 1}, func(journal.Event, bool) []journal.Event { return nil }); !errors.Is(err, journal.ErrInvalidOption) {
+	if _, _, err := j.Seal(ctx, journal.Ref{ID: "seal-bad", Gen: 1}, func(journal.Event, bool) []journal.Event { return nil }); !errors.Is(err, journal.ErrInvalidOption) {
 		t.Fatalf("Seal without an end marker: %v, want ErrInvalidOption", err)
 	}
 	ended := writeGen(t, j, journal.Ref{ID: "seal-ended", Gen: 1}, 3, journal.EndFailed)
-	if end, err := j.Seal(ctx, journal.Ref{ID: "seal-ended", Gen: 1}, endAs(journal.EndCompleted)); err != nil || !sameEvent(end, ended[3]) {
+	if end, sealed, err := j.Seal(ctx, journal.Ref{ID: "seal-ended", Gen: 1}, endAs(journal.EndCompleted)); err != nil || sealed || !sameEvent(end, ended[3]) {
 		t.Fatalf("Seal of an ended generation = %+v, %v; want its own end marker %+v", end, err, ended[3])
 	}
 
@@ -1110,11 +1110,11 @@ func TestSeal(t *testing.T) {
 		}
 	}
 	poll(t, waitTimeout, "5 events stored", func() bool { return w.Stored() == 5 })
-	end, err := j.Seal(ctx, ref, endAs(journal.EndCompleted))
-	if err != nil || end.Offset != 6 || end.End != journal.EndCompleted || end.Seq == 0 {
+	end, sealed, err := j.Seal(ctx, ref, endAs(journal.EndCompleted))
+	if err != nil || !sealed || end.Offset != 6 || end.End != journal.EndCompleted || end.Seq == 0 {
 		t.Fatalf("Seal = %+v, %v; want the completed end marker at 6", end, err)
 	}
-	if again, err := j.Seal(ctx, ref, endAs(journal.EndFailed)); err != nil || !sameEvent(again, end) {
+	if again, sealedAgain, err := j.Seal(ctx, ref, endAs(journal.EndFailed)); err != nil || !sealedAgain || !sameEvent(again, end) {
 		t.Fatalf("Seal again = %+v, %v; want %+v", again, err, end)
 	}
 	if err := w.Append(ctx, "", []byte("late")); err != nil {
@@ -1167,7 +1167,7 @@ func TestSealFences(t *testing.T) {
 			}
 		}
 		poll(t, waitTimeout, "events stored", func() bool { return w.Stored() == uint64(stored) })
-		end, err := j.Seal(ctx, ref, lost)
+		end, _, err := j.Seal(ctx, ref, lost)
 		if err != nil || end.Offset != uint64(stored)+2 || end.End != journal.EndFailed {
 			t.Fatalf("stored %d: Seal = %+v, %v; want the failed end marker at %d", stored, end, err, stored+2)
 		}

@@ -420,8 +420,10 @@ const sealWriter = "seal"
 // a writer still alive is fenced from then on (ErrFenced on its next
 // message, its first included), and a writer that got further first is seen:
 // ending is then asked again about the new last event. A generation with its
-// end marker already is left alone. Seal returns the generation's end marker.
-func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, found bool) []Event) (Event, error) {
+// end marker already is left alone. Seal returns the generation's end
+// marker, and whether a seal stored it (this one, an earlier one whose
+// answer was lost, another instance's): false when its writer did.
+func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, found bool) []Event) (end Event, sealed bool, err error) {
 	for range maxSealTries {
 		var last Event
 		f, err := j.lastFrame(ctx, ref)
@@ -429,17 +431,17 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
-			return Event{}, err
+			return Event{}, false, err
 		default:
 			last = f.events[len(f.events)-1]
 		}
 		lastSeq := f.seq // 0 when nothing is stored
 		if last.IsEnd() {
-			return last, nil
+			return last, f.writer == sealWriter, nil // ended already: by its writer, or a seal
 		}
 		evs := ending(last, found)
 		if len(evs) == 0 || !evs[len(evs)-1].IsEnd() {
-			return Event{}, fmt.Errorf("%w: a seal must end with an end marker", ErrInvalidOption)
+			return Event{}, false, fmt.Errorf("%w: a seal must end with an end marker", ErrInvalidOption)
 		}
 		for i := range evs {
 			evs[i].Offset, evs[i].Seq = last.Offset+1+uint64(i), 0
@@ -450,15 +452,15 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 			_ = j.wrote(nil)
 			end := evs[len(evs)-1]
 			end.Seq = ack.Sequence
-			return end, nil
+			return end, true, nil
 		}
 		if !isWrongLast(err) {
-			return Event{}, fmt.Errorf("journal: seal: %w", j.wrote(err))
+			return Event{}, false, fmt.Errorf("journal: seal: %w", j.wrote(err))
 		}
 		// Something was stored meanwhile (or a replica behind the leader
 		// answered): look again.
 	}
-	return Event{}, fmt.Errorf("journal: seal: %w", ErrConflict)
+	return Event{}, false, fmt.Errorf("journal: seal: %w", ErrConflict)
 }
 
 const maxSealTries = 8

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"net/http/httptest"
@@ -151,6 +152,28 @@ type pauseGate struct {
 	name string
 	mu   sync.Mutex
 	open chan struct{} // closed while the gate lets data pass
+	held []byte        // what the gate held, both ways, since it was first held
+}
+
+// holds reports whether the gate held data containing s (a message that
+// left its sender, stopped on its way).
+func (g *pauseGate) holds(s string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return bytes.Contains(g.held, []byte(s))
+}
+
+// hold notes c as held, when the gate is held, and returns the channel
+// closed once it lets data pass.
+func (g *pauseGate) holding(c []byte) <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+	default:
+		g.held = append(g.held, c...)
+	}
+	return g.open
 }
 
 var pauseGates sync.Map // name → *pauseGate
@@ -184,12 +207,6 @@ func (g *pauseGate) release() {
 	}
 }
 
-func (g *pauseGate) passing() <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.open
-}
-
 func (p *pauseToxic) Pipe(stub *toxics.ToxicStub) {
 	v, _ := pauseGates.Load(p.Gate)
 	g, _ := v.(*pauseGate)
@@ -204,7 +221,7 @@ func (p *pauseToxic) Pipe(stub *toxics.ToxicStub) {
 			}
 			if g != nil {
 				select {
-				case <-g.passing():
+				case <-g.holding(c.Data):
 				case <-stub.Interrupt:
 					stub.Output <- c
 					return

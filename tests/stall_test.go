@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	sse "github.com/tmaxmax/go-sse"
+
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
 	"github.com/reprise-dev/reprise/web/mockllm"
@@ -150,5 +152,106 @@ func TestNATSStallUnansweredStart(t *testing.T) {
 	if !hasDone(evs) || again.Header.Get("Reprise-Attached") == "true" {
 		t.Errorf("the key's next request: attached %q, %d events, [DONE] %v; want a generation of its own",
 			again.Header.Get("Reprise-Attached"), len(evs), hasDone(evs))
+	}
+}
+
+// TestNATSStallSealAfterLastMessage: NATS stops answering while a
+// generation's message before its [DONE] is on its way; the upstream's
+// [DONE] comes after, queued behind it. The writer gives up; when NATS
+// answers again the held message is stored, and the seal stores the
+// journal_failure reason and the end marker right after it — at the very
+// offsets the writer's [DONE] and end marker would have had. That end is
+// the seal's, not the writer's: the key is failed, no reader is shown the
+// [DONE] that was never stored, and its journal replays the failure.
+// (Before, the coinciding offset was taken for the writer's own end: the
+// owner's readers got [DONE] and the record said completed while every
+// replay ended with journal_failure.)
+func TestNATSStallSealAfterLastMessage(t *testing.T) {
+	t.Parallel()
+	natsURL, g := pausableNATS(t)
+	const tokens = 5
+	rest, done := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := func(s string) string {
+			return `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + s + `"}}]}` + "\n\n"
+		}
+		rc := http.NewResponseController(w)
+		_, _ = io.WriteString(w, chunk("first "))
+		_ = rc.Flush()
+		for _, step := range []chan struct{}{rest, done} {
+			select {
+			case <-step:
+			case <-r.Context().Done():
+				return
+			}
+			if step == rest {
+				var b strings.Builder
+				for i := range tokens {
+					b.WriteString(chunk(fmt.Sprintf("tok%d ", i)))
+				}
+				_, _ = io.WriteString(w, b.String())
+			} else {
+				_, _ = io.WriteString(w, "data: [DONE]\n\n")
+			}
+			_ = rc.Flush()
+		}
+	}))
+	t.Cleanup(up.Close)
+	a := startInstance(t, "A", []string{natsURL}, up.URL, instanceOptions{
+		lease: 10 * time.Second, replicas: 1, lenient: true,
+		configure: func(c *proxy.Config) { c.Journal.AppendTimeout = time.Second },
+	})
+	key := "k-stall-seal"
+	resp := do(t, "POST", a.URL+chatPath, chatBody(uniquePrompt(t, ""), true), "Idempotency-Key", key)
+	stored, first := make(chan struct{}), make(chan []event, 1)
+	go func() {
+		defer resp.Body.Close()
+		var evs []event
+		for ev, err := range sse.Read(resp.Body, nil) {
+			if err != nil {
+				break
+			}
+			if evs = append(evs, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data}); len(evs) == 1 {
+				close(stored) // the first event is shown once stored: the fence is in
+			}
+		}
+		first <- evs
+	}()
+	select {
+	case <-stored:
+	case <-time.After(testutil.WaitTimeout):
+		t.Fatal("no first event")
+	}
+	g.hold()
+	close(rest)
+	pollUntil(t, 20*time.Second, "the message with the last token on its way, held", func() bool {
+		return g.holds(fmt.Sprintf("tok%d ", tokens-1))
+	})
+	close(done) // [DONE] comes now, behind the held message
+	pollUntil(t, 20*time.Second, "the writer to give up on the stalled journal", func() bool {
+		return appendErrors(t, a.URL) >= 1
+	})
+	g.release()
+	var st keyStatus
+	pollUntil(t, 30*time.Second, "the key to settle", func() bool {
+		var code int
+		st, code = testutil.GetStatus(t, a.URL, key)
+		return code == http.StatusOK && (st.State == "completed" || st.State == "failed")
+	})
+	shown := <-first
+	replay := readEvents(t, do(t, "GET", a.URL+"/v1/streams/"+key, "", "Accept", "text/event-stream"), -1)
+	t.Logf("the key is %s (%s); the owner's reader got %d events ([DONE] %v), the journal replays %d ([DONE] %v)",
+		st.State, st.Error, len(shown), hasDone(shown), len(replay), hasDone(replay))
+	if hasDone(shown) != hasDone(replay) || hasDone(replay) != (st.State == "completed") {
+		t.Fatalf("the key is %s (%s), its reader got [DONE]: %v, its journal replays [DONE]: %v", st.State, st.Error, hasDone(shown), hasDone(replay))
+	}
+	byID := map[string]event{}
+	for _, ev := range append(shown, replay...) {
+		if prev, ok := byID[ev.ID]; ok && ev.ID != "" && (prev.Type != ev.Type || prev.Data != ev.Data) {
+			t.Errorf("id %s names two events: %s %q and %s %q", ev.ID, prev.Type, prev.Data, ev.Type, ev.Data)
+		}
+		byID[ev.ID] = ev
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 // Sealer is what salvage needs of the journal. journal.Journal implements it.
 type Sealer interface {
-	Seal(ctx context.Context, ref journal.Ref, ending func(last journal.Event, found bool) []journal.Event) (journal.Event, error)
+	Seal(ctx context.Context, ref journal.Ref, ending func(last journal.Event, found bool) []journal.Event) (end journal.Event, sealed bool, err error)
 	First(ctx context.Context, ref journal.Ref) (journal.Event, error)
 }
 
@@ -38,7 +38,7 @@ func (e *Engine) Salvage(ctx context.Context, id string, rec resume.Record) (res
 	}
 	proto, _ := ProtocolOf(rec.Path) // nil: a format this build does not serve has nothing terminal
 	ref := journal.Ref{ID: id, Gen: rec.Generation}
-	end, err := j.Seal(ctx, ref, func(last journal.Event, found bool) []journal.Event {
+	end, _, err := j.Seal(ctx, ref, func(last journal.Event, found bool) []journal.Event {
 		if found && proto != nil && !reserved(last.Type) && proto.Inspect(last.Type, last.Data).Terminal {
 			return []journal.Event{{End: journal.EndCompleted}}
 		}

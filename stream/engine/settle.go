@@ -56,6 +56,7 @@ func (p *pump) settle(ctx context.Context, w *journal.Writer, res resume.Result)
 	reason := apierr.New(apierr.JournalFailure).BodyIn(p.shape())
 	proto := p.g.Protocol
 	var end journal.Event
+	var sealed bool // a seal stored the end: not the writer
 	rp := retrypolicy.NewBuilder[any]().
 		HandleIf(func(_ any, err error) bool {
 			// A closed connection (this instance is going) will not answer
@@ -70,7 +71,7 @@ func (p *pump) settle(ctx context.Context, w *journal.Writer, res resume.Result)
 		tctx, cancel := context.WithTimeout(ctx, sealTry)
 		defer cancel()
 		var err error
-		end, err = j.Seal(tctx, p.g.Ref, func(last journal.Event, found bool) []journal.Event {
+		end, sealed, err = j.Seal(tctx, p.g.Ref, func(last journal.Event, found bool) []journal.Event {
 			if found && proto != nil && !reserved(last.Type) && proto.Inspect(last.Type, last.Data).Terminal {
 				return []journal.Event{{End: journal.EndCompleted}}
 			}
@@ -93,9 +94,12 @@ func (p *pump) settle(ctx context.Context, w *journal.Writer, res resume.Result)
 		return settled{res: failed}
 	}
 	// The events stored late are the writer's unacknowledged ones up to
-	// the seal's end marker: all of them when it is the writer's own.
+	// the seal's end marker: all of them when it is the writer's own — not
+	// when the seal appended one at the same offset (its reason, then its
+	// end, right after the writer's events stored before those it never
+	// sent: a completed generation's [DONE] among them).
 	pending := w.Unstored()
-	if n := len(pending); n > 0 && pending[n-1].IsEnd() && pending[n-1].Offset == end.Offset {
+	if n := len(pending); !sealed && n > 0 && pending[n-1].IsEnd() && pending[n-1].Offset == end.Offset {
 		for _, ev := range pending {
 			p.tail.store(ev)
 		}
