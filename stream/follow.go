@@ -74,7 +74,11 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 			if ev.IsEnd() {
 				return out.flush()
 			}
-			if err := out.send(eventID(ref, ev), ev); err != nil {
+			id := eventID(ref, ev)
+			if t.Unplaced(ev) {
+				id = "" // its place in the journal is not known yet
+			}
+			if err := out.send(id, ev); err != nil {
 				return err
 			}
 			after = ev.Offset

@@ -255,3 +255,70 @@ func TestNATSStallSealAfterLastMessage(t *testing.T) {
 		byID[ev.ID] = ev
 	}
 }
+
+// TestNATSStallUnsettledReasonHasNoID: NATS stops answering before a
+// generation's first event is stored, for longer than the writer and then
+// the seal try. Nothing is known of the journal — the held message may
+// still be stored — so the reason the owner's readers get carries no id:
+// their cursor stays where it was, and a resume reads what the journal
+// holds once settled. (Before, the reason took offset 1, id 1-1-0, while
+// the journal, once NATS answered, held the upstream's first event there.)
+func TestNATSStallUnsettledReasonHasNoID(t *testing.T) {
+	t.Parallel()
+	natsURL, g := pausableNATS(t)
+	called, start := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_ = http.NewResponseController(w).Flush()
+		close(called)
+		select {
+		case <-start:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"first"}}]}`+"\n\n"+"data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	a := startInstance(t, "A", []string{natsURL}, up.URL, instanceOptions{
+		lease: 10 * time.Second, replicas: 1, lenient: true,
+		configure: func(c *proxy.Config) { c.Journal.AppendTimeout = time.Second },
+	})
+	t.Cleanup(g.release)
+	evs := make(chan []event, 1)
+	go func() {
+		resp, err := send(waitCtx(t, 60*time.Second), "POST", a.URL+chatPath, chatBody(uniquePrompt(t, ""), true), "Idempotency-Key", "k-stall-unsettled")
+		if err != nil {
+			evs <- nil
+			return
+		}
+		defer resp.Body.Close()
+		var got []event
+		for ev, err := range sse.Read(resp.Body, nil) {
+			if err != nil {
+				break
+			}
+			got = append(got, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data})
+		}
+		evs <- got
+	}()
+	select {
+	case <-called:
+	case <-time.After(testutil.WaitTimeout):
+		t.Fatal("the upstream was not called")
+	}
+	g.hold()
+	close(start)
+	var got []event
+	select {
+	case got = <-evs:
+	case <-time.After(time.Minute):
+		t.Fatal("the owner's reader got no end")
+	}
+	if len(got) != 1 || got[0].Type != "error" || !strings.Contains(got[0].Data, "journal_failure") {
+		t.Fatalf("the owner's reader got %+v, want one error event, journal_failure", got)
+	}
+	if got[0].ID != "" {
+		t.Errorf("the reason for an unsettled journal carries id %q, want none", got[0].ID)
+	}
+}

@@ -90,7 +90,7 @@ func (p *pump) settle(ctx context.Context, w *journal.Writer, res resume.Result)
 	}
 	if err != nil {
 		p.log.Error("settling the journal of a generation whose writer gave up failed; its lease is left to run out", "gen", p.g.Ref.Gen, "err", err)
-		p.tail.fail(reason)
+		p.tail.unsettled(reason)
 		return settled{res: failed}
 	}
 	// The events stored late are the writer's unacknowledged ones up to

@@ -24,12 +24,15 @@ import (
 // fails the generation (fail); and an id shown early is still a cursor on
 // every instance (docs/live-path.md).
 type Tail struct {
-	mu      sync.Mutex
-	events  []journal.Event // offsets 1..n, what readers get; the end marker last, once done
-	failed  bool            // fail ended it: no more previews
-	stored  uint64          // offset of the last event JetStream acknowledged
-	changed chan struct{}   // closed and replaced on every event added
-	at      time.Time       // when the last event was stored
+	mu     sync.Mutex
+	events []journal.Event // offsets 1..n, what readers get; the end marker last, once done
+	failed bool            // fail ended it: no more previews
+	// unplaced is the offset of the error event unsettled gave readers
+	// when where it stands in the journal is unknown (0: none).
+	unplaced uint64
+	stored   uint64        // offset of the last event JetStream acknowledged
+	changed  chan struct{} // closed and replaced on every event added
+	at       time.Time     // when the last event was stored
 
 	head     chan struct{} // closed once the upstream answered
 	headResp *Head
@@ -101,6 +104,28 @@ func (t *Tail) fail(data []byte) {
 	t.at = time.Now()
 	t.add(journal.Event{Offset: last + 1, Type: TypeError, Data: data})
 	t.add(journal.Event{Offset: last + 2, End: journal.EndFailed})
+}
+
+// unsettled ends the tail as fail does, for a generation whose journal
+// could not be settled: what it holds, and where its end will be, is
+// unknown (messages held through a NATS stall may still be stored). The
+// reason readers get is unplaced: sent without an id, so a reader's cursor
+// stays on the last event it got, and its resume reads what the journal
+// holds once it is settled — an offset of this reason's may name another
+// event there.
+func (t *Tail) unsettled(data []byte) {
+	t.fail(data)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unplaced = uint64(len(t.events)) - 1
+}
+
+// Unplaced reports whether ev is the reason unsettled gave: it goes to
+// readers without an id.
+func (t *Tail) Unplaced(ev journal.Event) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.unplaced != 0 && ev.Offset == t.unplaced && !ev.IsEnd()
 }
 
 // Completed reports whether the generation's end marker, completed, is in
