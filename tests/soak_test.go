@@ -24,6 +24,7 @@ import (
 var (
 	soakFlag     = flag.Duration("soak", 20*time.Second, "soak: how long TestSoak keeps its load up (by hand: -soak=1h)")
 	soakHeapFlag = flag.String("soak.heap", "", "soak: write a heap profile here once the load stopped, before the instances are")
+	soakNATSFlag = flag.String("soak.nats", "", "soak: the URL of a JetStream server in its own process (by hand: nats-server -js), so that the process's heap is reprise's; default: an embedded one")
 )
 
 // TestSoak keeps a moderate load on two instances of one NATS for -soak
@@ -40,8 +41,10 @@ func TestSoak(t *testing.T) {
 		t.Skip("a sustained load")
 	}
 	const clients = 8
-	ns := startNATSServer(t)
-	urls := []string{ns.Server.ClientURL()}
+	urls := []string{*soakNATSFlag}
+	if *soakNATSFlag == "" {
+		urls = []string{startNATSServer(t).Server.ClientURL()}
+	}
 	hs := httptest.NewServer(mockllm.New(mockllm.Config{}))
 	t.Cleanup(hs.Close)
 	opts := instanceOptions{lease: 2 * time.Second, replicas: 1, grace: 2 * time.Second, configure: func(cfg *proxy.Config) {
