@@ -208,9 +208,11 @@ func TestStartFailures(t *testing.T) {
 		{"bad log level from the environment", nil, []string{"REPRISE_LOG_LEVEL=verbose"}, 2, []string{"REPRISE_LOG_LEVEL", "--log-level", "debug, info, warn or error"}},
 		{"bad auth mode", []string{"--auth", "open"}, nil, 2, []string{"--auth", "passthrough, static or none"}},
 		{"negative limit", []string{"--max-body", "-1"}, nil, 2, []string{"--max-body -1", "at least 1"}},
-		{"NATS unreachable", []string{"--nats", "nats://" + nats}, nil, 1, []string{"cannot reach NATS at nats://" + nats}},
-		{"NATS unreachable, text logs", []string{"--nats", "nats://" + nats, "--log-format", "text"}, nil, 1, []string{"cannot reach NATS"}},
-		{"unreadable upstreams file", []string{"--upstreams", "missing.txt"}, nil, 1, []string{"--upstreams", "missing.txt"}},
+		// A free port of their own: the default :8080 may be taken (a
+		// reprise running on the box), and the listen address is checked first.
+		{"NATS unreachable", []string{"--listen", "127.0.0.1:0", "--nats", "nats://" + nats}, nil, 1, []string{"cannot reach NATS at nats://" + nats}},
+		{"NATS unreachable, text logs", []string{"--listen", "127.0.0.1:0", "--nats", "nats://" + nats, "--log-format", "text"}, nil, 1, []string{"cannot reach NATS"}},
+		{"unreadable upstreams file", []string{"--listen", "127.0.0.1:0", "--upstreams", "missing.txt"}, nil, 1, []string{"--upstreams", "missing.txt"}},
 		{"port in use", []string{"--listen", busy.Addr().String()}, nil, 1, []string{"--listen " + busy.Addr().String(), "in use"}},
 		{"bad upstream", []string{"--upstream", "ftp://x"}, nil, 2, []string{"--upstream", "http(s)://host[:port]"}},
 		{"open relay", []string{"--auth", "none", "--listen", "0.0.0.0:0"}, []string{"REPRISE_UPSTREAM_KEY=sk-test"}, 1, []string{"open relay", "--allow-open-relay", "--listen 127.0.0.1:"}},
