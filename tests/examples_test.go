@@ -21,6 +21,7 @@ import (
 
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/stream/cost"
+	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // The example files the docs show, by how a test loads them. Every file a
@@ -279,39 +280,21 @@ type exampleRoute struct {
 	paths             []string
 }
 
-// readExampleRoutes reads an upstreams file's lines (the format of
-// cmd/reprise's --upstreams; reprise itself checks the rest).
+// readExampleRoutes reads an upstreams file's lines with reprise's own
+// parser (proxy.ParseRoutes; reprise itself checks the rest).
 func readExampleRoutes(tb testing.TB, file string) []exampleRoute {
 	tb.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var routes []exampleRoute
-	for line := range strings.Lines(string(b)) {
-		if i := strings.Index(line, "#"); i >= 0 {
-			line = line[:i]
-		}
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		if len(f) < 2 {
-			tb.Fatalf("%s: line %q: want name url [options]", file, line)
-		}
-		rt := exampleRoute{name: f[0], url: f[1]}
-		for _, opt := range f[2:] {
-			switch k, v, _ := strings.Cut(opt, "="); k {
-			case "key_env":
-				rt.keyEnv = v
-			case "paths":
-				rt.paths = strings.Split(v, ",")
-			}
-		}
-		routes = append(routes, rt)
+	lines, err := proxy.ParseRoutes(string(b))
+	if err != nil {
+		tb.Fatalf("%s: %v", file, err)
 	}
-	if len(routes) == 0 {
-		tb.Fatalf("%s: no upstream", file)
+	routes := make([]exampleRoute, 0, len(lines))
+	for _, l := range lines {
+		routes = append(routes, exampleRoute{name: l.Name, url: l.URL, keyEnv: l.KeyEnv, paths: l.Paths})
 	}
 	return routes
 }

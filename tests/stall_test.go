@@ -68,16 +68,7 @@ func TestNATSStallSettlesLateAppends(t *testing.T) {
 	readEvents(t, resp, 1) // the first event is shown once stored: the fence is in
 	g.hold()
 	close(release)
-	pollUntil(t, 20*time.Second, "the writer to give up on the stalled journal", func() bool {
-		return appendErrors(t, a.URL) >= 1
-	})
-	g.release()
-	var st keyStatus
-	pollUntil(t, 30*time.Second, "the key to settle", func() bool {
-		var code int
-		st, code = testutil.GetStatus(t, a.URL, key)
-		return code == http.StatusOK && (st.State == "completed" || st.State == "failed")
-	})
+	st := settleAfterGiveUp(t, a.URL, key, g)
 	replay := readEvents(t, do(t, "GET", a.URL+"/v1/streams/"+key, "", "Accept", "text/event-stream"), -1)
 	done := hasDone(replay)
 	t.Logf("after the stall: the key is %s (%s); its journal replays %d events, [DONE]: %v", st.State, st.Error, len(replay), done)
@@ -92,6 +83,24 @@ func TestNATSStallSettlesLateAppends(t *testing.T) {
 				again.Header.Get("Idempotent-Replayed"), hasDone(evs), calls.Load())
 		}
 	}
+}
+
+// settleAfterGiveUp waits for url's writer to give up on the stalled
+// journal, lets NATS answer again (g), and returns key's status once it
+// settled: completed or failed.
+func settleAfterGiveUp(t *testing.T, url, key string, g *pauseGate) keyStatus {
+	t.Helper()
+	pollUntil(t, 20*time.Second, "the writer to give up on the stalled journal", func() bool {
+		return appendErrors(t, url) >= 1
+	})
+	g.release()
+	var st keyStatus
+	pollUntil(t, 30*time.Second, "the key to settle", func() bool {
+		var code int
+		st, code = testutil.GetStatus(t, url, key)
+		return code == http.StatusOK && (st.State == "completed" || st.State == "failed")
+	})
+	return st
 }
 
 // appendErrors is reprise_journal_errors_total{op="append"} on url's /metrics.
@@ -230,16 +239,7 @@ func TestNATSStallSealAfterLastMessage(t *testing.T) {
 		return g.holds(fmt.Sprintf("tok%d ", tokens-1))
 	})
 	close(done) // [DONE] comes now, behind the held message
-	pollUntil(t, 20*time.Second, "the writer to give up on the stalled journal", func() bool {
-		return appendErrors(t, a.URL) >= 1
-	})
-	g.release()
-	var st keyStatus
-	pollUntil(t, 30*time.Second, "the key to settle", func() bool {
-		var code int
-		st, code = testutil.GetStatus(t, a.URL, key)
-		return code == http.StatusOK && (st.State == "completed" || st.State == "failed")
-	})
+	st := settleAfterGiveUp(t, a.URL, key, g)
 	shown := <-first
 	replay := readEvents(t, do(t, "GET", a.URL+"/v1/streams/"+key, "", "Accept", "text/event-stream"), -1)
 	t.Logf("the key is %s (%s); the owner's reader got %d events ([DONE] %v), the journal replays %d ([DONE] %v)",

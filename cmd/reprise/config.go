@@ -317,53 +317,30 @@ func (c *config) validate() error {
 	return nil
 }
 
-// readRoutes reads a routes file: one upstream a line, "name url" then
-// key_env=VAR (its API key, from the environment), paths=p1,p2 and
-// models=m1,m2* as needed; # starts a comment. A request goes to the
-// routes that serve its path and model, in the file's order.
+// readRoutes reads an upstreams file (proxy.ParseRoutes), checks each
+// URL, and reads each key_env from the environment.
 func readRoutes(path string, getenv func(string) string) ([]proxy.Route, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var routes []proxy.Route
-	n := 0
-	for line := range strings.Lines(string(b)) {
-		n++
-		if i := strings.Index(line, "#"); i >= 0 {
-			line = line[:i]
-		}
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		if len(f) < 2 {
-			return nil, fmt.Errorf("%s:%d: want name url [key_env=VAR] [paths=…] [models=…]", path, n)
-		}
-		u, err := parseUpstream(f[1])
+	lines, err := proxy.ParseRoutes(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	routes := make([]proxy.Route, 0, len(lines))
+	for _, l := range lines {
+		u, err := parseUpstream(l.URL)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %q: %w", path, n, f[1], err)
+			return nil, fmt.Errorf("%s:%d: %q: %w", path, l.Line, l.URL, err)
 		}
-		rt := proxy.Route{Name: f[0], URL: u}
-		for _, opt := range f[2:] {
-			name, value, _ := strings.Cut(opt, "=")
-			switch name {
-			case "key_env":
-				if rt.Key = getenv(value); rt.Key == "" {
-					return nil, fmt.Errorf("%s:%d: %s is not set", path, n, value)
-				}
-			case "paths":
-				rt.Paths = strings.Split(value, ",")
-			case "models":
-				rt.Models = strings.Split(value, ",")
-			default:
-				return nil, fmt.Errorf("%s:%d: unknown setting %q", path, n, name)
+		rt := proxy.Route{Name: l.Name, URL: u, Paths: l.Paths, Models: l.Models}
+		if l.KeyEnv != "" {
+			if rt.Key = getenv(l.KeyEnv); rt.Key == "" {
+				return nil, fmt.Errorf("%s:%d: %s is not set", path, l.Line, l.KeyEnv)
 			}
 		}
 		routes = append(routes, rt)
-	}
-	if len(routes) == 0 {
-		return nil, fmt.Errorf("%s: no upstream", path)
 	}
 	return routes, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -146,4 +147,49 @@ func TestNewRefusesWhatItCannotKeep(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestParseRoutes(t *testing.T) {
+	got, err := proxy.ParseRoutes("# providers\nopenai https://api.openai.com key_env=OPENAI_KEY paths=/v1/chat,/v1/embeddings # chat\n\nanthropic https://api.anthropic.com key_env=ANTHROPIC_KEY paths=/v1/messages models=claude-*\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []proxy.RouteLine{
+		{Line: 2, Name: "openai", URL: "https://api.openai.com", KeyEnv: "OPENAI_KEY", Paths: []string{"/v1/chat", "/v1/embeddings"}},
+		{Line: 4, Name: "anthropic", URL: "https://api.anthropic.com", KeyEnv: "ANTHROPIC_KEY", Paths: []string{"/v1/messages"}, Models: []string{"claude-*"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ParseRoutes = %+v, want %+v", got, want)
+	}
+	for text, says := range map[string]string{
+		"":                                 "no upstream",
+		"# only a comment\n":               "no upstream",
+		"openai\n":                         "line 1: want name url",
+		"a http://a\nb http://b retry=3\n": "line 2: unknown setting \"retry\"",
+		"a http://a key_env=\n":            "line 1: key_env names no variable",
+	} {
+		if _, err := proxy.ParseRoutes(text); !errors.Is(err, proxy.ErrRoutes) || !strings.Contains(err.Error(), says) {
+			t.Errorf("ParseRoutes(%q) = %v, want ErrRoutes saying %q", text, err, says)
+		}
+	}
+}
+
+// FuzzParseRoutes: an upstreams file never panics the parser, and what it
+// reads has a name and a URL on the line it names.
+func FuzzParseRoutes(f *testing.F) {
+	f.Add("openai https://api.openai.com key_env=K paths=/v1/chat models=gpt-*\n")
+	f.Add("# c\n\na b\n")
+	f.Add("a b c=d=e paths=,\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		routes, err := proxy.ParseRoutes(text)
+		if err != nil {
+			return
+		}
+		lines := strings.Split(text, "\n")
+		for _, r := range routes {
+			if r.Name == "" || r.URL == "" || r.Line < 1 || r.Line > len(lines) || !strings.Contains(lines[r.Line-1], r.Name) {
+				t.Fatalf("route %+v from %q", r, text)
+			}
+		}
+	})
 }
