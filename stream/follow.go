@@ -75,7 +75,7 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 				return out.flush()
 			}
 			id := eventID(ref, ev)
-			if t.Unplaced(ev) {
+			if ev.Type == engine.TypeError && t.Unplaced(ev) { // the type first: no lock per event
 				id = "" // its place in the journal is not known yet
 			}
 			if err := out.send(id, ev); err != nil {
