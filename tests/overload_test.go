@@ -45,12 +45,14 @@ func TestOverloadShedsNewGenerations(t *testing.T) {
 		streams = 1500
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
-	// A journal timeout of 10 s (a third of the default) makes an
-	// instance that took on more than it can journal fail within the
-	// test's time; the upstream concurrency limit (512) is lifted, as in
-	// the benchmark's mix, so that only the load bounds what runs.
+	// The journal's timeout is the default (30 s): shedding keeps what
+	// was let in stored within it, beside a CPU burner too. With shedding
+	// off the same load broke 39 of 600 streams (journal_failure) on an
+	// idle box; with a 10 s timeout, 17 of 600 broke with shedding on
+	// beside the CI's burner — a margin too thin for a busy machine. The
+	// upstream concurrency limit (512) is lifted, as in the benchmark's
+	// mix, so that only the load bounds what runs.
 	e := newEnv(t, withLease(2*time.Second), withTokenDelay(20*time.Millisecond), withAbandon(),
-		withJournal(func(c *journal.Config) { c.AppendTimeout = 10 * time.Second }),
 		withConfig(func(c *proxy.Config) { c.Policy.MaxConcurrent = 4096 }))
 	ctx := waitCtx(t, 90*time.Second)
 	t0 := time.Now()
