@@ -50,6 +50,11 @@ type stackConfig struct {
 	// natsTCP connects reprise to the embedded server over loopback TCP
 	// instead of in-process (net.Pipe), as cmd/reprise does: an experiment.
 	natsTCP bool
+	// natsURLs, when set, is an external NATS (comma-separated URLs) that
+	// reprise journals on, over TCP, instead of the embedded server.
+	natsURLs string
+	// replicas is the journal's Config.Replicas (0: 1).
+	replicas int
 	// memoryStorage journals in JetStream memory storage instead of files:
 	// an experiment.
 	memoryStorage bool
@@ -59,7 +64,7 @@ type stackConfig struct {
 
 // stack is everything under test, in this process: the fake upstream, a
 // pass-through reverse proxy in front of it, and reprise on an embedded
-// JetStream with file storage.
+// JetStream with file storage (or on an external NATS, outside it).
 type stack struct {
 	dir string
 	log *slog.Logger
@@ -71,7 +76,7 @@ type stack struct {
 	pass    *http.Server
 	PassURL string
 
-	emb    *journal.Embedded
+	emb    *journal.Embedded // nil with stackConfig.natsURLs
 	nc     *nats.Conn
 	rc     *nats.Conn // the key records' (journal.Config.Records)
 	js     jetstream.JetStream
@@ -83,6 +88,10 @@ type stack struct {
 	repTLS    *http.Server
 	RepTLSURL string
 	RepCA     []byte
+
+	// journalBefore is the journal stream's last sequence before reprise
+	// opened it: 0 on a fresh server, more on an external one used before.
+	journalBefore uint64
 }
 
 func serve(h http.Handler) (*http.Server, string, error) {
@@ -119,18 +128,9 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	}
 
 	// reprise, wired as cmd/reprise does.
-	ec := journal.EmbeddedConfig{Dir: dir}
-	if cfg.natsTCP {
-		ec.Port = -1
-	}
-	if s.emb, err = journal.StartEmbedded(ec); err != nil {
+	connect, err := s.startNATS(cfg)
+	if err != nil {
 		return nil, err
-	}
-	connect := func(name string) (*nats.Conn, error) {
-		if cfg.natsTCP {
-			return nats.Connect(s.emb.Server.ClientURL(), append([]nats.Option{nats.Name(name)}, journal.ConnectOptions()...)...)
-		}
-		return s.emb.Connect(name)
 	}
 	if s.nc, err = connect("reprise-bench"); err != nil {
 		return nil, err
@@ -146,10 +146,11 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	s.reg = prometheus.NewRegistry()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	s.journalBefore, _ = s.journalMessages(ctx) // no stream yet: 0
 	s.rep, err = proxy.New(ctx, proxy.Config{
 		NATS:     s.nc,
-		Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), Records: s.rc}, // file storage by default, 24 h TTL, 1 replica
-		Owner:    "bench-" + resume.NewKey()[3:11],                                                         // default lease
+		Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), Records: s.rc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
+		Owner:    "bench-" + resume.NewKey()[3:11],                                                                                 // default lease
 		Upstream: upURL,
 		Policy:   classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
 		HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders},
@@ -193,6 +194,32 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	go func() { _ = s.repTLS.ServeTLS(tln, "", "") }()
 	s.RepTLSURL = "https://" + tln.Addr().String()
 	return s, nil
+}
+
+// startNATS starts the embedded JetStream, unless cfg names an external
+// NATS, and returns how to open a connection to the journal's server.
+func (s *stack) startNATS(cfg stackConfig) (connect func(name string) (*nats.Conn, error), err error) {
+	if cfg.natsURLs != "" {
+		// As cmd/reprise connects to --nats: every server tried once,
+		// each dial bounded, then reconnects for ever.
+		return func(name string) (*nats.Conn, error) {
+			opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.Timeout(2 * time.Second)}, journal.ConnectOptions()...)
+			return nats.Connect(cfg.natsURLs, opts...)
+		}, nil
+	}
+	ec := journal.EmbeddedConfig{Dir: s.dir}
+	if cfg.natsTCP {
+		ec.Port = -1
+	}
+	if s.emb, err = journal.StartEmbedded(ec); err != nil {
+		return nil, err
+	}
+	return func(name string) (*nats.Conn, error) {
+		if cfg.natsTCP {
+			return nats.Connect(s.emb.Server.ClientURL(), append([]nats.Option{nats.Name(name)}, journal.ConnectOptions()...)...)
+		}
+		return s.emb.Connect(name)
+	}, nil
 }
 
 // selfSigned makes a certificate for 127.0.0.1, valid for a day, and

@@ -2,10 +2,14 @@
 // pass-through proxy, in one process and in the same run: the fake upstream
 // (zero delay), an httputil.ReverseProxy in front of it, and reprise on an
 // embedded JetStream with file storage, all on loopback, driven by the same
-// net/http load client with targets interleaved within each run.
+// net/http load client with targets interleaved within each run. With
+// --nats, reprise journals on an external NATS cluster instead (with
+// --journal-replicas, replicated): deploy/bench-cluster.sh starts a 3-node
+// one on loopback and runs the benchmark on it with R3.
 //
 //	go run ./cmd/reprise-bench            # the full run (a few minutes)
 //	go run ./cmd/reprise-bench --short    # under a minute
+//	deploy/bench-cluster.sh --short       # on a local 3-node cluster, R3
 //
 // It prints a markdown table and, last, one summary line:
 //
@@ -22,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -64,6 +69,8 @@ type options struct {
 	verbose       bool
 	logLevel      string
 	natsTCP       bool
+	natsURLs      string // --nats: an external NATS (comma-separated URLs); "": the embedded server
+	replicas      int    // --journal-replicas: journal.Config.Replicas
 	memStorage    bool
 	linger        time.Duration
 	out           io.Writer // the report (nil: standard output)
@@ -108,6 +115,8 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.memStorage, "journal-memory", false, "experiment: JetStream memory storage instead of file storage")
 	fs.DurationVar(&o.linger, "journal-linger", journal.DefaultLinger, "experiment: reprise's --journal-linger (0: none)")
 	fs.BoolVar(&o.natsTCP, "nats-tcp", false, "experiment: connect reprise to the embedded JetStream over loopback TCP instead of in-process, as cmd/reprise does")
+	fs.StringVar(&o.natsURLs, "nats", "", "journal on the external NATS with JetStream at `URL[,URL...]` (every node of a cluster) instead of the embedded server; give it a cluster of its own: the benchmark deletes the journal stream's consumers between samples")
+	fs.IntVar(&o.replicas, "journal-replicas", journal.DefaultReplicas, "JetStream replicas of the journal's stream and bucket, 1 to 5 (above 1 needs --nats)")
 	fs.BoolVar(&o.memChild, "mem-child", false, "internal: run as the memory phase's client process")
 	fs.StringVar(&o.memChildURLs, "mem-child-urls", "", "internal")
 	fs.IntVar(&o.memChildN, "mem-child-n", 0, "internal")
@@ -200,7 +209,45 @@ func parseOptions(args []string) (options, error) {
 	case o.tpTokens < 1 || o.mixRate < 1 || o.memStreams < 1 || o.mixRuns < 1:
 		return o, errors.New("--tp-tokens, --mix-rate, --mem-streams and --mix-runs must be positive")
 	}
-	return o, nil
+	return o, o.checkNATS()
+}
+
+// checkNATS checks --nats, --journal-replicas and --nats-tcp together: the
+// embedded server is one node, so it holds one replica only, and it is
+// the one --nats-tcp reaches.
+func (o options) checkNATS() error {
+	switch {
+	case o.replicas < 1 || o.replicas > 5:
+		return fmt.Errorf("--journal-replicas %d: must be 1 to 5", o.replicas)
+	case o.replicas > 1 && o.natsURLs == "":
+		return fmt.Errorf("--journal-replicas %d needs --nats: the embedded server is a single node", o.replicas)
+	case o.natsURLs != "" && o.natsTCP:
+		return errors.New("--nats-tcp is an experiment on the embedded server; --nats connects over TCP already")
+	}
+	if o.natsURLs == "" {
+		return nil
+	}
+	for raw := range strings.SplitSeq(o.natsURLs, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return fmt.Errorf("--nats: %q is not a URL like nats://host:4222", raw)
+		}
+	}
+	return nil
+}
+
+// natsMode says where reprise journals, for the report: "embedded", or
+// the external URLs (passwords hidden).
+func (o options) natsMode() string {
+	if o.natsURLs == "" {
+		return "embedded"
+	}
+	var us []string
+	for raw := range strings.SplitSeq(o.natsURLs, ",") {
+		u, _ := url.Parse(strings.TrimSpace(raw)) // checked by checkNATS
+		us = append(us, u.Redacted())
+	}
+	return strings.Join(us, ",")
 }
 
 func ints(s string) ([]int, error) {
@@ -283,7 +330,7 @@ func run(o options) error {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReaders: 1 << 20, natsTCP: o.natsTCP, memoryStorage: o.memStorage, linger: o.linger}, log)
+	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReaders: 1 << 20, natsTCP: o.natsTCP, natsURLs: o.natsURLs, replicas: o.replicas, memoryStorage: o.memStorage, linger: o.linger}, log)
 	if err != nil {
 		return err
 	}
@@ -302,6 +349,9 @@ func run(o options) error {
 		rep:    target{name: "reprise", base: st.RepURL, keyed: true},
 	}
 	b.res.started = time.Now()
+	if st.journalBefore > 0 {
+		b.res.notes = append(b.res.notes, fmt.Sprintf("the journal's stream held %d messages before this run: not a fresh NATS", st.journalBefore))
+	}
 	b.res.loadStart = loadAvg()
 	b.res.nofile = nofile
 	b.res.phaseLoad = map[string]string{}

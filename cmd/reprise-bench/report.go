@@ -195,14 +195,11 @@ func (b *bench) report(w io.Writer) {
 	fmt.Fprintf(w, "## reprise-bench (%s run)\n\n", mode)
 	fmt.Fprintf(w, "%s, %d CPUs (GOMAXPROCS %d), RLIMIT_NOFILE %d; load average %s at start, %s at end; %.0f s.\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), r.nofile, r.loadStart, r.loadEnd, r.elapsed.Seconds())
-	storage, conn := "file storage", "in-process connection"
-	if o.memStorage {
-		storage = "MEMORY storage (experiment)"
+	fmt.Fprintf(w, "One process: fake upstream (zero delay) ← httputil.ReverseProxy (FlushInterval -1) | reprise (%s, auth passthrough); loopback; %d runs, medians of per-run values.\n\n", b.journalSetup(), o.runs)
+	if o.natsURLs != "" {
+		fmt.Fprintln(w, "NATS runs outside this process: the CPU and RSS figures are reprise's alone, without the JetStream server's share that an embedded run's include; compare them only with runs on external NATS.")
+		fmt.Fprintln(w)
 	}
-	if o.natsTCP {
-		conn = "loopback TCP connection (experiment)"
-	}
-	fmt.Fprintf(w, "One process: fake upstream (zero delay) ← httputil.ReverseProxy (FlushInterval -1) | reprise (embedded JetStream, %s, %s, auth passthrough); loopback; %d runs, medians of per-run values.\n\n", storage, conn, o.runs)
 
 	fmt.Fprintln(w, "| measurement | direct | pass-through | reprise | reprise vs pass-through | target | |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
@@ -317,8 +314,33 @@ func (b *bench) report(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s replay_post_events_per_s=%s rss_per_client_kb=%s mix_added_p50_ms=%s mix_added_p99_ms=%s mix_cpu_ratio=%s\n",
-		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.replayPost, 0), f(s.rss, 1), f(s.mix50, 3), f(s.mix99, 3), f(s.mixCPU, 2))
+	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s replay_post_events_per_s=%s rss_per_client_kb=%s mix_added_p50_ms=%s mix_added_p99_ms=%s mix_cpu_ratio=%s %s\n",
+		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.replayPost, 0), f(s.rss, 1), f(s.mix50, 3), f(s.mix99, 3), f(s.mixCPU, 2), o.natsSummary())
+}
+
+// journalSetup says what reprise journals on, for the report's header.
+func (b *bench) journalSetup() string {
+	o := b.o
+	storage, conn := "file storage", "in-process connection"
+	if o.memStorage {
+		storage = "MEMORY storage (experiment)"
+	}
+	if o.natsTCP {
+		conn = "loopback TCP connection (experiment)"
+	}
+	if o.natsURLs != "" {
+		return fmt.Sprintf("external NATS at %s, journal replicas R%d, %s, TCP connections", o.natsMode(), o.replicas, storage)
+	}
+	return fmt.Sprintf("embedded JetStream, journal replicas R%d, %s, %s", o.replicas, storage, conn)
+}
+
+// natsSummary is the summary line's tail: where reprise journalled.
+func (o options) natsSummary() string {
+	mode := "embedded"
+	if o.natsURLs != "" {
+		mode = "external"
+	}
+	return fmt.Sprintf("nats=%s journal_replicas=%d", mode, o.replicas)
 }
 
 // transportName is how the report names a memory phase's transport.

@@ -2,12 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/journal/journaltest"
 )
 
 // TestMain runs this test binary as the memory phase's client process when
@@ -91,5 +99,98 @@ func TestOptionsTransportsAndMixes(t *testing.T) {
 	}
 	if _, err := parseOptions([]string{"-mem-transports", "sse,h3"}); err == nil || !strings.Contains(err.Error(), `"h3"`) {
 		t.Errorf("-mem-transports sse,h3: %v; want an error naming h3", err)
+	}
+}
+
+// TestOptionsNATS: --journal-replicas is 1 to 5, above 1 only on an
+// external NATS (the embedded server is one node), --nats takes URLs, and
+// --nats-tcp, an experiment on the embedded server, does not go with it.
+func TestOptionsNATS(t *testing.T) {
+	o, err := parseOptions(nil)
+	if err != nil || o.natsURLs != "" || o.replicas != 1 || o.natsMode() != "embedded" {
+		t.Errorf("defaults: --nats %q, replicas %d (%s), %v; want the embedded server, 1", o.natsURLs, o.replicas, o.natsMode(), err)
+	}
+	o, err = parseOptions([]string{"-nats", "nats://127.0.0.1:1, nats://u:secret@127.0.0.1:2", "-journal-replicas", "3"})
+	if err != nil || o.replicas != 3 {
+		t.Fatalf("--nats with 3 replicas: %v, replicas %d", err, o.replicas)
+	}
+	if m := o.natsMode(); strings.Contains(m, "secret") || !strings.Contains(m, "127.0.0.1:2") {
+		t.Errorf("the report's NATS mode %q: want both URLs, the password hidden", m)
+	}
+	if s := o.natsSummary(); s != "nats=external journal_replicas=3" {
+		t.Errorf("summary tail %q", s)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{[]string{"-journal-replicas", "3"}, "needs --nats"},
+		{[]string{"-journal-replicas", "0", "-nats", "nats://127.0.0.1:1"}, "1 to 5"},
+		{[]string{"-journal-replicas", "6", "-nats", "nats://127.0.0.1:1"}, "1 to 5"},
+		{[]string{"-nats", "127.0.0.1"}, "not a URL"},
+		{[]string{"-nats", "nats://127.0.0.1:1,"}, "not a URL"},
+		{[]string{"-nats", "nats://127.0.0.1:1", "-nats-tcp"}, "--nats-tcp"},
+	} {
+		if _, err := parseOptions(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want an error with %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := parseOptions([]string{"-journal-replicas", "1"}); err != nil {
+		t.Errorf("one replica on the embedded server: %v", err)
+	}
+}
+
+// TestPhasesOnCluster runs the time-to-first-token and resume phases at a
+// tiny size with reprise journalling on a 3-node JetStream cluster (in
+// this process, on loopback) with 3 replicas: they measure, the report says
+// where reprise journalled, and the journal's stream has 3 replicas.
+func TestPhasesOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node JetStream cluster and the benchmark's stack")
+	}
+	c := journaltest.StartCluster(t, 3)
+	o, err := parseOptions([]string{
+		"-short", "-only", "ttft,resume", "-runs", "1", "-ttft-samples", "5", "-resume-events", "100", "-resume-samples", "3",
+		"-nats", strings.Join(c.URLs, ","), "-journal-replicas", "3", "-timeout", "2m",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	o.out = &out
+	if err := run(o); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	last := lines[len(lines)-1]
+	for _, name := range []string{"ttft_overhead_p50_ms", "resume_p99_ms"} {
+		if !regexp.MustCompile(`\b` + name + `=-?[0-9]`).MatchString(last) {
+			t.Errorf("the summary has no figure for %s: %s", name, last)
+		}
+	}
+	if !strings.HasSuffix(last, " nats=external journal_replicas=3") {
+		t.Errorf("the summary does not say where reprise journalled: %s", last)
+	}
+	if !strings.Contains(out.String(), "external NATS at "+c.URLs[0]) || !strings.Contains(out.String(), "journal replicas R3") {
+		t.Errorf("the header does not name the cluster and R3:\n%s", out.String())
+	}
+
+	nc, err := nats.Connect(strings.Join(c.URLs, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, journal.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := st.CachedInfo(); info.Config.Replicas != 3 || info.State.Msgs == 0 {
+		t.Errorf("the journal's stream: %d replicas, %d messages; want 3 replicas and the benchmark's events", info.Config.Replicas, info.State.Msgs)
 	}
 }
