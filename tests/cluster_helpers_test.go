@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,6 +210,15 @@ func sigkill(tb testing.TB, p *process) {
 // fetchEvents sends a request and reads its event stream to the end,
 // calling at (when set) right after the n-th event. Unlike do/readEvents
 // it returns errors, so it may run in any goroutine.
+// refusedError is a request refused with 429 (overloaded, too many
+// generations): a client asks again after retryAfter.
+type refusedError struct {
+	err        error
+	retryAfter time.Duration
+}
+
+func (e *refusedError) Error() string { return e.err.Error() }
+
 func fetchEvents(ctx context.Context, method, url, body string, n int, at func(), header ...string) ([]event, error) {
 	resp, err := send(ctx, method, url, body, header...)
 	if err != nil {
@@ -217,7 +227,12 @@ func fetchEvents(ctx context.Context, method, url, body string, n int, at func()
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("%s %s: %d %s: %s", method, url, resp.StatusCode, ct, b)
+		err := fmt.Errorf("%s %s: %d %s: %s", method, url, resp.StatusCode, ct, b)
+		if resp.StatusCode == http.StatusTooManyRequests {
+			ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			return nil, &refusedError{err: err, retryAfter: time.Duration(max(ra, 1)) * time.Second}
+		}
+		return nil, err
 	}
 	var out []event
 	for ev, err := range sse.Read(resp.Body, &sse.ReadConfig{MaxEventSize: 1 << 20}) {
