@@ -207,7 +207,7 @@ func (b *bench) report(w io.Writer) {
 	for _, t := range r.tp {
 		target, met := "", ""
 		if t.S == s.ratioS {
-			target, met = "≥ 0.8×", verdict(median(t.ratio), 0.8, false)
+			target, met = "≥ 0.9×", verdict(median(t.ratio), 0.9, false)
 		}
 		errs := ""
 		if t.errs > 0 {
