@@ -97,6 +97,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		fail(w, r, apierr.New(apierr.Mismatch))
 		return
 	case err != nil:
+		s.metrics.Decision("unavailable")
 		s.log.Error("resume decision failed", "err", err)
 		fail(w, r, unavailable(err))
 		return

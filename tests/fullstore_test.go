@@ -53,6 +53,11 @@ func TestFullStore(t *testing.T) {
 		t.Errorf("a new key's 503 has no Retry-After")
 	}
 	testutil.ExpectAPIError(t, fresh, http.StatusServiceUnavailable, "journal_full")
+	// Both were refused at their decision (the record could not be
+	// written), which the requests counter names.
+	if got := metric(t, e, "reprise_requests_total", "unavailable"); got != 2 {
+		t.Errorf("reprise_requests_total{decision=\"unavailable\"} = %v, want 2", got)
+	}
 
 	// Space freed (as the TTL would): ready again, and the key generates.
 	ctx := waitCtx(t, 30*time.Second)

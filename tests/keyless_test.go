@@ -32,13 +32,15 @@ func waitLeft(tb testing.TB, url string, n float64) {
 	})
 }
 
-// waitLeftOrShed is waitLeft for requests that may also have been refused
-// (429 overloaded on a loaded machine) before they started anything: such
-// a request leaves nothing behind.
-func waitLeftOrShed(tb testing.TB, url string, n float64) {
+// waitLeftOrShed is waitLeft for requests that may also have ended before
+// they started anything — refused (429 overloaded on a loaded machine), or
+// their decision failed (503 journal_unavailable: the journal did not
+// answer in time) — and so left nothing behind.
+func waitLeftOrShed(tb testing.TB, e *env, n float64) {
 	tb.Helper()
-	pollUntil(tb, 10*time.Second, "the proxy to see the client leave, or to shed its request", func() bool {
-		return scraped(tb, url, "reprise_keyless_left_total")+scraped(tb, url, "reprise_generations_shed_total") >= n
+	pollUntil(tb, 10*time.Second, "the proxy to see the client leave, shed its request or fail its decision", func() bool {
+		return metric(tb, e, "reprise_keyless_left_total", "")+metric(tb, e, "reprise_generations_shed_total", "")+
+			metric(tb, e, "reprise_requests_total", "unavailable") >= n
 	})
 }
 
@@ -374,7 +376,7 @@ func TestKeylessTimeoutStory(t *testing.T) {
 				t.Fatalf("try %d: %v", try, err)
 			}
 			timeouts++
-			waitLeftOrShed(t, e.URL, float64(timeouts))
+			waitLeftOrShed(t, e, float64(timeouts))
 			continue
 		}
 		answer, err = io.ReadAll(resp.Body)

@@ -45,7 +45,7 @@ const (
 )
 
 // decisions are the values of reprise_requests_total{decision}.
-var decisions = []string{"start", "attach", "replay", "mismatch", "retry", "cancel"}
+var decisions = []string{"start", "attach", "replay", "mismatch", "retry", "cancel", "unavailable"}
 
 // Metrics are the proxy's series, registered once per proxy.
 type Metrics struct {
