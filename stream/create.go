@@ -55,6 +55,13 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		fail(w, r, apierr.New(apierr.ShuttingDown))
 		return
 	}
+	model := modelOf(body)
+	if !s.engine.Serves(r.URL.Path, model) {
+		// Configuration, not a generation: no record for the key (a
+		// duplicate gets the same answer), nothing for a retry to attach to.
+		fail(w, r, apierr.New(apierr.NoUpstream))
+		return
+	}
 	fp, bfp := resume.Fingerprint(requestPath(r), body), resume.BytesFingerprint(requestPath(r), body)
 	var kl *keyless
 	if key == "" {
@@ -75,7 +82,6 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	}) {
 		return
 	}
-	model := modelOf(body)
 	out, err := s.decide(r, tenant, key, fp, bfp, stream, model, kl)
 	var rc *receipt
 	returned := false

@@ -526,6 +526,11 @@ func (e *Engine) upstreams(path, model string) []Upstream {
 	return out
 }
 
+// Serves reports whether an upstream is configured for path and model: a
+// request none serves is answered no_upstream before anything is decided
+// or recorded for its key.
+func (e *Engine) Serves(path, model string) bool { return len(e.upstreams(path, model)) > 0 }
+
 // Closing reports whether Shutdown has begun.
 func (e *Engine) Closing() bool {
 	e.mu.Lock()
