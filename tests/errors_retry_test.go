@@ -107,26 +107,6 @@ func TestNoUpstreamIsConfiguration(t *testing.T) {
 	}
 }
 
-// keyRecord is key's status JSON with the fields testutil.Status leaves
-// out: the answer's status and the upstream that gave it.
-func keyRecord(tb testing.TB, e *env, key string) struct {
-	State, Error, Upstream string
-	Status                 int
-	Events                 int
-} {
-	tb.Helper()
-	resp := do(tb, "GET", e.URL+"/v1/streams/"+url.PathEscape(key), "", "Accept", "application/json", "Authorization", "Bearer pk-1")
-	var st struct {
-		State, Error, Upstream string
-		Status                 int
-		Events                 int
-	}
-	if body := readBody(tb, resp); resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
-		tb.Fatalf("status of %s: %d %s", key, resp.StatusCode, body)
-	}
-	return st
-}
-
 // TestCancelAnswersLiveStatus: the 202 of POST …/cancel is the key's
 // status as it is when the cancel is sent — the events the running
 // generation journaled so far — not the record as of the lease's last
