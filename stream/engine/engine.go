@@ -529,7 +529,17 @@ func (e *Engine) upstreams(path, model string) []Upstream {
 // Serves reports whether an upstream is configured for path and model: a
 // request none serves is answered no_upstream before anything is decided
 // or recorded for its key.
-func (e *Engine) Serves(path, model string) bool { return len(e.upstreams(path, model)) > 0 }
+func (e *Engine) Serves(path, model string) bool {
+	if e.cfg.Upstream.serves(path, model) {
+		return true
+	}
+	for _, u := range e.cfg.Fallbacks {
+		if u.serves(path, model) {
+			return true
+		}
+	}
+	return false
+}
 
 // Closing reports whether Shutdown has begun.
 func (e *Engine) Closing() bool {
