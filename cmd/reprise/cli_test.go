@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/reprise-dev/reprise/tests/testutil"
 	"log/slog"
 	"net"
 	"os"
@@ -102,18 +103,6 @@ func entries(tb testing.TB, dir string) []string {
 	return out
 }
 
-// closedPort is a loopback address nobody listens on.
-func closedPort(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // TestVersion: --version prints one line on stdout and runs nothing: the
 // module's version, the revision the build recorded (as the Go toolchain
 // reads it from the binary) or "revision unknown", and the Go release.
@@ -196,7 +185,7 @@ func TestStartFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { busy.Close() }) // after the parallel subtests
-	nats := closedPort(t)
+	nats := testutil.FreeAddr(t)       // nobody listens there
 	for _, tc := range []struct {
 		name string
 		args []string
