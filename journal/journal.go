@@ -60,13 +60,19 @@ type Config struct {
 	// append (its retries included). It must not block. Default: none.
 	OnAppend func(time.Duration)
 	// Linger is how long a Writer may hold events already shown (Writer.
-	// AppendShown) for more to share their message: a live stream's
-	// tokens, tens of milliseconds apart, then cost one publish for
-	// several. Nothing waits on it that a reader is waiting for: an event
-	// shown only once stored (Append, End) is sent at once, with whatever
-	// lingers before it. Readers on other instances see lingering events
-	// up to Linger later. Default DefaultLinger; negative: none.
+	// AppendShown) for more to share their message while readers on other
+	// instances follow its generation: they see lingering events up to
+	// Linger later. Nothing waits on it that a reader is waiting for: an
+	// event shown only once stored (Append, End) is sent at once, with
+	// whatever lingers before it. Default DefaultLinger; negative: none.
 	Linger time.Duration
+	// LingerAlone is Linger while no reader on another instance follows the
+	// generation (watch.go): only the owner's readers, who saw the events
+	// already, so a live stream's tokens, tens of milliseconds apart, share
+	// one publish for many. A reader elsewhere that starts following cuts
+	// it to Linger at once. Default DefaultLingerAlone; negative, or below
+	// Linger: Linger.
+	LingerAlone time.Duration
 	// MaxReads bounds the batched gets this instance's readers have in
 	// flight at once (each brings at most 1 MiB): the others wait their
 	// turn, so a thousand long replays queue instead of flooding the
@@ -87,6 +93,10 @@ type Config struct {
 // DefaultLinger is Config.Linger's default: about two tokens of a
 // 50-token/s stream.
 const DefaultLinger = 40 * time.Millisecond
+
+// DefaultLingerAlone is Config.LingerAlone's default: fifty tokens of a
+// 50-token/s stream.
+const DefaultLingerAlone = time.Second
 
 func (c *Config) fill() error {
 	if c.Stream == "" {
@@ -113,6 +123,10 @@ func (c *Config) fill() error {
 	case c.Linger < 0:
 		c.Linger = 0
 	}
+	if c.LingerAlone == 0 {
+		c.LingerAlone = DefaultLingerAlone
+	}
+	c.LingerAlone = max(c.LingerAlone, c.Linger)
 	if c.TTL < time.Second {
 		return fmt.Errorf("%w: ttl %s below 1s", ErrInvalidOption, c.TTL)
 	}
@@ -234,7 +248,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	j.live = &hub{j: j, topics: map[string]*topic{}}
 	j.reads = newLanes(cfg.MaxReads)
 	j.direct = directSubject(js.Options().APIPrefix, cfg.Stream)
-	j.lag.writers = map[*Writer]struct{}{}
+	j.lag.writers, j.lag.bySubject = map[*Writer]struct{}{}, map[string]*Writer{}
+	if err := j.hearWatches(); err != nil {
+		return nil, fmt.Errorf("journal: listen for watches: %w", err)
+	}
 	return j, nil
 }
 

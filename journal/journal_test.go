@@ -1279,7 +1279,7 @@ func TestWriterLingers(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			nc := connect(t, startServer(t, t.TempDir()))
-			j := openJournal(t, nc, journal.Config{Memory: true, Linger: c.linger})
+			j := openJournal(t, nc, journal.Config{Memory: true, Linger: c.linger, LingerAlone: c.linger})
 			ctx := waitCtx(t, waitTimeout)
 			ref := journal.Ref{ID: "linger", Gen: 1}
 			stored := make(chan journal.Event, n+2)
@@ -1332,6 +1332,56 @@ func TestWriterLingers(t *testing.T) {
 			}
 			t.Logf("%d events shown before they were stored: %d messages", n, msgs)
 		})
+	}
+}
+
+// TestWriterWatched: a writer whose shown events may linger far longer than
+// anyone would wait (Config.LingerAlone) while only its owner's readers
+// follow it lingers Config.Linger once a reader on another instance
+// follows the generation from the journal: that reader gets the events
+// lingering when it joined, and those appended after, long before
+// LingerAlone; the owner's journal, meanwhile, lags nothing.
+func TestWriterWatched(t *testing.T) {
+	const n = 10
+	srv := startServer(t, t.TempDir())
+	owner := openJournal(t, connect(t, srv), journal.Config{Memory: true, Linger: 5 * time.Millisecond, LingerAlone: time.Hour})
+	other := openJournal(t, connect(t, srv), journal.Config{Memory: true})
+	ctx := waitCtx(t, waitTimeout)
+	ref := journal.Ref{ID: "watched", Gen: 1}
+	w := owner.NewWriter(ref, func(journal.Event) {})
+	show := func(journal.Event) {}
+	for i := range n {
+		if err := w.AppendShown(ctx, "", []byte(eventData(i)), show); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lag := owner.Lag(); lag != 0 {
+		t.Fatalf("lag %s while unwatched events linger within LingerAlone", lag)
+	}
+	if got := w.Stored(); got != 1 {
+		t.Fatalf("stored through offset %d before anyone watched, want only the fence (1)", got)
+	}
+	rd, err := other.Read(ctx, ref, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	// The reader catches up with what is stored (the fence), joins the
+	// live topic, and so watches: the lingering events come.
+	got := readN(t, rd, n)
+	for i := n; i < 2*n; i++ {
+		if err := w.AppendShown(ctx, "", []byte(eventData(i)), show); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got = append(got, readN(t, rd, n)...)
+	for i, ev := range got {
+		if string(ev.Data) != eventData(i) {
+			t.Fatalf("event %d: %q, want %q", i, ev.Data, eventData(i))
+		}
+	}
+	if err := w.End(ctx, journal.EndCompleted); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -5,22 +5,35 @@ import (
 	"time"
 )
 
-// lag is the set of this instance's running writers, for Lag.
+// lag is the set of this instance's running writers, for Lag, and by
+// subject, for the watches (watch.go).
 type lag struct {
-	mu      sync.Mutex
-	writers map[*Writer]struct{}
+	mu        sync.Mutex
+	writers   map[*Writer]struct{}
+	bySubject map[string]*Writer // the newest of a subject's
 }
 
 func (l *lag) add(w *Writer) {
 	l.mu.Lock()
 	l.writers[w] = struct{}{}
+	l.bySubject[w.subject] = w
 	l.mu.Unlock()
 }
 
 func (l *lag) remove(w *Writer) {
 	l.mu.Lock()
 	delete(l.writers, w)
+	if l.bySubject[w.subject] == w {
+		delete(l.bySubject, w.subject)
+	}
 	l.mu.Unlock()
+}
+
+// writer returns the running writer of subject, if this instance has one.
+func (l *lag) writer(subject string) *Writer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bySubject[subject]
 }
 
 // Lag is how far behind this instance's journal writes are: the age of the
@@ -43,7 +56,7 @@ func (j *Journal) Lag() time.Duration {
 
 // waiting is how long the oldest event w holds unacknowledged has waited
 // since it was due to be sent: at once, or, while it may linger
-// (Config.Linger), when its linger ends or an urgent event came after it.
+// (Writer.linger), when its linger ends or an urgent event came after it.
 func (w *Writer) waiting(now time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -51,7 +64,7 @@ func (w *Writer) waiting(now time.Time) time.Duration {
 		return 0
 	}
 	if len(w.queuedAt) > 0 {
-		due := w.queuedAt[0].Add(w.j.cfg.Linger)
+		due := w.queuedAt[0].Add(w.linger(now))
 		if w.urgent > w.stored {
 			if i := w.urgent - w.queue[0].Offset; i < uint64(len(w.queuedAt)) {
 				due = minTime(due, w.queuedAt[i])

@@ -86,6 +86,7 @@ func (h *hub) join(subject string) (*topic, error) {
 	// message stored after that is heard, and the reader's one more look
 	// after joining covers what came before (a probe, what a failed flush
 	// leaves).
+	h.j.watch(subject) // its writer lingers less from now on (watch.go)
 	_ = h.j.nc.FlushTimeout(probeEvery)
 	return t, nil
 }
@@ -155,6 +156,7 @@ func (t *topic) probe() {
 			return
 		case <-tick.C:
 		}
+		t.h.j.watch(t.subject)
 		t.mu.Lock()
 		heard := t.heard
 		t.heard = false

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,6 +76,9 @@ type Writer struct {
 	// stored (Append, End): queued events linger (Config.Linger) only
 	// while it is stored.
 	urgent uint64
+	// watchedUntil is when the last watch heard ends (unix ns): until then
+	// the queue lingers Config.Linger, else Config.LingerAlone (watch.go).
+	watchedUntil atomic.Int64
 }
 
 // NewWriter starts a writer for ref. Call End or Abort to stop it.
@@ -311,16 +315,17 @@ func (w *Writer) flush() {
 }
 
 // lingering is how much longer the queue may wait for more events to share
-// its message (Config.Linger): 0 once any of them is urgent, or the queue
+// its message (Writer.linger): 0 once any of them is urgent, or the queue
 // has been waiting that long, or fills half a message or half the window.
 // The caller holds w.mu.
 func (w *Writer) lingering() time.Duration {
-	linger := w.j.cfg.Linger
+	now := time.Now()
+	linger := w.linger(now)
 	if linger <= 0 || len(w.queue) == 0 || w.urgent > w.stored ||
 		len(w.queue) >= DefaultWindow/2 || w.qbytes >= min(windowBytes, w.j.maxFrame)/2 {
 		return 0
 	}
-	return time.Until(w.queuedAt[0].Add(linger))
+	return w.queuedAt[0].Add(linger).Sub(now)
 }
 
 // take copies the queue's head that fits one message: events of one seek

@@ -25,43 +25,63 @@ import (
 // journaled generation and event: error owner_lost, exactly what a reader
 // from the start gets after that point — not 204, which tells an
 // EventSource the stream is over (found by the chaos suite; fixed in
-// 22b25e1, stream/get.go finalEvents).
+// 22b25e1, stream/get.go finalEvents). With the journal's linger off the
+// journal holds more than the client saw; with the defaults (the events
+// shown linger --journal-linger-alone, 1 s) it holds less: the events the
+// client saw past it were never stored, and its cursor gets the reason the
+// generation failed, and the end (docs/live-path.md, guarantee 4).
 func TestChaosOwnerLostResumeAfterCursor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills a reprise binary")
 	}
-	e := newEnv(t, withNATSPort(), withLease(time.Second))
-	a := startProcess(t, e)
-	prompt := uniquePrompt(t, "[tokens=400] [delay=10ms]")
-	first := readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-stale"), 5)
-	// The generation goes on without its client; kill its owner a few events
-	// later, still before its first heartbeat (lease/3) stored a count.
-	if err := e.LLM.Ledger().WaitEvents(waitCtx(t, 10*time.Second), prompt, 12); err != nil {
-		t.Fatal(err)
-	}
-	sigkill(t, a)
-	st := waitState(t, e, "k-stale", "failed")
-	full := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-stale", ""), -1)
-	t.Logf("record: %+v; the journal holds %d events, the client saw %d", st, len(full)-1, len(first))
-	if last := full[len(full)-1]; last.Type != "error" || !strings.Contains(last.Data, "owner_lost") {
-		t.Fatalf("a reader from the start ends with %+v, want event: error owner_lost", last)
-	}
-	resp := do(t, "GET", e.URL+"/v1/streams/k-stale", "", "Last-Event-ID", lastID(first))
-	if resp.StatusCode == http.StatusNoContent {
-		resp.Body.Close()
-		t.Fatalf("cursor %s into a generation whose owner died: 204, though the journal holds %d events and the owner_lost error after it (record events=%d)",
-			lastID(first), len(full)-1, st.Events)
-	}
-	rest := readEvents(t, resp, -1)
-	if !slices.Equal(rest, full[len(first):]) {
-		t.Fatalf("resumed after %s: %d events, want the %d a reader from the start got after it", lastID(first), len(rest), len(full)-len(first))
-	}
-	// At the owner_lost error itself the stream is over (no endless
-	// EventSource reconnects, each getting another error).
-	end := do(t, "GET", e.URL+"/v1/streams/k-stale", "", "Last-Event-ID", lastID(full))
-	end.Body.Close()
-	if end.StatusCode != http.StatusNoContent {
-		t.Errorf("cursor at the owner_lost error %s: HTTP %d, want 204", lastID(full), end.StatusCode)
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{
+		{"stored at once", []string{"--journal-linger", "0", "--journal-linger-alone", "0"}},
+		{"lingering", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, withNATSPort(), withLease(time.Second))
+			a := startProcess(t, e, c.flags...)
+			prompt := uniquePrompt(t, "[tokens=400] [delay=10ms]")
+			first := readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-stale"), 5)
+			// The generation goes on without its client; kill its owner a few events
+			// later, still before its first heartbeat (lease/3) stored a count.
+			if err := e.LLM.Ledger().WaitEvents(waitCtx(t, 10*time.Second), prompt, 12); err != nil {
+				t.Fatal(err)
+			}
+			sigkill(t, a)
+			st := waitState(t, e, "k-stale", "failed")
+			full := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-stale", ""), -1)
+			t.Logf("record: %+v; the journal holds %d events, the client saw %d", st, len(full)-1, len(first))
+			last := full[len(full)-1]
+			if last.Type != "error" || !strings.Contains(last.Data, "owner_lost") {
+				t.Fatalf("a reader from the start ends with %+v, want event: error owner_lost", last)
+			}
+			want := []event{last} // the client saw past what was stored: only the reason
+			if len(full) > len(first) {
+				want = full[len(first):]
+			} else if c.flags != nil {
+				t.Fatalf("the journal holds %d events with its linger off, the client saw %d before the owner went on for 7 more", len(full)-1, len(first))
+			}
+			resp := do(t, "GET", e.URL+"/v1/streams/k-stale", "", "Last-Event-ID", lastID(first))
+			if resp.StatusCode == http.StatusNoContent {
+				resp.Body.Close()
+				t.Fatalf("cursor %s into a generation whose owner died: 204, though the journal holds %d events and the owner_lost error after it (record events=%d)",
+					lastID(first), len(full)-1, st.Events)
+			}
+			if rest := readEvents(t, resp, -1); !slices.Equal(rest, want) {
+				t.Fatalf("resumed after %s: %+v, want %+v", lastID(first), rest, want)
+			}
+			// At the owner_lost error itself the stream is over (no endless
+			// EventSource reconnects, each getting another error).
+			end := do(t, "GET", e.URL+"/v1/streams/k-stale", "", "Last-Event-ID", lastID(full))
+			end.Body.Close()
+			if end.StatusCode != http.StatusNoContent {
+				t.Errorf("cursor at the owner_lost error %s: HTTP %d, want 204", lastID(full), end.StatusCode)
+			}
+		})
 	}
 }
 

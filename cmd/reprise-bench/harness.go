@@ -58,8 +58,9 @@ type stackConfig struct {
 	// memoryStorage journals in JetStream memory storage instead of files:
 	// an experiment.
 	memoryStorage bool
-	// linger is the journal's Config.Linger (0: none).
-	linger time.Duration
+	// linger is the journal's Config.Linger (0: none), lingerAlone its
+	// Config.LingerAlone (0: as linger).
+	linger, lingerAlone time.Duration
 }
 
 // stack is everything under test, in this process: the fake upstream, a
@@ -149,8 +150,8 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	s.journalBefore, _ = s.journalMessages(ctx) // no stream yet: 0
 	s.rep, err = proxy.New(ctx, proxy.Config{
 		NATS:     s.nc,
-		Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), Records: s.rc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
-		Owner:    "bench-" + resume.NewKey()[3:11],                                                                                 // default lease
+		Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), LingerAlone: cmp.Or(cfg.lingerAlone, -1), Records: s.rc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
+		Owner:    "bench-" + resume.NewKey()[3:11],                                                                                                                           // default lease
 		Upstream: upURL,
 		Policy:   classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
 		HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders},

@@ -279,7 +279,7 @@ func (b *bench) report(w io.Writer) {
 		fmt.Fprintf(w, "| %s: GC cycles (GC CPU s) | | %d (%.1f) | %d (%.1f) | | | |\n", title, p.gcCycles, p.gcCPU.Seconds(), rp.gcCycles, rp.gcCPU.Seconds())
 		fmt.Fprintf(w, "| %s: events received (failed streams; shed with 429) | | %d (%d; %d) | %d (%d; %d) | | | |\n", title, p.events, p.errs, p.shed, rp.events, rp.errs, rp.shed)
 		if rp.events > 0 {
-			fmt.Fprintf(w, "| %s: journal messages per event received (--journal-linger %s) | | | %s | | | |\n", title, o.linger, f(float64(rp.journalMsgs)/float64(rp.events), 2))
+			fmt.Fprintf(w, "| %s: journal messages per event received (--journal-linger %s, --journal-linger-alone %s) | | | %s | | | |\n", title, o.linger, o.lingerAlone, f(float64(rp.journalMsgs)/float64(rp.events), 2))
 		}
 	}
 	fmt.Fprintln(w)

@@ -118,7 +118,8 @@ func newFlagSet(c *config, file *string) *flags {
 	fs.in(groupStorage).DurationVar(&p.Lease, "lease", resume.DefaultLease, "owner lease of a running generation; a dead owner's generation fails after it")
 	fs.in(groupStorage).DurationVar(&p.Journal.AppendTimeout, "journal-timeout", journal.DefaultAppendTimeout, "how long a generation keeps trying to journal its events through NATS reconnects and leader elections before it fails")
 	fs.in(groupStorage).IntVar(&p.Journal.Replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
-	fs.in(groupStorage).DurationVar(&p.Journal.Linger, "journal-linger", journal.DefaultLinger, "how long events already shown to the owner's readers may wait to share one journal message (fewer publishes per live token); other instances' readers see them up to that much later; 0: none")
+	fs.in(groupStorage).DurationVar(&p.Journal.Linger, "journal-linger", journal.DefaultLinger, "how long events already shown to the owner's readers may wait to share one journal message while readers on other instances follow the generation: they see them up to that much later; 0: none")
+	fs.in(groupStorage).DurationVar(&p.Journal.LingerAlone, "journal-linger-alone", journal.DefaultLingerAlone, "--journal-linger while only the owner's readers follow a generation: far fewer publishes per live token; a reader elsewhere cuts it to --journal-linger; an owner that dies loses up to that much of what it showed (the generation fails either way); 0: as --journal-linger")
 	fs.in(groupLimits).Int64Var(&p.HTTP.MaxBody, "max-body", stream.DefaultMaxBody, "request body limit in bytes (413 above)")
 	fs.in(groupLimits).IntVar(&p.Limits.MaxEventSize, "max-event-size", engine.DefaultMaxEventSize, "one upstream SSE event at most as sent, all its lines, bytes (larger: the generation fails); must fit one NATS message (max_payload less 4 KiB)")
 	fs.in(groupLimits).IntVar(&p.Limits.MaxStreamEvents, "max-stream-events", engine.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
@@ -258,6 +259,7 @@ func (c *config) validate() error {
 		{p.Journal.AppendTimeout >= time.Second, "journal-timeout", p.Journal.AppendTimeout, "must be at least 1s"},
 		{p.Journal.Replicas >= 1 && p.Journal.Replicas <= 5, "replicas", p.Journal.Replicas, "must be 1 to 5"},
 		{p.Journal.Linger >= 0 && p.Journal.Linger <= time.Second, "journal-linger", p.Journal.Linger, "must be 0 (none) to 1s"},
+		{p.Journal.LingerAlone >= 0 && p.Journal.LingerAlone <= 5*time.Second, "journal-linger-alone", p.Journal.LingerAlone, "must be 0 (as --journal-linger) to 5s"},
 		{c.dataMax == 0 || c.dataMax >= 1<<20, "data-max", c.dataMax, "must be 0 (NATS's default) or at least 1048576 (bytes)"},
 		{c.dataMax == 0 || c.nats == "", "data-max", c.dataMax, "is the embedded server's: with --nats, set max_file_store in the NATS server's configuration"},
 		{p.HTTP.MaxBody > 0, "max-body", p.HTTP.MaxBody, "must be at least 1 (bytes)"},
@@ -306,6 +308,9 @@ func (c *config) validate() error {
 	}
 	if p.Journal.Linger == 0 {
 		p.Journal.Linger = -1 // --journal-linger 0: none
+	}
+	if p.Journal.LingerAlone == 0 {
+		p.Journal.LingerAlone = -1 // --journal-linger-alone 0: as --journal-linger
 	}
 	if p.HTTP.ShedLag == 0 {
 		p.HTTP.ShedLag = -1 // --shed-lag 0 turns load shedding off
