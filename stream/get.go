@@ -317,7 +317,8 @@ var upgrader = websocket.Upgrader{ReadBufferSize: 128, WriteBufferSize: 16 << 10
 // is: the handler returns, and net/http frees what it held for the request
 // (its buffers, the request, the handler's stack). The group's context
 // cuts the reader when Close's own ends; a goroutine reading control
-// frames ends it when the client closes or errors.
+// frames, started when the client first sends anything, ends it when the
+// client closes or errors.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, cur resume.Position) {
 	release, ok := s.takeReader(tenant, id)
 	if !ok {
@@ -346,8 +347,10 @@ func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWr
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	left := make(chan struct{})
-	defer func() { _ = conn.Close(); <-left }()
-	go func() { // read control frames; a close or error ends the stream
+	// Read control frames once the client sends any (until then the detach
+	// group's poller watches the socket, and no goroutine waits on it); a
+	// close or an error ends the stream.
+	stop := s.detached.WhenReadable(conn.NetConn(), func() {
 		defer close(left)
 		defer cancel()
 		for {
@@ -355,6 +358,13 @@ func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWr
 				return
 			}
 		}
+	})
+	defer func() {
+		if stop() { // nothing heard: no goroutine reads conn
+			close(left)
+		}
+		_ = conn.Close()
+		<-left
 	}()
 	err := s.follow(ctx, out, id, rec, cur)
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "end of stream")

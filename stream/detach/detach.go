@@ -6,10 +6,11 @@
 // connection taken over from net/http: the handler returns, and with it
 // net/http's state for the connection — its 4 KiB read buffer, its 4 + 2 KiB write buffers, the
 // request, and the handler goroutine with the stack it grew deciding the
-// request. What an idle reader keeps is its socket, one goroutine following
-// the stream, one blocked in a one-byte read to notice the client leave,
-// and nothing else: the write buffer is borrowed from a pool while events
-// are written and given back at each flush.
+// request. What an idle reader keeps is its socket and one goroutine
+// following the stream, and nothing else: the Group's poller (one
+// goroutine for all its readers, poll_linux.go) notices the client leave,
+// and the write buffer is borrowed from a pool while events are written
+// and given back at each flush.
 //
 // The response is delimited by closing the connection (Connection: close, no
 // chunking), which every HTTP/1 client and EventSource understands; a
@@ -44,11 +45,12 @@ type Group struct {
 	wg     sync.WaitGroup
 	ctx    context.Context
 	cut    context.CancelFunc
+	poll   *poller
 }
 
 // NewGroup returns an empty Group.
 func NewGroup() *Group {
-	d := &Group{}
+	d := &Group{poll: newPoller()}
 	d.ctx, d.cut = context.WithCancel(context.Background())
 	return d
 }
@@ -76,11 +78,13 @@ func (d *Group) Close(ctx context.Context) {
 	go func() { d.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		d.poll.stop()
 		return
 	case <-ctx.Done():
 	}
 	d.cut()
 	<-done
+	d.poll.stop()
 }
 
 // Take takes w's connection over from net/http for a response; nil when it
@@ -117,8 +121,14 @@ func (d *Group) Go(c *Conn, serve func(ctx context.Context, w http.ResponseWrite
 		defer done()
 		ctx, cancel := context.WithCancel(d.ctx)
 		defer cancel()
-		go c.watch(cancel)
-		defer func() { _ = c.conn.Close(); <-c.left }()
+		stop := d.poll.watch(c.conn, func() { c.watch(cancel) })
+		defer func() {
+			if stop() { // never heard: no goroutine reads c
+				close(c.left)
+			}
+			_ = c.conn.Close()
+			<-c.left
+		}()
 		serve(ctx, c)
 		if !c.aborted {
 			_ = c.FlushError()
@@ -143,6 +153,18 @@ func (d *Group) Track(serve func(ctx context.Context)) bool {
 		serve(d.ctx)
 	}()
 	return true
+}
+
+// WhenReadable calls ready, on a goroutine of its own, once conn has
+// something to read: bytes, its client's close, a reset. Until then no
+// goroutine waits on conn: the Group's poller watches it with all the
+// others (outside Linux, or on a connection without a socket, ready is
+// called at once). Call stop before closing conn: it reports whether ready
+// was not called and never will be. Use it for a connection served under
+// Track whose reading only notices its client (a WebSocket's control
+// frames); it must not outlive Close.
+func (d *Group) WhenReadable(conn net.Conn, ready func()) (stop func() bool) {
+	return d.poll.watch(conn, ready)
 }
 
 // Abort ends the response as broken: the connection is reset (a TCP RST,
@@ -184,6 +206,7 @@ const maxTalk = 8 << 10
 
 // watch reads until the client closes the connection, or the connection is
 // closed here, or the client sent more than maxTalk; then it calls gone.
+// The poller starts it once the client has sent something (or left).
 func (c *Conn) watch(gone func()) {
 	defer close(c.left)
 	var b [16]byte // it escapes (an interface's Read): a reader holds it while idle

@@ -3,9 +3,13 @@ package detach
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +141,83 @@ func TestGroupTrack(t *testing.T) {
 		t.Fatal("Track took a response after Close")
 	}
 	time.Sleep(20 * time.Millisecond) // a wrongly started serve would report by now
+}
+
+// TestGroupHearsLeave: an idle detached reader has no goroutine reading
+// its connection (on Linux the Group's poller watches it); a client that
+// sends bytes (a request pipelined behind the GET) starts one and keeps
+// its response, and a client that leaves ends serve's context, over plain
+// TCP and TLS; once Close returns, the poller is gone too.
+func TestGroupHearsLeave(t *testing.T) {
+	for _, tlsOn := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "tls"}[tlsOn], func(t *testing.T) {
+			g := NewGroup()
+			served, gone := make(chan struct{}, 1), make(chan struct{}, 1)
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c := g.Take(w, r)
+				if c == nil {
+					t.Error("not taken")
+					return
+				}
+				g.Go(c, func(ctx context.Context, w http.ResponseWriter) {
+					_, _ = io.WriteString(w, "first\n")
+					_ = w.(interface{ FlushError() error }).FlushError()
+					served <- struct{}{}
+					<-ctx.Done()
+					gone <- struct{}{}
+				}, func() {})
+			})
+			hs := httptest.NewUnstartedServer(h)
+			if tlsOn {
+				hs.StartTLS()
+			} else {
+				hs.Start()
+			}
+			defer hs.Close()
+			var conn net.Conn
+			var err error
+			if tlsOn {
+				conn, err = tls.Dial("tcp", hs.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+			} else {
+				conn, err = net.Dial("tcp", hs.Listener.Addr().String())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			<-served
+			readers := func() int { return strings.Count(goroutines(), "detach.(*Conn).watch") }
+			if runtime.GOOS == "linux" && readers() != 0 {
+				t.Fatalf("an idle reader has %d goroutines reading its connection, want 0:\n%s", readers(), goroutines())
+			}
+			// A pipelined request: read (and ignored), the response goes on.
+			if _, err := io.WriteString(conn, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			for readers() != 1 {
+				runtime.Gosched() // the poller starts the reading goroutine
+			}
+			select {
+			case <-gone:
+				t.Fatal("a client that sent bytes was taken for gone")
+			default:
+			}
+			_ = conn.Close()
+			<-gone // the test's deadline bounds it
+			g.Close(context.Background())
+			if n := strings.Count(goroutines(), "detach.(*poller).run"); n != 0 {
+				t.Fatalf("%d pollers left after Close", n)
+			}
+		})
+	}
+}
+
+// goroutines is every goroutine's stack.
+func goroutines() string {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	return b.String()
 }
