@@ -241,7 +241,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 					return // a detached connection always streams
 				}
 				if err == nil {
-					err = s.follow(ctx, timed(out), id, rec, cur)
+					err = s.follow(ctx, timed(out), id, &rec, cur)
 				}
 				switch {
 				case out.failed:
@@ -265,7 +265,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 		return
 	}
 	streaming(r.Context())
-	err = s.follow(r.Context(), timed(out), id, rec, cur)
+	err = s.follow(r.Context(), timed(out), id, &rec, cur)
 	if r.Context().Err() != nil || (err != nil && s.closing.Err() != nil) {
 		// The request was canceled — usually its client is gone, but not
 		// always (a balancer's connection to this instance can end while
@@ -334,7 +334,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id stri
 	out := s.timed(r)(&wsWriter{conn: conn, timeout: s.cfg.WriteTimeout})
 	serve := func(ctx context.Context) {
 		defer release()
-		s.followWS(ctx, conn, out, id, rec, cur)
+		s.followWS(ctx, conn, out, id, &rec, cur)
 	}
 	if !s.detached.Track(serve) {
 		serve(r.Context()) // Close has begun: the handler serves it, as before
@@ -343,7 +343,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id stri
 
 // followWS writes rec's generation after cur to out on conn, then a close
 // frame, and closes conn; it returns once conn's reading goroutine has.
-func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWriter, id string, rec resume.Record, cur resume.Position) {
+func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWriter, id string, rec *resume.Record, cur resume.Position) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	left := make(chan struct{})

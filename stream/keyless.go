@@ -153,7 +153,7 @@ func streaming(ctx context.Context) {
 // reader of a keyless key (a resume, the Location) received the result the
 // request's client left without, and the index hears so before the reader's
 // response ends: a request the client sends once it has its result is new.
-func (s *Server) gotResult(ctx context.Context, rec resume.Record) {
+func (s *Server) gotResult(ctx context.Context, rec *resume.Record) {
 	if rc, ok := ctx.Value(receiptKey{}).(*receipt); ok {
 		rc.got = true
 		return
