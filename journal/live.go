@@ -25,7 +25,10 @@ const livePrefix = "reprise.live."
 // its subject's previous sequence, so a reader that does not find the
 // message after its own reads the stream instead; and a topic that heard
 // nothing for probeEvery asks the stream for its subject's last message,
-// so a dropped last message is found too.
+// so a dropped last message is found too. A topic also tells the
+// generation's writer, wherever it runs, that it is followed (watch.go), so
+// the writer stores what it shows without the long linger it keeps while
+// only its own instance's readers follow it.
 const (
 	// probeEvery is how often a quiet topic checks the stream for a
 	// message it did not hear.
