@@ -64,7 +64,14 @@ func TestCursorPastTheEnd(t *testing.T) {
 	expect("POST attach on B past the owner's window",
 		do(t, "POST", b.URL+chatPath, chatBody(livePrompt, true), "Idempotency-Key", "k-live", "Last-Event-ID", past(at, beyond)), 400)
 	// At the stored end of a live generation, or within the window past
-	// it, the reader waits for more.
+	// it, the reader waits for more. The owner stores what it showed
+	// within its linger (--journal-linger-alone while nobody else follows
+	// the generation: docs/live-path.md); the window is counted from what
+	// is stored, which B's status reports.
+	testutil.Eventually(t, 10*time.Second, "the 2 events shown to be stored, as B sees it", func() bool {
+		st, _ := clusterStatus(t, b.URL, "k-live")
+		return st.Events >= 2
+	})
 	for _, cur := range []string{at.String(), past(at, 5), past(at, beyond-1)} {
 		resp := do(t, "GET", b.URL+"/v1/streams/k-live", "", "Last-Event-ID", cur)
 		resp.Body.Close()
