@@ -215,12 +215,21 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 			} else {
 				w.urgent = ev.Offset
 			}
+			// The flusher needs waking only when this event changes when the
+			// queue is due (lingering): a first one, an urgent one, or the
+			// one that fills half a message. Any other lingers behind the
+			// queue's head, whose deadline the flusher already waits for (or
+			// it is sending, and looks again after).
+			wake := len(w.queue) == 0 || show == nil
 			w.queue = append(w.queue, ev)
 			w.queuedAt = append(w.queuedAt, time.Now())
 			w.qbytes += ev.Size()
 			w.ended = ev.IsEnd()
+			wake = wake || w.full()
 			w.mu.Unlock()
-			signal(w.wake)
+			if wake {
+				signal(w.wake)
+			}
 			return nil
 		}
 		w.mu.Unlock()
@@ -321,11 +330,16 @@ func (w *Writer) flush() {
 func (w *Writer) lingering() time.Duration {
 	now := time.Now()
 	linger := w.linger(now)
-	if linger <= 0 || len(w.queue) == 0 || w.urgent > w.stored ||
-		len(w.queue) >= DefaultWindow/2 || w.qbytes >= min(windowBytes, w.j.maxFrame)/2 {
+	if linger <= 0 || len(w.queue) == 0 || w.urgent > w.stored || w.full() {
 		return 0
 	}
 	return w.queuedAt[0].Add(linger).Sub(now)
+}
+
+// full reports whether the queue fills half a message or half the window:
+// it is sent without lingering. The caller holds w.mu.
+func (w *Writer) full() bool {
+	return len(w.queue) >= DefaultWindow/2 || w.qbytes >= min(windowBytes, w.j.maxFrame)/2
 }
 
 // take copies the queue's head that fits one message: events of one seek
