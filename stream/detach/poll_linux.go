@@ -42,17 +42,13 @@ const stopToken = 0
 // was not called and will not be.
 func (p *poller) watch(conn net.Conn, ready func()) (stop func() bool) {
 	rc := rawConn(conn)
-	if rc == nil || !p.start() {
-		go ready()
-		return never
-	}
 	p.mu.Lock()
-	ep := p.ep
-	if ep < 0 { // stopped since
+	if rc == nil || !p.startLocked() {
 		p.mu.Unlock()
 		go ready()
 		return never
 	}
+	ep := p.ep
 	p.next++
 	token := p.next
 	p.waiting[token] = ready
@@ -85,11 +81,10 @@ func (p *poller) take(token uint64) func() {
 	return ready
 }
 
-// start makes the epoll instance and starts run, once; false when it
-// cannot (then readers read for themselves).
-func (p *poller) start() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// startLocked makes the epoll instance and starts run, once; false when it
+// cannot, or was stopped (then readers read for themselves). The caller
+// holds p.mu.
+func (p *poller) startLocked() bool {
 	if p.ep >= 0 || p.off {
 		return !p.off
 	}
