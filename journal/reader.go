@@ -22,8 +22,11 @@ const (
 	// getBatch and getBytes bound one batched get: a long replay takes a
 	// round trip per getBatch messages or getBytes bytes (Config.MaxReads
 	// of them in flight on an instance). A reader's first get asks for one
-	// message: a resume's first event comes at once, before the bulk; a
-	// get in the short reads' lane asks for at most headBytes (reads.go).
+	// message, or two when it seeks by a hint (the hint names a message
+	// stored before the one holding the events after the cursor, most
+	// often the one just before): a resume's first event comes at once,
+	// before the bulk; a get in the short reads' lane asks for at most
+	// headBytes (reads.go).
 	getBatch = 256
 	getBytes = 1 << 20
 	// getTimeout bounds one batched get.
@@ -54,7 +57,7 @@ type Reader struct {
 	skipped Event     // the last event skipped as at or before the position
 	from    uint64    // the position Read was given, and its hint: the
 	fromSeq uint64    // cursor's event
-	more    [][]Event // the events of the messages read after it
+	more    []unread  // the messages read after it
 	gets    bool      // reading the stream (not yet caught up with the topic)
 	live    *topic    // joined once the reader first caught up
 	got     int       // messages read by gets so far
@@ -95,7 +98,7 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 				r.more = msgs
 			}
 			if len(r.more) > 0 {
-				r.buf, r.more = r.more[0], r.more[1:]
+				r.buf, r.more = r.more[0].events(r.after), r.more[1:]
 			}
 			continue
 		}
@@ -145,10 +148,30 @@ func (r *Reader) fromStart() {
 	r.check, r.hint, r.next, r.seq, r.gets = false, 0, 1, 0, true
 }
 
-// read returns the events of the next messages, one slice per message:
-// from the stream while the reader is behind, then from the topic, waiting
-// there for the next one.
-func (r *Reader) read(ctx context.Context) ([][]Event, error) {
+// unread is a message a Reader read and has not reached yet: its events,
+// or the stored message, decoded only when the reader reaches it — from
+// its position then: a get brings up to a batch of messages, and a resume
+// into a long generation makes none of the events before its cursor.
+type unread struct {
+	evs []Event   // the events (the topic's), when msg is nil
+	msg *nats.Msg // a stored message
+	seq uint64    // its stream sequence
+}
+
+// events returns u's events from offset after on: the one at after is
+// kept, Next looks at it (a failed generation's stored reason). A message
+// that is not a frame has none.
+func (u unread) events(after uint64) []Event {
+	if u.msg == nil {
+		return u.evs
+	}
+	f, _ := decodeFrom(u.msg.Header, u.msg.Data, u.seq, after)
+	return f.events
+}
+
+// read returns the next messages read, in order: from the stream while the
+// reader is behind, then from the topic, waiting there for the next one.
+func (r *Reader) read(ctx context.Context) ([]unread, error) {
 	for {
 		if r.gets {
 			evs, n, err := r.getRetrying(ctx)
@@ -181,7 +204,7 @@ func (r *Reader) read(ctx context.Context) ([][]Event, error) {
 				r.fromStart()
 				continue
 			}
-			return [][]Event{p.events}, nil
+			return []unread{{evs: p.events}}, nil
 		case behind:
 			r.gets = true
 			continue
@@ -195,7 +218,7 @@ func (r *Reader) read(ctx context.Context) ([][]Event, error) {
 }
 
 // getRetrying is get, asked again through failures (getRetry).
-func (r *Reader) getRetrying(ctx context.Context) (evs [][]Event, n int, err error) {
+func (r *Reader) getRetrying(ctx context.Context) (evs []unread, n int, err error) {
 	// failsafe answers ctx's error once ctx has ended, even for an attempt
 	// that got messages: they are kept, or the next Next would find them
 	// missing.
@@ -213,10 +236,9 @@ func (r *Reader) getRetrying(ctx context.Context) (evs [][]Event, n int, err err
 }
 
 // get reads the messages stored from r.next on, up to a batch, and returns
-// their events (a slice per message: they are not copied) and how many
-// messages it read (0: none is stored yet). It waits for its turn among
-// the instance's gets first (lanes); getTimeout bounds the get itself.
-func (r *Reader) get(ctx context.Context) (evs [][]Event, n int, err error) {
+// them and how many it read (0: none is stored yet). It waits for its turn
+// among the instance's gets first (lanes); getTimeout bounds the get itself.
+func (r *Reader) get(ctx context.Context) (evs []unread, n int, err error) {
 	// A read's size is unknown until its first message says how many
 	// follow; the bytes left are guessed at the average of those read.
 	short := r.got == 0 || r.pending*uint64(r.bytes/r.got) <= headBytes
@@ -233,15 +255,15 @@ func (r *Reader) get(ctx context.Context) (evs [][]Event, n int, err error) {
 	}
 	if r.got == 0 {
 		batch = 1
+		if r.check { // by a hint: its message, and the one after
+			batch, size = 2, 2*(r.j.maxFrame+frameRoom)
+		}
 	}
 	n, err = r.j.getBatch(gctx, r.subject, r.next, batch, size, func(m *nats.Msg, seq, pending uint64) {
 		r.got++
 		r.bytes += len(m.Data)
 		r.seq, r.next, r.pending = seq, seq+1, pending
-		// Events before the reader's position are not made, but the one at
-		// it is: Next looks at it (a failed generation's stored reason).
-		f, _ := decodeFrom(m.Header, m.Data, seq, r.after)
-		evs = append(evs, f.events)
+		evs = append(evs, unread{msg: m, seq: seq})
 	})
 	switch {
 	case n > 0: // what was read is kept (after a failure, the next get meets it again)

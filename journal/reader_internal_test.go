@@ -139,3 +139,77 @@ func TestReaderFindsDroppedPushes(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderResumesInOneGet: a reader that seeks by a hint asks for the
+// hint's message and the one after it in one get, so a cursor whose next
+// event is in either costs one round trip of two messages, not a second
+// get of everything stored after them.
+func TestReaderResumesInOneGet(t *testing.T) {
+	j := newTestJournal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ref := Ref{ID: "one-get", Gen: 1}
+	var stored []Event
+	w := j.NewWriter(ref, func(ev Event) { stored = append(stored, ev) })
+	defer w.Abort()
+	// Events 1 and 2 in a message each; 3..8 lingering, stored in one
+	// message with 9 (not shown: it is sent at once); 10 and 11 in a
+	// message each, and the end.
+	stores := func(i int) {
+		t.Helper()
+		for w.Stored() < uint64(i) {
+			time.Sleep(time.Millisecond) // the writer stores in the background; ctx bounds the test
+			if ctx.Err() != nil {
+				t.Fatalf("event %d not stored", i)
+			}
+		}
+	}
+	for i := 1; i <= 11; i++ {
+		var err error
+		if i >= 3 && i <= 8 {
+			err = w.AppendShown(ctx, "t", []byte(strconv.Itoa(i)), func(Event) {})
+		} else {
+			err = w.Append(ctx, "t", []byte(strconv.Itoa(i)))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i <= 2 || i >= 9 {
+			stores(i)
+		}
+	}
+	if err := w.End(ctx, EndCompleted); err != nil {
+		t.Fatal(err)
+	}
+	hint := stored[4].Seq // event 5's: the message of event 2
+	if stored[2].Seq != hint || stored[8].Seq != hint || stored[9].Seq <= hint {
+		t.Fatalf("events 3, 5, 9 and 10 seek at %d, %d, %d, %d: 3..9 not one frame", stored[2].Seq, hint, stored[8].Seq, stored[9].Seq)
+	}
+	if stored[9].Seq != hint+1 {
+		t.Fatalf("events 3..9 stored in message %d, want %d (one after event 2's)", stored[9].Seq, hint+1)
+	}
+
+	r, err := j.Read(ctx, ref, 5, hint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ev, err := r.Next(ctx)
+	if err != nil || ev.Offset != 6 || string(ev.Data) != "6" {
+		t.Fatalf("Next after event 5 = %+v, %v; want event 6", ev, err)
+	}
+	if r.got != 2 {
+		t.Errorf("read %d messages to resume, want 2 (the hint's and the next)", r.got)
+	}
+	if len(r.buf) != 3 || r.buf[0].Offset != 7 || r.buf[2].Offset != 9 {
+		t.Errorf("held after event 6: %+v, want events 7 to 9", r.buf)
+	}
+	for i := 7; i <= 11; i++ {
+		if ev, err := r.Next(ctx); err != nil || ev.Offset != uint64(i) || string(ev.Data) != strconv.Itoa(i) {
+			t.Fatalf("Next = %+v, %v; want event %d", ev, err, i)
+		}
+	}
+	if ev, err := r.Next(ctx); err != nil || !ev.IsEnd() || ev.Offset != 12 {
+		t.Fatalf("Next after event 11 = %+v, %v; want the end", ev, err)
+	}
+}
