@@ -108,7 +108,7 @@ func parseOptions(args []string) (options, error) {
 	mixDur := fs.Duration("mix-duration", 0, "mix: length of each stream (default 30s, short 5s)")
 	fs.IntVar(&o.mixRuns, "mix-runs", 1, "mix: runs per target")
 	only := fs.String("only", "", "comma-separated phases to run: "+strings.Join(phases, ","))
-	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of the first run of each phase (per target where it matters) into this `DIR`")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of the first run of each phase (per target where it matters), and snapshots of the allocations at its start and end (NAME-allocs-start, -end), into this `DIR`")
 	fs.DurationVar(&o.timeout, "timeout", 0, "abort the whole benchmark after this long (default 20m, short 3m)")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed (drop points)")
 	fs.BoolVar(&o.verbose, "v", false, "progress on stderr (and reprise's log from warnings up)")
@@ -406,10 +406,12 @@ func (b *bench) progress(format string, a ...any) {
 	fmt.Fprintf(b.prog, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
 }
 
-// profiler writes CPU profiles of selected sections when --profile-dir is set.
+// profiler writes CPU and allocation profiles of selected sections when
+// --profile-dir is set.
 type profiler struct {
-	dir string
-	f   *os.File
+	dir  string
+	f    *os.File
+	name string
 }
 
 func (p *profiler) start(name string) {
@@ -424,7 +426,21 @@ func (p *profiler) start(name string) {
 		f.Close()
 		return
 	}
-	p.f = f
+	p.f, p.name = f, name
+	p.allocs(name + "-allocs-start")
+}
+
+// allocs writes the allocations made so far (sampled); the difference of
+// a phase's start and end snapshots is what it allocated:
+// go tool pprof -sample_index=alloc_space -diff_base X-allocs-start.pprof X-allocs-end.pprof
+func (p *profiler) allocs(name string) {
+	f, err := os.Create(filepath.Join(p.dir, name+".pprof"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	runtime.GC() // the profile is as of the last GC
+	_ = pprof.Lookup("allocs").WriteTo(f, 0)
 }
 
 func (p *profiler) stop() {
@@ -434,4 +450,5 @@ func (p *profiler) stop() {
 	pprof.StopCPUProfile()
 	p.f.Close()
 	p.f = nil
+	p.allocs(p.name + "-allocs-end")
 }
