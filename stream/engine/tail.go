@@ -24,15 +24,18 @@ import (
 // fails the generation (fail); and an id shown early is still a cursor on
 // every instance (docs/live-path.md).
 type Tail struct {
-	mu     sync.Mutex
-	events []journal.Event // offsets 1..n, what readers get; the end marker last, once done
-	failed bool            // fail ended it: no more previews
+	mu sync.Mutex
+	// chunks hold what readers get, offsets 1..n in order, the end marker
+	// last once done: tailChunk events a chunk, the last filling (events).
+	chunks [][]journal.Event
+	n      uint64 // events held
+	failed bool   // fail ended it: no more previews
 	// unplaced is the offset of the error event unsettled gave readers
 	// when where it stands in the journal is unknown (0: none).
 	unplaced uint64
 	stored   uint64        // offset of the last event JetStream acknowledged
 	changed  chan struct{} // closed and replaced on every event added
-	at       time.Time     // when the last event was stored
+	storedAt time.Time     // when the last event was stored
 
 	head     chan struct{} // closed once the upstream answered
 	headResp *Head
@@ -59,6 +62,16 @@ type Head struct {
 	Code string
 }
 
+// tailChunk is how many events a chunk of a Tail holds. A long generation
+// grows by a chunk at a time: its events are never copied to a larger
+// array, and what readers were given stays as it is. The first chunk
+// grows by doubling up to it, so a short generation holds little.
+const tailChunk = 512
+
+// more is a channel closed for good: Since's answer when events past
+// the slice it returns are held already.
+var more = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 func newTail() *Tail {
 	return &Tail{changed: make(chan struct{}), head: make(chan struct{})}
 }
@@ -69,7 +82,7 @@ func newTail() *Tail {
 func (t *Tail) preview(ev journal.Event) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.failed || ev.Offset != uint64(len(t.events))+1 {
+	if t.failed || ev.Offset != t.n+1 {
 		return false
 	}
 	t.add(ev)
@@ -81,16 +94,35 @@ func (t *Tail) preview(ev journal.Event) bool {
 func (t *Tail) store(ev journal.Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.stored, t.at = ev.Offset, time.Now()
-	if ev.Offset == uint64(len(t.events))+1 {
+	t.stored, t.storedAt = ev.Offset, time.Now()
+	if ev.Offset == t.n+1 {
 		t.add(ev)
 	}
 }
 
 func (t *Tail) add(ev journal.Event) {
-	t.events = append(t.events, ev)
+	last := len(t.chunks) - 1
+	switch {
+	case last < 0:
+		t.chunks = append(t.chunks, make([]journal.Event, 0, 8))
+		last = 0
+	case len(t.chunks[last]) == tailChunk:
+		t.chunks = append(t.chunks, make([]journal.Event, 0, tailChunk))
+		last++
+	case len(t.chunks[last]) == cap(t.chunks[last]): // the first, growing
+		c := make([]journal.Event, len(t.chunks[last]), min(2*cap(t.chunks[last]), tailChunk))
+		copy(c, t.chunks[last])
+		t.chunks[last] = c
+	}
+	t.chunks[last] = append(t.chunks[last], ev)
+	t.n++
 	close(t.changed)
 	t.changed = make(chan struct{})
+}
+
+// at returns the event at offset off (1..n).
+func (t *Tail) at(off uint64) journal.Event {
+	return t.chunks[(off-1)/tailChunk][(off-1)%tailChunk]
 }
 
 // fail ends the tail with the error event data after its last event (stored
@@ -100,8 +132,8 @@ func (t *Tail) fail(data []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.failed = true
-	last := uint64(len(t.events))
-	t.at = time.Now()
+	last := t.n
+	t.storedAt = time.Now()
 	t.add(journal.Event{Offset: last + 1, Type: TypeError, Data: data})
 	t.add(journal.Event{Offset: last + 2, End: journal.EndFailed})
 }
@@ -117,7 +149,7 @@ func (t *Tail) unsettled(data []byte) {
 	t.fail(data)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.unplaced = uint64(len(t.events)) - 1
+	t.unplaced = t.n - 1
 }
 
 // Unplaced reports whether ev is the reason unsettled gave: it goes to
@@ -133,15 +165,14 @@ func (t *Tail) Unplaced(ev journal.Event) bool {
 func (t *Tail) Completed() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := len(t.events)
-	return n > 0 && t.events[n-1].End == journal.EndCompleted
+	return t.n > 0 && t.at(t.n).End == journal.EndCompleted
 }
 
 // Last is the offset of the last event in the tail.
 func (t *Tail) Last() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return uint64(len(t.events))
+	return t.n
 }
 
 // Progress is how many events are stored, the end marker not counted, and
@@ -151,25 +182,33 @@ func (t *Tail) Last() uint64 {
 func (t *Tail) Progress() (events uint64, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := min(t.stored, uint64(len(t.events)))
-	if n > 0 && t.events[n-1].IsEnd() {
+	n := min(t.stored, t.n)
+	if n > 0 && t.at(n).IsEnd() {
 		n--
 	}
-	return n, t.at
+	return n, t.storedAt
 }
 
-// Since returns the events after offset and a channel closed on the next
-// one. The slice is shared: callers must not modify it.
+// Since returns events after offset, in order, and a channel closed on the
+// next one: closed already when it holds more than the slice (events of
+// the chunks after), so a caller that waits on it after the slice asks
+// again at once. The slice is shared: callers must not modify it.
 func (t *Tail) Since(after uint64) ([]journal.Event, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if n := uint64(len(t.events)); after >= n {
-		if n > 0 && t.events[n-1].IsEnd() { // nothing follows a position past the end
-			return t.events[n-1:], t.changed
+	if after >= t.n {
+		if t.n > 0 && t.at(t.n).IsEnd() { // nothing follows a position past the end
+			c := t.chunks[len(t.chunks)-1]
+			return c[len(c)-1:], t.changed
 		}
 		return nil, t.changed
 	}
-	return t.events[after:], t.changed
+	i := after / tailChunk
+	evs := t.chunks[i][after%tailChunk:]
+	if int(i) < len(t.chunks)-1 {
+		return evs, more
+	}
+	return evs, t.changed
 }
 
 func (t *Tail) answer(h *Head) {

@@ -169,3 +169,84 @@ func TestTailPreview(t *testing.T) {
 		t.Fatalf("Progress after fail = %d; want 4 (stored)", n)
 	}
 }
+
+// TestTailChunks: a tail longer than a chunk gives every reader every
+// event once, in order, whatever its position and however the events come
+// (a reader waiting on the channel, one catching up on several chunks);
+// the events a reader was given do not move as the tail grows; and a
+// position past a completed tail's end gets the end marker.
+func TestTailChunks(t *testing.T) {
+	tl := newTail()
+	const n = 3*tailChunk + 5
+	read := func(after uint64, got chan<- []uint64) {
+		var offs []uint64
+		for {
+			evs, changed := tl.Since(after)
+			for _, ev := range evs {
+				if ev.IsEnd() {
+					got <- offs
+					return
+				}
+				offs = append(offs, ev.Offset)
+				after = ev.Offset
+			}
+			<-changed
+		}
+	}
+	starts := []uint64{0, 1, tailChunk - 1, tailChunk, tailChunk + 1, 2 * tailChunk, n - 1}
+	got := make([]chan []uint64, len(starts))
+	for i, after := range starts {
+		got[i] = make(chan []uint64, 1)
+		go read(after, got[i])
+	}
+	first, _ := tl.Since(0) // empty: nothing yet
+	for off := uint64(1); off <= n; off++ {
+		if !tl.preview(journal.Event{Offset: off, Data: []byte{byte(off)}}) {
+			t.Fatalf("preview of event %d refused", off)
+		}
+		if off == 3 {
+			first, _ = tl.Since(0)
+		}
+	}
+	if len(first) != 3 || first[0].Offset != 1 || first[2].Offset != 3 || first[2].Data[0] != 3 {
+		t.Fatalf("the events given before the tail grew are now %+v", first)
+	}
+	tl.store(journal.Event{Offset: n + 1, End: journal.EndCompleted})
+	wait := func(ch <-chan []uint64) []uint64 {
+		t.Helper()
+		select {
+		case offs := <-ch:
+			return offs
+		case <-time.After(10 * time.Second):
+			t.Fatal("a reader is stuck at a chunk's end")
+			return nil
+		}
+	}
+	for i, after := range starts {
+		offs := wait(got[i])
+		if uint64(len(offs)) != n-after || (len(offs) > 0 && (offs[0] != after+1 || offs[len(offs)-1] != n)) {
+			t.Fatalf("reader after %d got %d events (%v...), want %d..%d", after, len(offs), offs[:min(len(offs), 3)], after+1, n)
+		}
+		for k := 1; k < len(offs); k++ {
+			if offs[k] != offs[k-1]+1 {
+				t.Fatalf("reader after %d got %d after %d", after, offs[k], offs[k-1])
+			}
+		}
+	}
+	// A reader that comes once the tail is complete: nothing changes any
+	// more, so only Since's answers take it past each chunk.
+	late := make(chan []uint64, 1)
+	go read(0, late)
+	if offs := wait(late); len(offs) != n {
+		t.Fatalf("a reader of the complete tail got %d events, want %d", len(offs), n)
+	}
+	if evs, _ := tl.Since(2 * tailChunk); len(evs) != tailChunk || evs[0].Offset != 2*tailChunk+1 {
+		t.Fatalf("Since(%d) = %d events from %d, want a chunk's from %d", 2*tailChunk, len(evs), evs[0].Offset, 2*tailChunk+1)
+	}
+	if evs, _ := tl.Since(n + 5); len(evs) != 1 || !evs[0].IsEnd() {
+		t.Fatalf("Since past the end = %+v, want the end marker", evs)
+	}
+	if !tl.Completed() || tl.Last() != n+1 {
+		t.Fatalf("Completed = %v, Last = %d; want true, %d", tl.Completed(), tl.Last(), n+1)
+	}
+}
