@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"strconv"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 )
@@ -78,7 +79,8 @@ func EventSize(typ string, data []byte) int { return Event{Type: typ, Data: data
 
 // encode packs consecutive events, the end marker possibly last, into one
 // message written by writer. Their Seq, when set, is the same (the frame's
-// hint).
+// hint). The message's body comes from bodies: once it is published (the
+// connection copies it), release gives it back.
 func encode(subject, writer string, evs []Event) *nats.Msg {
 	m := nats.NewMsg(subject)
 	n, size := 0, 0
@@ -90,7 +92,7 @@ func encode(subject, writer string, evs []Event) *nats.Msg {
 		n++
 		size += ev.Size()
 	}
-	body := make([]byte, 0, size)
+	body := bodies.get(size)
 	for _, ev := range evs[:n] {
 		body = binary.AppendUvarint(body, uint64(len(ev.Type)))
 		body = append(body, ev.Type...)
@@ -105,6 +107,31 @@ func encode(subject, writer string, evs []Event) *nats.Msg {
 	m.Header.Set(hdrCount, strconv.Itoa(n))
 	m.Header.Set(hdrWriter, writer)
 	return m
+}
+
+// bodies recycles the bodies of published messages: a writer's every
+// message would otherwise be a new allocation of up to a frame.
+var bodies bodyPool
+
+type bodyPool struct{ p sync.Pool }
+
+func (b *bodyPool) get(size int) []byte {
+	if v, ok := b.p.Get().(*[]byte); ok && cap(*v) >= size {
+		return (*v)[:0]
+	}
+	return make([]byte, 0, max(size, 4<<10))
+}
+
+// release gives m's body back once nothing refers to it: nats.go copies
+// a message into its connection's buffer as it publishes it, so after
+// PublishMsg returned (whatever it answered) the body is the caller's.
+func (b *bodyPool) release(m *nats.Msg) {
+	if cap(m.Data) > maxFrame+frameRoom {
+		return // an event larger than a frame: not kept
+	}
+	d := m.Data[:0]
+	m.Data = nil
+	b.p.Put(&d)
 }
 
 // frame is one decoded message.

@@ -362,6 +362,7 @@ func (w *Writer) take() []Event {
 // the journal's AppendTimeout. It returns the stored message's sequence.
 func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, error) {
 	msg := encode(w.subject, w.id, evs)
+	defer bodies.release(msg)
 	first, last := evs[0].Offset, evs[len(evs)-1].Offset
 	t := tries{budget: w.j.cfg.AppendTimeout, each: min(tryTimeout, w.j.cfg.AppendTimeout/4), count: &w.j.appendRetries}
 	var seq uint64
