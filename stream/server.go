@@ -298,12 +298,14 @@ func (s *Server) Close(ctx context.Context) {
 // limits; release returns it.
 func (s *Server) takeReader(tenant, id string) (release func(), ok bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.readers[id] >= s.cfg.MaxReadersPerKey || s.tenantReaders[tenant] >= s.cfg.MaxReadersPerTenant {
+		s.mu.Unlock()
 		return nil, false
 	}
 	s.readers[id]++
 	s.tenantReaders[tenant]++
+	s.mu.Unlock()
+	s.engine.Reading(id) // at once, not at the next reading signal
 	var once sync.Once
 	return func() {
 		once.Do(func() {

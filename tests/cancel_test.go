@@ -166,6 +166,38 @@ func TestCancelUnread(t *testing.T) {
 	}
 }
 
+// TestCancelUnreadCountsFromTheAnswer: --cancel-unread counts from the
+// upstream's answer, not from the generation's start. An upstream that
+// takes several times the limit to answer (a long queue, a slow first
+// byte) has the generation's client waiting all that while, with nothing
+// to read: the generation is not cancelled, and the client gets it whole.
+// (Before, it was cancelled before its first event; under load, even a
+// quick answer whose first event took long to store was.)
+func TestCancelUnreadCountsFromTheAnswer(t *testing.T) {
+	t.Parallel()
+	const unread = 300 * time.Millisecond
+	ns := startNATSServer(t)
+	llm := mockllm.New(mockllm.Config{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // the upstream's answer comes after three times the limit
+		case <-time.After(3 * unread):
+		case <-r.Context().Done():
+			return
+		}
+		llm.ServeHTTP(w, r)
+	}))
+	t.Cleanup(slow.Close)
+	a := startInstance(t, "A", []string{ns.Server.ClientURL()}, slow.URL, instanceOptions{replicas: 1, lenient: true, configure: func(cfg *proxy.Config) {
+		cfg.Limits.CancelUnread = unread
+	}})
+	prompt := uniquePrompt(t, "[tokens=20]")
+	got := readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", "k-slow-answer"), -1)
+	checkComplete(t, got, prompt, 20)
+	if g := testutil.Settled(t, llm.Ledger(), prompt, 1); g.Generations != 1 || g.Completed != 1 {
+		t.Errorf("the generation behind a slow answer: %+v, want one, completed", g)
+	}
+}
+
 // TestCancelNonStreamed: the Location of a non-streamed key whose
 // generation was cancelled answers the catalogue's cancelled error (409)
 // in the key's API shape, with a body, as does the POST that waited for it.

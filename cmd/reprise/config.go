@@ -105,7 +105,7 @@ func newFlagSet(c *config, file *string) *flags {
 	fs.in(groupUpstream).DurationVar(&c.headerTimeout, "header-timeout", engine.DefaultHeaderTimeout, "waiting for a response head after the request was sent (then the attempt is ambiguous); a non-streamed answer's head comes once it is whole: set it above the longest")
 	fs.in(groupUpstream).DurationVar(&p.Limits.IdleTimeout, "idle-timeout", engine.DefaultIdleTimeout, "a stream with no event for this long is interrupted")
 	fs.in(groupUpstream).DurationVar(&p.Limits.MaxGeneration, "max-generation", engine.DefaultMaxGeneration, "one generation's total time at most")
-	fs.in(groupUpstream).DurationVar(&p.Limits.CancelUnread, "cancel-unread", 0, "cancel a streamed generation that nobody, on any instance, read for this long (0: never; it runs to its end for clients that come back)")
+	fs.in(groupUpstream).DurationVar(&p.Limits.CancelUnread, "cancel-unread", 0, "cancel a streamed generation that nobody, on any instance, read for this long since its upstream answered (0: never; it runs to its end for clients that come back)")
 	fs.in(groupUpstream).Float64Var(&p.CostGuard.Ratio, "cost-guard-ratio", 0, "cost guard: when the last hour spent more than this share over the previous hour (0.3: +30%), retry connect failures only until it calms down; needs --prices; 0 off")
 	fs.in(groupUpstream).Float64Var(&p.CostGuard.MinHourly, "cost-guard-min-hourly", 0, "cost guard: a previous hour that spent less than this is no baseline for --cost-guard-ratio")
 	fs.in(groupUpstream).Float64Var(&p.CostGuard.DailyBudget, "daily-budget", 0, "cost guard: while the last 24 hours spent more than this, retry connect failures only; needs --prices; 0 off")

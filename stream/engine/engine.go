@@ -278,8 +278,9 @@ type Limits struct {
 	MaxTenantGenerations int
 	// CancelUnread cancels a streamed generation that nobody, on any
 	// instance, read for this long (its owner hears every instance's
-	// readers through Reading). 0, the default, never does: a generation
-	// runs to its end for the clients that come back.
+	// readers through Reading), counted from when the upstream answered.
+	// 0, the default, never does: a generation runs to its end for the
+	// clients that come back.
 	CancelUnread time.Duration
 }
 
@@ -452,7 +453,7 @@ func (e *Engine) startPump(p *pump) error {
 	}
 	e.live.add(p.g.Ref, shown, p.g.Lease, cancel)
 	if e.unread != nil && p.g.Stream {
-		e.unread.add(p.g.Ref)
+		e.unread.add(p.g.Ref, p.adopted)
 	}
 	e.pumps.Add(1)
 	e.cfg.Metrics.GenerationStarted()

@@ -33,7 +33,7 @@ func progressive(stream bool, status int, contentType string) bool {
 // end, or longer than MaxResult, is no result: an error event follows the
 // chunks, so readers end their responses broken rather than complete.
 func (p *pump) media(ctx context.Context, w *journal.Writer, resp *http.Response, ct string, attempts int) resume.Result {
-	p.tail.answer(&Head{
+	p.answer(&Head{
 		Status: resp.StatusCode, ContentType: ct, Progressive: true, Length: resp.ContentLength,
 		Attempts: attempts, Upstream: p.up.Name,
 	})

@@ -253,7 +253,7 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 		ct := resp.Header.Get("Content-Type")
 		if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" && !bodiless(resp.StatusCode) {
 			p.streamed = true
-			p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Streaming: true, Attempts: attempts, Upstream: up.Name})
+			p.answer(&Head{Status: resp.StatusCode, ContentType: ct, Streaming: true, Attempts: attempts, Upstream: up.Name})
 			res := p.events(ctx, streamCtx, w, resp.Body, stall)
 			res.Upstream = up.Name
 			return res
@@ -316,7 +316,7 @@ func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempt
 		body, ct = e.BodyIn(p.shape()), "application/json"
 	}
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
-	p.tail.answer(&Head{Status: ce.Status, ContentType: ct, Body: body, Attempts: attempts, RetryAfter: ce.RetryAfter, Upstream: p.up.Name, Code: ce.Code})
+	p.answer(&Head{Status: ce.Status, ContentType: ct, Body: body, Attempts: attempts, RetryAfter: ce.RetryAfter, Upstream: p.up.Name, Code: ce.Code})
 	return resume.Result{State: resume.Failed, Status: ce.Status, ContentType: ct, Error: e.Code}
 }
 
@@ -471,6 +471,16 @@ func (p *pump) keepUsage(ctx context.Context, u resume.Usage) {
 	}
 }
 
+// answer gives the generation's clients how the upstream answered. Nobody
+// could read the generation before: its initiating client was waiting for
+// this (Limits.CancelUnread counts from here).
+func (p *pump) answer(h *Head) {
+	p.tail.answer(h)
+	if p.e.unread != nil {
+		p.e.unread.answered(p.g.Ref)
+	}
+}
+
 // preview shows an event handed to the journal to this instance's readers.
 func (p *pump) preview(ev journal.Event) { p.tail.preview(ev) }
 
@@ -528,7 +538,7 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 			break
 		}
 	}
-	p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Body: body, Attempts: attempts, Upstream: p.up.Name})
+	p.answer(&Head{Status: resp.StatusCode, ContentType: ct, Body: body, Attempts: attempts, Upstream: p.up.Name})
 	res := resume.Result{State: resume.Completed, Status: resp.StatusCode, ContentType: ct}
 	if u, ok := p.g.Protocol.Result(ct, body); ok {
 		res.Usage = &u
@@ -547,7 +557,7 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 func (p *pump) reject(ctx context.Context, w *journal.Writer, e apierr.Error, attempts int) resume.Result {
 	body := e.BodyIn(p.shape())
 	_ = w.Append(context.WithoutCancel(ctx), TypeError, body)
-	p.tail.answer(&Head{Status: e.Status, ContentType: "application/json", Body: body, Attempts: attempts, Upstream: p.up.Name})
+	p.answer(&Head{Status: e.Status, ContentType: "application/json", Body: body, Attempts: attempts, Upstream: p.up.Name})
 	return resume.Result{State: resume.Failed, Status: e.Status, ContentType: "application/json", Error: e.Code}
 }
 

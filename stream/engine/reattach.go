@@ -261,7 +261,7 @@ func (p *pump) resume(ctx context.Context, w *journal.Writer, bg Backgrounder, i
 			break
 		}
 		p.streamed = true
-		p.tail.answer(&Head{Status: resp.StatusCode, ContentType: ct, Streaming: true, Upstream: up.Name})
+		p.answer(&Head{Status: resp.StatusCode, ContentType: ct, Streaming: true, Upstream: up.Name})
 		res := p.events(ctx, streamCtx, w, resp.Body, stall)
 		res.Upstream = up.Name
 		return res

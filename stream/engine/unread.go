@@ -15,18 +15,36 @@ var ErrUnread = fmt.Errorf("%w: nobody read it", ErrCancelled)
 
 // unread keeps when each streamed generation running here was last read,
 // on any instance: every instance with readers of a key says so over NATS
-// (Server's reading signals, heard by Reading). A generation's start counts
-// as a read.
+// (Server's reading signals, heard by Reading). Its clock starts when its
+// upstream answered (answered): until then its initiating client waits,
+// and nothing can be read however long the upstream takes. A generation
+// adopted from an owner that died starts it at once.
 type unread struct {
 	after time.Duration
 	mu    sync.Mutex
-	last  map[journal.Ref]time.Time
+	last  map[journal.Ref]time.Time // zero: not answered yet
 }
 
-func (u *unread) add(ref journal.Ref) {
+// add tracks ref's generation; its clock starts now if started is set,
+// else when answered is called.
+func (u *unread) add(ref journal.Ref, started bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.last[ref] = time.Now()
+	var at time.Time
+	if started {
+		at = time.Now()
+	}
+	u.last[ref] = at
+}
+
+// answered starts ref's clock: its upstream answered (a read, as far as
+// the clock goes: its initiating client gets the answer now).
+func (u *unread) answered(ref journal.Ref) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.last[ref]; ok {
+		u.last[ref] = time.Now()
+	}
 }
 
 func (u *unread) remove(ref journal.Ref) {
@@ -40,8 +58,8 @@ func (u *unread) read(id string) {
 	now := time.Now()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for ref := range u.last {
-		if ref.ID == id {
+	for ref, t := range u.last {
+		if ref.ID == id && !t.IsZero() {
 			u.last[ref] = now
 		}
 	}
@@ -54,7 +72,7 @@ func (u *unread) stale() []journal.Ref {
 	defer u.mu.Unlock()
 	var out []journal.Ref
 	for ref, t := range u.last {
-		if now.Sub(t) > u.after {
+		if !t.IsZero() && now.Sub(t) > u.after {
 			out = append(out, ref)
 		}
 	}
