@@ -54,7 +54,9 @@ func TestBrowserDemo(t *testing.T) {
 
 	t.Run("generate", func(t *testing.T) {
 		start := time.Now()
-		prompt := uniquePrompt(t, "[tokens=40]")
+		// 2 s of tokens: the page's status polls (every 500 ms) answer
+		// while it streams, on a busy box too.
+		prompt := uniquePrompt(t, "[tokens=40] [delay=50ms]")
 		want := strings.Join(mockllm.Content(prompt, 40, false), "")
 		p.open(t)
 		p.typePrompt(t, prompt)
