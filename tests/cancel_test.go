@@ -124,7 +124,10 @@ func TestCancelElsewhere(t *testing.T) { // not parallel: it times the cancel to
 // (TestCancel: a client that leaves changes nothing).
 func TestCancelUnread(t *testing.T) {
 	t.Parallel()
-	const unread = 800 * time.Millisecond
+	// Long enough that a reader on B keeps the generation on A alive on a
+	// busy box: B's reader must connect and be heard within it (800 ms
+	// was not, under -race in CI).
+	const unread = 2 * time.Second
 	ns := startNATSServer(t)
 	urls := []string{ns.Server.ClientURL()}
 	llm := mockllm.New(mockllm.Config{})
@@ -137,10 +140,10 @@ func TestCancelUnread(t *testing.T) {
 	b := startInstance(t, "B", urls, hs.URL, opts)
 
 	// Nobody reads: the client leaves after 3 events.
-	left := uniquePrompt(t, "[tokens=400] [delay=10ms]") // 4 s
+	left := uniquePrompt(t, "[tokens=1000] [delay=10ms]") // 10 s
 	readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(left, true), "Idempotency-Key", "k-unread"), 3)
 	start := time.Now()
-	testutil.Eventually(t, 5*time.Second, "the unread generation to be cancelled", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the unread generation to be cancelled", func() bool {
 		g := llm.Ledger().Generations(left)
 		return len(g) == 1 && g[0].Aborted
 	})
@@ -154,13 +157,13 @@ func TestCancelUnread(t *testing.T) {
 		return st.State == "cancelled"
 	})
 	again := readEvents(t, do(t, "POST", b.URL+chatPath, chatBody(left, true), "Idempotency-Key", "k-unread"), -1)
-	checkComplete(t, again, left, 400) // the key generates afresh, read to its end this time
+	checkComplete(t, again, left, 1000) // the key generates afresh, read to its end this time
 
 	// Read only on B: the owner A hears B's reader and lets it run.
-	read := uniquePrompt(t, "[tokens=300] [delay=10ms]") // 3 s, several times the limit
+	read := uniquePrompt(t, "[tokens=800] [delay=10ms]") // 8 s, several times the limit
 	first := readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(read, true), "Idempotency-Key", "k-read-elsewhere"), 2)
 	rest := readEvents(t, do(t, "GET", b.URL+"/v1/streams/k-read-elsewhere", "", "Last-Event-ID", lastID(first)), -1)
-	checkComplete(t, append(first, rest...), read, 300)
+	checkComplete(t, append(first, rest...), read, 800)
 	if g := testutil.Settled(t, llm.Ledger(), read, 1); g.Generations != 1 || g.Completed != 1 {
 		t.Errorf("the generation read on another instance: %+v, want one, completed", g)
 	}
