@@ -28,7 +28,9 @@ const (
 	hdrWriter = "Reprise-Writer"
 	// hdrHint, when set, is the Seq of every event of the frame: the
 	// sequence of a message of the generation stored before it, known
-	// when its events were appended (Writer).
+	// when its events were appended, or the stream's first (startHint)
+	// for events appended before the generation's first message was
+	// stored (Writer): a sequence at or before the message's.
 	hdrHint = "Reprise-Hint"
 )
 
@@ -166,7 +168,7 @@ func decodeFrom(h nats.Header, data []byte, seq, from uint64) (f frame, ok bool)
 	msgSeq := seq
 	if v := h.Get(hdrHint); v != "" {
 		hint, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || hint == 0 || hint >= seq {
+		if err != nil || hint == 0 || hint > seq { // == seq: startHint on a new stream's first message
 			return frame{}, false
 		}
 		seq = hint

@@ -12,7 +12,7 @@ import (
 // FuzzDecode: decode never panics; what it accepts is a run of events at
 // contiguous offsets from Reprise-Off, the end marker only last, every
 // event with the message's sequence or, when the frame names one, its
-// hint (a sequence before the message's); decodeFrom keeps the events
+// hint (a sequence at or before the message's); decodeFrom keeps the events
 // from its offset on, the last event and the end marker; and encode then
 // decode gives back the same events.
 func FuzzDecode(f *testing.F) {
@@ -26,7 +26,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add("2", "1", "", "", []byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), uint64(2))
 	f.Add("2", "99999999999", "", "", []byte("\x00\x00"), uint64(2))
 	f.Add("4", "2", "completed", "3", []byte("\x01t\x01a\x00\x00"), uint64(9)) // a hint
-	f.Add("4", "1", "", "9", []byte("\x00\x00"), uint64(9))                    // a hint that is no earlier message
+	f.Add("4", "1", "", "10", []byte("\x00\x00"), uint64(9))                   // a hint past the message
+	f.Add("1", "1", "", "1", []byte("\x00\x00"), uint64(1))                    // startHint in a new stream's first message
 	f.Add("4", "1", "", "0", []byte("\x00\x00"), uint64(9))
 	f.Fuzz(func(t *testing.T, off, count, end, hint string, data []byte, seq uint64) {
 		h := nats.Header{}
@@ -50,7 +51,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		wantSeq := seq
 		if count != "" && hint != "" {
-			if wantSeq, err = strconv.ParseUint(hint, 10, 64); err != nil || wantSeq == 0 || wantSeq >= seq {
+			if wantSeq, err = strconv.ParseUint(hint, 10, 64); err != nil || wantSeq == 0 || wantSeq > seq {
 				t.Fatalf("decode accepted the hint %q for message %d", hint, seq)
 			}
 		}

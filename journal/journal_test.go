@@ -1303,8 +1303,8 @@ func TestWriterLingers(t *testing.T) {
 			if lag := j.Lag(); c.linger > 0 && lag != 0 {
 				t.Fatalf("lag %s while events linger within Linger: only what waits past it is behind", lag)
 			}
-			if shown != n-1 { // the fence is shown once stored
-				t.Fatalf("shown %d events at once, want %d", shown, n-1)
+			if shown != n { // the fence too: it is sent at once, and shown
+				t.Fatalf("shown %d events at once, want %d", shown, n)
 			}
 			// An urgent event does not wait for the linger, nor do those before it.
 			t0 := time.Now()
@@ -1348,9 +1348,22 @@ func TestWriterWatched(t *testing.T) {
 	other := openJournal(t, connect(t, srv), journal.Config{Memory: true})
 	ctx := waitCtx(t, waitTimeout)
 	ref := journal.Ref{ID: "watched", Gen: 1}
-	w := owner.NewWriter(ref, func(journal.Event) {})
+	stored := make(chan journal.Event, 2*n+1)
+	w := owner.NewWriter(ref, func(ev journal.Event) { stored <- ev })
 	show := func(journal.Event) {}
-	for i := range n {
+	// The fence is sent at once, alone: it is stored before the others come.
+	if err := w.AppendShown(ctx, "", []byte(eventData(0)), show); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-stored:
+		if ev.Offset != 1 {
+			t.Fatalf("stored offset %d first, want the fence (1)", ev.Offset)
+		}
+	case <-ctx.Done():
+		t.Fatal("the fence was not stored")
+	}
+	for i := 1; i < n; i++ {
 		if err := w.AppendShown(ctx, "", []byte(eventData(i)), show); err != nil {
 			t.Fatal(err)
 		}
@@ -1412,5 +1425,88 @@ func TestRecordsOnTheirOwnConnection(t *testing.T) {
 	nc.Close()
 	if v, _, found, err := j.Get(ctx, "rec"); err != nil || !found || string(v) != "b" {
 		t.Fatalf("get with the events' connection closed: %q %v %v", v, found, err)
+	}
+}
+
+// TestWriterShowsTheFence: a generation's first event appended by
+// AppendShown is shown at once, like any other, with the start hint (its
+// message is not stored yet), and sent without lingering; every reader
+// then gives each event the id the owner showed, and a cursor on the
+// fence or an event after it seeks right. A writer whose generation
+// another instance sealed first shows its fence and stores nothing:
+// ErrFenced, as when its first append waited.
+func TestWriterShowsTheFence(t *testing.T) {
+	srv := startServer(t, t.TempDir())
+	j := openJournal(t, connect(t, srv), journal.Config{Memory: true, LingerAlone: time.Hour})
+	other := openJournal(t, connect(t, srv), journal.Config{Memory: true})
+	ctx := waitCtx(t, waitTimeout)
+	writeGen(t, j, journal.Ref{ID: "before", Gen: 1}, 2, journal.EndCompleted) // the stream is not empty
+
+	ref := journal.Ref{ID: "shown-fence", Gen: 1}
+	var stored collector
+	w := j.NewWriter(ref, stored.sink)
+	defer w.Abort()
+	var shown []journal.Event
+	show := func(ev journal.Event) { shown = append(shown, ev) }
+	for i := 1; i <= 3; i++ {
+		if err := w.AppendShown(ctx, eventType(i), []byte(eventData(i)), show); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(shown) != 3 || shown[0].Offset != 1 || shown[0].Seq != 1 {
+		t.Fatalf("shown %+v at once, want 3 events from offset 1, the first with the start hint (1)", shown)
+	}
+	// Sent at once: a reader elsewhere gets it, though the rest may linger an hour.
+	r, err := other.Read(ctx, ref, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if ev := readN(t, r, 1)[0]; ev.Offset != 1 || ev.Seq != shown[0].Seq {
+		t.Fatalf("read %+v first, the owner showed %+v", ev, shown[0])
+	}
+	if err := w.End(ctx, journal.EndCompleted); err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range readN(t, r, 3)[:2] {
+		if want := shown[i+1]; ev.Offset != want.Offset || ev.Seq != want.Seq {
+			t.Fatalf("read {Offset:%d Seq:%d}, the owner showed {Offset:%d Seq:%d}", ev.Offset, ev.Seq, want.Offset, want.Seq)
+		}
+	}
+	for i, ev := range stored.events()[:3] {
+		if ev.Offset != shown[i].Offset || ev.Seq != shown[i].Seq {
+			t.Fatalf("stored {Offset:%d Seq:%d}, shown {Offset:%d Seq:%d}", ev.Offset, ev.Seq, shown[i].Offset, shown[i].Seq)
+		}
+	}
+	for _, cur := range shown {
+		rc, err := other.Read(ctx, ref, cur.Offset, cur.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := readN(t, rc, 1)[0]
+		rc.Close()
+		if next.Offset != cur.Offset+1 {
+			t.Fatalf("resumed after %d (hint %d) at %d", cur.Offset, cur.Seq, next.Offset)
+		}
+	}
+
+	sealed := journal.Ref{ID: "shown-fence-sealed", Gen: 1}
+	if _, ok, err := j.Seal(ctx, sealed, endAs(journal.EndFailed)); err != nil || !ok {
+		t.Fatalf("Seal = %v, %v", ok, err)
+	}
+	var late collector
+	w2 := j.NewWriter(sealed, late.sink)
+	shown = nil
+	if err := w2.AppendShown(ctx, "", []byte("late"), show); err != nil {
+		t.Fatal(err) // queued: the fence's answer comes later
+	}
+	if err := w2.End(ctx, journal.EndCompleted); !errors.Is(err, journal.ErrFenced) {
+		t.Fatalf("a writer of a sealed generation: End = %v, want ErrFenced", err)
+	}
+	if len(shown) != 1 || len(late.events()) != 0 {
+		t.Fatalf("fenced writer: shown %d, stored %d; want its fence shown, nothing stored", len(shown), len(late.events()))
+	}
+	if last, err := j.Last(ctx, sealed); err != nil || last.Offset != 1 || last.End != journal.EndFailed {
+		t.Fatalf("Last = %+v, %v; want only the seal's end marker", last, err)
 	}
 }

@@ -68,9 +68,10 @@ type Reader struct {
 }
 
 // Read starts reading ref's events after offset after. hint, when non-zero,
-// is the stream sequence of the message holding the event at offset after
-// (its Event.Seq): reading then starts there instead of at the
-// generation's first event. A wrong hint costs time, never correctness.
+// is the event's Event.Seq, a stream sequence at or before the message
+// holding the event at offset after: reading then starts there instead of
+// at the generation's first event. A wrong hint costs time, never
+// correctness.
 func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64) (*Reader, error) {
 	r := &Reader{j: j, ref: ref, subject: ref.subject(), after: after, next: 1, gets: true, from: after, fromSeq: hint}
 	if hint > 0 && after > 0 {

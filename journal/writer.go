@@ -44,6 +44,10 @@ const (
 // The first message is the fence: it expects the subject to be empty, so of
 // two writers of one generation the second stores nothing (ErrFenced).
 //
+// An event's Seq, its seek hint, is the sequence of the last message the
+// writer had stored when the event was appended; before the first is
+// stored, startHint.
+//
 // sink is called for every event, in order, once it is stored (with Seq
 // set). A Writer is used by one goroutine; sink must not block.
 type Writer struct {
@@ -70,7 +74,7 @@ type Writer struct {
 	qbytes   int
 	ended    bool
 	stored   uint64 // offset of the last stored event
-	seq      uint64 // sequence of the message that stored it: the next events' seek hint
+	seq      uint64 // sequence of the message that stored it: the next events' seek hint (startHint before any)
 	err      error
 	// urgent is the offset of the last queued event a caller waits to see
 	// stored (Append, End): queued events linger (Config.Linger) only
@@ -80,6 +84,13 @@ type Writer struct {
 	// the queue lingers Config.Linger, else Config.LingerAlone (watch.go).
 	watchedUntil atomic.Int64
 }
+
+// startHint is the seek hint of events appended before a new writer's first
+// message is stored: the stream's first sequence, at or before any message.
+// A reader seeking by it reads the generation from its first message, as
+// without a hint; it is not 0, which no stored event has (an error event an
+// instance made for its own readers has: stream/cursor.go).
+const startHint = 1
 
 // NewWriter starts a writer for ref. Call End or Abort to stop it.
 func (j *Journal) NewWriter(ref Ref, sink func(Event)) *Writer {
@@ -99,6 +110,7 @@ func (j *Journal) newWriter(ref Ref, sink func(Event)) *Writer {
 		subject: ref.subject(),
 		id:      hex.EncodeToString(id[:]),
 		sink:    sink,
+		seq:     startHint,
 		ctx:     ctx,
 		cancel:  cancel,
 		wake:    make(chan struct{}, 1),
@@ -129,9 +141,11 @@ func (w *Writer) Append(ctx context.Context, typ string, data []byte) error {
 
 // AppendShown appends like Append, and calls show with the event (its
 // Offset and Seq set, as sink will get it) once it is queued, before it is
-// stored — except the generation's first event, the fence, which only
-// sink gets. show is called on the appending goroutine, with the writer's
-// lock held: it must not block nor call the writer.
+// stored. show is called on the appending goroutine, with the writer's
+// lock held: it must not block nor call the writer. The generation's first
+// event, the fence, is queued and shown like any other and sent at once;
+// Append stores it before it returns. Either way nothing is sent before it
+// is stored, and a writer it fences (ErrFenced) stores nothing.
 func (w *Writer) AppendShown(ctx context.Context, typ string, data []byte, show func(Event)) error {
 	return w.add(ctx, Event{Type: typ, Data: data}, show)
 }
@@ -199,8 +213,9 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 	}
 	w.next++
 	ev.Offset = w.next
-	if ev.Offset == w.base+1 {
-		return w.first(ctx, ev) // the fence: shown once stored (sink)
+	first := ev.Offset == w.base+1
+	if first && show == nil {
+		return w.first(ctx, ev) // the fence, stored before Append returns
 	}
 	for {
 		w.mu.Lock()
@@ -212,8 +227,9 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 			ev.Seq = w.seq // the seek hint: the last message stored
 			if show != nil {
 				show(ev)
-			} else {
-				w.urgent = ev.Offset
+			}
+			if show == nil || first {
+				w.urgent = ev.Offset // waited for; or the fence, sent at once
 			}
 			// The flusher needs waking only when this event changes when the
 			// queue is due (lingering): a first one, an urgent one, or the
@@ -244,8 +260,9 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 
 // first stores the writer's first event on its own, expecting the subject
 // to be empty (or to end with the event NewWriterAfter continues): the
-// fence. Nothing else is sent before it is stored, so a writer that loses
-// the race stores nothing.
+// fence (Append's; AppendShown queues it, and the flusher sends it as the
+// first message, expecting the same). Nothing else is sent before it is
+// stored, so a writer that loses the race stores nothing.
 func (w *Writer) first(ctx context.Context, ev Event) error {
 	w.mu.Lock()
 	w.fenceAt = time.Now()

@@ -50,10 +50,6 @@ func TestExpiringKeyIsGone(t *testing.T) {
 	if _, ok, err := j.Update(ctx, ref.ID, aged, rev); err != nil || !ok {
 		t.Fatalf("ageing the record: %v, %v", ok, err)
 	}
-	first, err := j.First(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
 	js, err := jetstream.New(e.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -62,8 +58,17 @@ func TestExpiringKeyIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.DeleteMsg(ctx, first.Seq); err != nil {
+	// The generation's first message (an event's Seq is a seek hint, at or
+	// before its message: not the message's own sequence).
+	first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject("reprise.ev."+ref.ID+".1"))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, first.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := j.First(ctx, ref); err == nil && ev.Offset == 1 {
+		t.Fatalf("the generation's first event is still stored: %+v", ev)
 	}
 
 	resp := do(t, "GET", e.URL+"/v1/streams/"+key, "", "Accept", "text/event-stream")

@@ -214,7 +214,7 @@ func TestNATSStallSealAfterLastMessage(t *testing.T) {
 	})
 	key := "k-stall-seal"
 	resp := do(t, "POST", a.URL+chatPath, chatBody(uniquePrompt(t, ""), true), "Idempotency-Key", key)
-	stored, first := make(chan struct{}), make(chan []event, 1)
+	shownFirst, first := make(chan struct{}), make(chan []event, 1)
 	go func() {
 		defer resp.Body.Close()
 		var evs []event
@@ -223,16 +223,21 @@ func TestNATSStallSealAfterLastMessage(t *testing.T) {
 				break
 			}
 			if evs = append(evs, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data}); len(evs) == 1 {
-				close(stored) // the first event is shown once stored: the fence is in
+				close(shownFirst)
 			}
 		}
 		first <- evs
 	}()
 	select {
-	case <-stored:
+	case <-shownFirst:
 	case <-time.After(testutil.WaitTimeout):
 		t.Fatal("no first event")
 	}
+	// It is shown before it is stored: the fence is in once the key says so.
+	pollUntil(t, testutil.WaitTimeout, "the first event stored", func() bool {
+		st, _ := testutil.GetStatus(t, a.URL, key)
+		return st.Events >= 1
+	})
 	g.hold()
 	close(rest)
 	pollUntil(t, 20*time.Second, "the message with the last token on its way, held", func() bool {
@@ -263,6 +268,8 @@ func TestNATSStallSealAfterLastMessage(t *testing.T) {
 // their cursor stays where it was, and a resume reads what the journal
 // holds once settled. (Before, the reason took offset 1, id 1-1-0, while
 // the journal, once NATS answered, held the upstream's first event there.)
+// The upstream's first event is shown before it is stored (its fence): the
+// reason comes after it, and leaves the reader's cursor on it.
 func TestNATSStallUnsettledReasonHasNoID(t *testing.T) {
 	t.Parallel()
 	natsURL, g := pausableNATS(t)
@@ -315,10 +322,11 @@ func TestNATSStallUnsettledReasonHasNoID(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the owner's reader got no end")
 	}
-	if len(got) != 1 || got[0].Type != "error" || !strings.Contains(got[0].Data, "journal_failure") {
-		t.Fatalf("the owner's reader got %+v, want one error event, journal_failure", got)
+	if len(got) != 2 || got[0].Type != "" || got[1].Type != "error" || !strings.Contains(got[1].Data, "journal_failure") {
+		t.Fatalf("the owner's reader got %+v, want the first event, then an error event, journal_failure", got)
 	}
-	if got[0].ID != "" {
-		t.Errorf("the reason for an unsettled journal carries id %q, want none", got[0].ID)
+	// ID is the reader's last event id: an event without one leaves it.
+	if got[0].ID == "" || got[1].ID != got[0].ID {
+		t.Errorf("the reason for an unsettled journal moved the cursor from %q to %q: it carries an id", got[0].ID, got[1].ID)
 	}
 }

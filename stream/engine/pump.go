@@ -427,10 +427,10 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 			p.keepUsage(ctx, *usage)
 		}
 		if !in.Terminal && !p.resumable() {
-			// Shown to this instance's readers before it is stored; the
-			// terminal event (and the fence) only once stored (Tail), and
-			// every event of a generation another instance may continue
-			// (reattach.go).
+			// Shown to this instance's readers before it is stored, the
+			// first one too; the terminal event only once stored (Tail),
+			// and every event of a generation another instance may
+			// continue (reattach.go).
 			return w.AppendShown(ctx, typ, data, p.preview)
 		}
 		return w.Append(ctx, typ, data)

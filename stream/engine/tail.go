@@ -14,11 +14,11 @@ import (
 //
 // An ordinary event of a streamed generation is shown to them as soon as
 // it is handed to the journal, before JetStream acknowledged it (preview):
-// the live path does not wait for the journal's round trip. Everything
-// that decides the generation's outcome waits for the acknowledgement: its
-// first event (the writer's fence), the format's terminal event, an error
-// event, a non-streamed answer's body and the end marker are shown only
-// once stored, and after every event before them. So a reader sees [DONE]
+// the live path does not wait for the journal's round trip — its first
+// one, the writer's fence, included. Everything that decides the
+// generation's outcome waits for the acknowledgement: the format's terminal
+// event, an error event, a non-streamed answer's body and the end marker
+// are shown only once stored, and after every event before them. So a reader sees [DONE]
 // only when the whole result is stored; when an append is finally lost,
 // the events shown but not stored are followed by the error event that
 // fails the generation (fail); and an id shown early is still a cursor on
