@@ -329,12 +329,11 @@ func (w *Writer) flush() {
 			w.sink(batch[i])
 		}
 		w.mu.Lock()
-		w.queue = w.queue[len(batch):]
-		w.queuedAt = w.queuedAt[len(batch):]
 		for _, ev := range batch {
 			w.qbytes -= ev.Size()
 		}
 		w.stored, w.seq = batch[len(batch)-1].Offset, seq
+		w.dequeue(len(batch)) // batch is the queue's head: used up
 		w.mu.Unlock()
 		signal(w.room)
 	}
@@ -359,8 +358,10 @@ func (w *Writer) full() bool {
 	return len(w.queue) >= DefaultWindow/2 || w.qbytes >= min(windowBytes, w.j.maxFrame)/2
 }
 
-// take copies the queue's head that fits one message: events of one seek
+// take returns the queue's head that fits one message: events of one seek
 // hint (Event.Seq; it changes when a message is stored while events wait).
+// It is the queue's own memory, which only the flusher changes (add only
+// appends past it): the flusher reads it without the lock until dequeue.
 func (w *Writer) take() []Event {
 	n, size := 0, 0
 	for n < len(w.queue) {
@@ -371,8 +372,24 @@ func (w *Writer) take() []Event {
 		size += s
 		n++
 	}
-	return slices.Clone(w.queue[:n])
+	return w.queue[:n:n]
 }
+
+// dequeue drops the queue's first n events, moving the rest to the front:
+// the queue's array is reused for a writer's whole life, not grown anew
+// as its head moves on. The caller holds w.mu.
+func (w *Writer) dequeue(n int) {
+	rest := copy(w.queue, w.queue[n:])
+	clear(w.queue[rest:]) // no event data kept alive by a stale copy
+	w.queue = w.queue[:rest]
+	w.queuedAt = w.queuedAt[:copy(w.queuedAt, w.queuedAt[n:])]
+	if rest == 0 && cap(w.queue) > queueKeep {
+		w.queue, w.queuedAt = nil, nil // a burst's array is not kept
+	}
+}
+
+// queueKeep is how many events' room an empty queue keeps.
+const queueKeep = 256
 
 // send publishes evs as one message that must follow the message stored
 // at sequence expect (0: the subject must be empty), trying again until

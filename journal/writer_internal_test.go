@@ -175,3 +175,47 @@ func TestMaxEventSizeFitsOneMessage(t *testing.T) {
 		t.Fatal("an event over the server's max_payload was stored")
 	}
 }
+
+// TestWriterQueueReused: the flusher takes the queue's head as it is (no
+// copy) and, once it is stored, moves the rest to the front of the same
+// array, clearing what it vacated: a writer's queue does not grow a new
+// array as its head moves on. An emptied queue does not keep a burst's
+// array.
+func TestWriterQueueReused(t *testing.T) {
+	j := &Journal{maxFrame: maxFrame}
+	w := &Writer{j: j}
+	push := func(from, n int) {
+		for i := range n {
+			w.queue = append(w.queue, Event{Offset: uint64(from + i), Seq: 1, Data: []byte("x")})
+			w.queuedAt = append(w.queuedAt, time.Unix(int64(from+i), 0))
+		}
+	}
+	push(1, 8)
+	offset := uint64(1)
+	for round := range 100 {
+		batch := w.take()
+		if len(batch) != len(w.queue) || &batch[0] != &w.queue[0] || cap(batch) != len(batch) {
+			t.Fatalf("round %d: take gave %d events (cap %d), not the queue's head of %d", round, len(batch), cap(batch), len(w.queue))
+		}
+		push(int(offset)+len(w.queue), 3) // appended while the batch is sent
+		kept, array := len(w.queue)-len(batch), &w.queue[:1][0]
+		w.dequeue(len(batch))
+		if len(w.queue) != kept || &w.queue[:1][0] != array || cap(w.queue) > 32 {
+			t.Fatalf("round %d: %d events left in another array (room for %d); want %d in the same", round, len(w.queue), cap(w.queue), kept)
+		}
+		offset += uint64(len(batch))
+		for i, ev := range w.queue {
+			if ev.Offset != offset+uint64(i) || w.queuedAt[i].Unix() != int64(ev.Offset) {
+				t.Fatalf("round %d: event %d is %d (queued at %d), want %d", round, i, ev.Offset, w.queuedAt[i].Unix(), offset+uint64(i))
+			}
+		}
+		if rest := w.queue[len(w.queue):cap(w.queue)]; slices.ContainsFunc(rest, func(ev Event) bool { return ev.Data != nil }) {
+			t.Fatalf("round %d: the vacated room still holds events", round)
+		}
+	}
+	push(int(offset)+len(w.queue), 2*queueKeep)
+	w.dequeue(len(w.queue))
+	if w.queue != nil || w.queuedAt != nil {
+		t.Fatalf("an emptied queue kept room for %d events", cap(w.queue))
+	}
+}
