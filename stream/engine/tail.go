@@ -16,13 +16,13 @@ import (
 // it is handed to the journal, before JetStream acknowledged it (preview):
 // the live path does not wait for the journal's round trip — its first
 // one, the writer's fence, included. Everything that decides the
-// generation's outcome waits for the acknowledgement: the format's terminal
-// event, an error event, a non-streamed answer's body and the end marker
-// are shown only once stored, and after every event before them. So a reader sees [DONE]
-// only when the whole result is stored; when an append is finally lost,
-// the events shown but not stored are followed by the error event that
-// fails the generation (fail); and an id shown early is still a cursor on
-// every instance (docs/live-path.md).
+// generation's outcome waits for the acknowledgement: the format's
+// terminal event, an error event, a non-streamed answer's body and the end
+// marker are shown only once stored, and after every event before them.
+// So a reader sees [DONE] only when the whole result is stored; when an
+// append is finally lost, the events shown but not stored are followed by
+// the error event that fails the generation (fail); and an id shown early
+// is still a cursor on every instance (docs/live-path.md).
 type Tail struct {
 	mu sync.Mutex
 	// chunks hold what readers get, offsets 1..n in order, the end marker
