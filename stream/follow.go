@@ -50,8 +50,8 @@ func (s *Server) followFrom(ctx context.Context, out eventWriter, id string, rec
 			return err
 		}
 	}
-	if t := s.engine.Tail(ref); t != nil && after <= t.Last() { // a tail behind the cursor was taken over: see fitCursor
-		return s.followTail(ctx, out, ref, t, after)
+	if t, source := s.tail(ref, rec.State); t != nil && after <= t.Last() { // a tail behind the cursor was taken over: see fitCursor
+		return s.followTail(ctx, out, ref, t, after, source)
 	}
 	if rec.State == resume.InProgress {
 		// A generation running elsewhere: its reader here is cut when this
@@ -64,12 +64,26 @@ func (s *Server) followFrom(ctx context.Context, out eventWriter, id string, rec
 	return s.followJournal(ctx, out, ref, engine.ShapeOf(rec.Path), after, hint)
 }
 
+// tail is the tail of ref's generation on this instance, and the source
+// its readers count as (reprise_stream_readers): the generation it runs
+// ("tail"), or, completed, one that completed here lately ("result",
+// engine.Finished).
+func (s *Server) tail(ref journal.Ref, state resume.State) (*engine.Tail, string) {
+	if t := s.engine.Tail(ref); t != nil || state != resume.Completed {
+		return t, "tail"
+	}
+	if rec, t, ok := s.engine.Finished(ref.ID); ok && rec.Generation == ref.Gen {
+		return t, "result"
+	}
+	return nil, ""
+}
+
 func eventID(ref journal.Ref, ev journal.Event) string {
 	return resume.Position{Gen: ref.Gen, Offset: ev.Offset, Seq: ev.Seq}.String()
 }
 
-func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Ref, t *engine.Tail, after uint64) error {
-	defer s.metrics.Reader("tail")()
+func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Ref, t *engine.Tail, after uint64, source string) error {
+	defer s.metrics.Reader(source)()
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
 	first := true

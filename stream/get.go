@@ -32,11 +32,16 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.BadRange))
 		return
 	}
-	tenant, id, rec, ok := s.readerRecord(w, r, key, s.record)
+	status := wantsJSON(r.Header.Get("Accept")) && !websocket.IsWebSocketUpgrade(r)
+	get := s.readRecord
+	if status {
+		get = s.record // its counts move after the generation's end
+	}
+	tenant, id, rec, ok := s.readerRecord(w, r, key, get)
 	if !ok {
 		return
 	}
-	if wantsJSON(r.Header.Get("Accept")) && !websocket.IsWebSocketUpgrade(r) {
+	if status {
 		writeStatus(w, http.StatusOK, s.live(r.Context(), id, rec))
 		return
 	}
@@ -106,6 +111,16 @@ func (s *Server) record(ctx context.Context, id string) (resume.Record, error) {
 		return rec, nil
 	}
 	return s.resume.Get(ctx, id)
+}
+
+// readRecord is record for a reader of the key's events: for a result
+// that completed on this instance lately, the record its owner finished it
+// with (engine.Finished), which holds all a reader takes of it.
+func (s *Server) readRecord(ctx context.Context, id string) (resume.Record, error) {
+	if rec, _, ok := s.engine.Finished(id); ok {
+		return rec, nil
+	}
+	return s.record(ctx, id)
 }
 
 // live is rec with its events and updated_at as journaled now, for a

@@ -89,6 +89,11 @@ type stack struct {
 	repTLS    *http.Server
 	RepTLSURL string
 	RepCA     []byte
+	// other is a second reprise instance on the same journal that runs no
+	// generation: its readers read JetStream, as on any instance but a
+	// generation's own.
+	other    *proxy.Proxy
+	OtherURL string
 
 	// journalBefore is the journal stream's last sequence before reprise
 	// opened it: 0 on a fresh server, more on an external one used before.
@@ -148,25 +153,33 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s.journalBefore, _ = s.journalMessages(ctx) // no stream yet: 0
-	s.rep, err = proxy.New(ctx, proxy.Config{
-		NATS:     s.nc,
-		Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), LingerAlone: cmp.Or(cfg.lingerAlone, -1), Records: s.rc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
-		Owner:    "bench-" + resume.NewKey()[3:11],                                                                                                                           // default lease
-		Upstream: upURL,
-		Policy:   classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
-		HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders},
-		Auth:     auth.Config{Secret: secret, Mode: auth.Passthrough}, // the default; the tenant comes from the bearer token
-		Logger:   log, Registerer: s.reg,
-	})
-	if err != nil {
+	instance := func(reg prometheus.Registerer) (*proxy.Proxy, string, error) {
+		p, err := proxy.New(ctx, proxy.Config{
+			NATS:     s.nc,
+			Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), LingerAlone: cmp.Or(cfg.lingerAlone, -1), Records: s.rc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
+			Owner:    "bench-" + resume.NewKey()[3:11],                                                                                                                           // default lease
+			Upstream: upURL,
+			Policy:   classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
+			HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders},
+			Auth:     auth.Config{Secret: secret, Mode: auth.Passthrough}, // the default; the tenant comes from the bearer token
+			Logger:   log, Registerer: reg,
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, "", errors.Join(err, p.Shutdown(ctx))
+		}
+		go func() { _ = p.Serve(ln) }()
+		return p, "http://" + ln.Addr().String(), nil
+	}
+	if s.rep, s.RepURL, err = instance(s.reg); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if s.other, s.OtherURL, err = instance(prometheus.NewRegistry()); err != nil {
 		return nil, err
 	}
-	go func() { _ = s.rep.Serve(ln) }()
-	s.RepURL = "http://" + ln.Addr().String()
 
 	// The same instance over TLS on a second listener, with a certificate
 	// made here: reprise serves HTTP/2 only over TLS (the memory phase's h2
@@ -338,11 +351,14 @@ func (s *stack) close() {
 	if s.repTLS != nil { // its readers end with their connections
 		_ = s.repTLS.Close()
 	}
-	if s.rep != nil {
+	for _, p := range []*proxy.Proxy{s.rep, s.other} {
+		if p == nil {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		if s.rep.Shutdown(ctx) != nil { // generations still running were cancelled: let them record it
+		if p.Shutdown(ctx) != nil { // generations still running were cancelled: let them record it
 			settle, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = s.rep.Shutdown(settle)
+			_ = p.Shutdown(settle)
 			cancel()
 		}
 		cancel()

@@ -217,7 +217,8 @@ func (b *bench) resume() error {
 	if err != nil {
 		return fmt.Errorf("completed key: %w", err)
 	}
-	b.res.resumeLive, b.res.resumeDone = &pctRuns{}, &pctRuns{}
+	b.res.resumeLive, b.res.resumeDone, b.res.resumeOther = &pctRuns{}, &pctRuns{}, &pctRuns{}
+	other := strings.Replace(done, b.st.RepURL, b.st.OtherURL, 1) // the same key on an instance that did not run it
 	for r := range b.o.runs {
 		// A fresh live generation per run: the fake upstream holds it open
 		// after h events, so it stays in progress on this (the owning)
@@ -230,13 +231,19 @@ func (b *bench) resume() error {
 		if r == 0 {
 			b.prof.start("resume")
 		}
-		ls, lerrs, err := b.resumeSamples(live, h)
-		if err == nil {
+		ls, lerrs, err := b.resumeSamples(live, live, h)
+		for _, c := range []struct {
+			at  string
+			res *pctRuns
+		}{{done, b.res.resumeDone}, {other, b.res.resumeOther}} {
+			if err != nil {
+				break
+			}
 			var ds []float64
 			var derrs int
-			ds, derrs, err = b.resumeSamples(done, h)
-			b.res.resumeDone.add(ds)
-			b.res.resumeDone.errs += derrs
+			ds, derrs, err = b.resumeSamples(done, c.at, h)
+			c.res.add(ds)
+			c.res.errs += derrs
 		}
 		b.prof.stop()
 		b.res.resumeLive.add(ls)
@@ -244,16 +251,18 @@ func (b *bench) resume() error {
 		if err != nil {
 			return err
 		}
-		b.progress("resume run %d: live p50 %.3f p99 %.3f ms; completed p50 %.3f p99 %.3f ms (load %s)", r+1,
-			last(b.res.resumeLive.p50), last(b.res.resumeLive.p99), last(b.res.resumeDone.p50), last(b.res.resumeDone.p99), loadAvg())
+		b.progress("resume run %d: live p50 %.3f p99 %.3f ms; completed p50 %.3f p99 %.3f ms, on another instance p50 %.3f p99 %.3f ms (load %s)", r+1,
+			last(b.res.resumeLive.p50), last(b.res.resumeLive.p99), last(b.res.resumeDone.p50), last(b.res.resumeDone.p99),
+			last(b.res.resumeOther.p50), last(b.res.resumeOther.p99), loadAvg())
 	}
 	return nil
 }
 
 // resumeSamples draws a drop point k in [1, h-1], reads a stream of loc
-// from its start to event k, drops the connection, reconnects with
-// Last-Event-ID and times the arrival of event k+1.
-func (b *bench) resumeSamples(loc string, h int) ([]float64, int, error) {
+// from its start to event k, drops the connection, reconnects to at (loc,
+// or the same key on another instance) with Last-Event-ID and times the
+// arrival of event k+1.
+func (b *bench) resumeSamples(loc, at string, h int) ([]float64, int, error) {
 	var out []float64
 	errs := 0
 	for range b.o.resumeSamples {
@@ -261,7 +270,7 @@ func (b *bench) resumeSamples(loc string, h int) ([]float64, int, error) {
 			return out, errs, err
 		}
 		k := 1 + b.rng.IntN(h-1)
-		d, err := b.resumeOnce(loc, k)
+		d, err := b.resumeOnce(loc, at, k)
 		if err != nil {
 			errs++
 			if errs == 1 {
@@ -274,7 +283,7 @@ func (b *bench) resumeSamples(loc string, h int) ([]float64, int, error) {
 	return out, errs, nil
 }
 
-func (b *bench) resumeOnce(loc string, k int) (time.Duration, error) {
+func (b *bench) resumeOnce(loc, at string, k int) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	resp, err := b.c.get(ctx, loc, reqOpts{})
@@ -295,7 +304,7 @@ func (b *bench) resumeOnce(loc string, k int) (time.Duration, error) {
 	b.cleanConsumers()
 	time.Sleep(b.o.resumePause) // a reconnect comes some time after the drop
 	t0 := time.Now()
-	resp, err = b.c.get(ctx, loc, reqOpts{lastEventID: id})
+	resp, err = b.c.get(ctx, at, reqOpts{lastEventID: id})
 	if err != nil {
 		return 0, err
 	}

@@ -120,6 +120,7 @@ func newFlagSet(c *config, file *string) *flags {
 	fs.in(groupStorage).IntVar(&p.Journal.Replicas, "replicas", 1, "JetStream replicas of the journal (3 on a cluster)")
 	fs.in(groupStorage).DurationVar(&p.Journal.Linger, "journal-linger", journal.DefaultLinger, "how long events already shown to the owner's readers may wait to share one journal message while readers on other instances follow the generation: they see them up to that much later; 0: none")
 	fs.in(groupStorage).DurationVar(&p.Journal.LingerAlone, "journal-linger-alone", journal.DefaultLingerAlone, "--journal-linger while only the owner's readers follow a generation: far fewer publishes per live token; a reader elsewhere cuts it to --journal-linger; an owner that dies loses up to that much of what it showed (the generation fails either way); 0: as --journal-linger")
+	fs.in(groupStorage).Int64Var(&p.ResultsCache, "results-cache", engine.DefaultResultsCache, "bytes of streamed results that completed on this instance kept in memory, least recently read out first, so that a resume or a replay of one here reads no journal (one result at most an eighth of it); 0: none")
 	fs.in(groupLimits).Int64Var(&p.HTTP.MaxBody, "max-body", stream.DefaultMaxBody, "request body limit in bytes (413 above)")
 	fs.in(groupLimits).IntVar(&p.Limits.MaxEventSize, "max-event-size", engine.DefaultMaxEventSize, "one upstream SSE event at most as sent, all its lines, bytes (larger: the generation fails); must fit one NATS message (max_payload less 4 KiB)")
 	fs.in(groupLimits).IntVar(&p.Limits.MaxStreamEvents, "max-stream-events", engine.DefaultMaxStreamEvents, "events per generation at most (stream_too_large)")
@@ -260,6 +261,7 @@ func (c *config) validate() error {
 		{p.Journal.Replicas >= 1 && p.Journal.Replicas <= 5, "replicas", p.Journal.Replicas, "must be 1 to 5"},
 		{p.Journal.Linger >= 0 && p.Journal.Linger <= time.Second, "journal-linger", p.Journal.Linger, "must be 0 (none) to 1s"},
 		{p.Journal.LingerAlone >= 0 && p.Journal.LingerAlone <= 5*time.Second, "journal-linger-alone", p.Journal.LingerAlone, "must be 0 (as --journal-linger) to 5s"},
+		{p.ResultsCache >= 0, "results-cache", p.ResultsCache, "must be 0 (none) or more (bytes)"},
 		{c.dataMax == 0 || c.dataMax >= 1<<20, "data-max", c.dataMax, "must be 0 (NATS's default) or at least 1048576 (bytes)"},
 		{c.dataMax == 0 || c.nats == "", "data-max", c.dataMax, "is the embedded server's: with --nats, set max_file_store in the NATS server's configuration"},
 		{p.HTTP.MaxBody > 0, "max-body", p.HTTP.MaxBody, "must be at least 1 (bytes)"},
@@ -314,6 +316,9 @@ func (c *config) validate() error {
 	}
 	if p.HTTP.ShedLag == 0 {
 		p.HTTP.ShedLag = -1 // --shed-lag 0 turns load shedding off
+	}
+	if p.ResultsCache == 0 {
+		p.ResultsCache = -1 // --results-cache 0: none
 	}
 	p.Policy.RetryAmbiguous = p.UpstreamIdempotency
 	if _, err := classify.New(p.Policy, engine.DefaultClient(time.Second, time.Second)); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -57,6 +58,10 @@ func TestParseConfig(t *testing.T) {
 		{"tenant generations set", []string{"--max-tenant-generations", "8"}, nil, func(c config) bool { return c.p.Limits.MaxTenantGenerations == 8 }, false},
 		{"tenant generations negative", []string{"--max-tenant-generations", "-1"}, nil, nil, true},
 		{"shed lag default", nil, nil, func(c config) bool { return c.p.HTTP.ShedLag == 500*time.Millisecond }, false},
+		{"results cache default", nil, nil, func(c config) bool { return c.p.ResultsCache == engine.DefaultResultsCache }, false},
+		{"results cache off", []string{"--results-cache", "0"}, nil, func(c config) bool { return c.p.ResultsCache < 0 }, false},
+		{"results cache from env", nil, map[string]string{"REPRISE_RESULTS_CACHE": "1048576"}, func(c config) bool { return c.p.ResultsCache == 1<<20 }, false},
+		{"results cache negative", []string{"--results-cache", "-1"}, nil, nil, true},
 		{"shed lag from env", nil, map[string]string{"REPRISE_SHED_LAG": "250ms"}, func(c config) bool { return c.p.HTTP.ShedLag == 250*time.Millisecond }, false},
 		{"shed lag 0 turns shedding off", []string{"--shed-lag", "0"}, nil, func(c config) bool { return c.p.HTTP.ShedLag < 0 }, false},
 		{"shed lag negative", []string{"--shed-lag", "-1s"}, nil, nil, true},

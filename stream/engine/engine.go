@@ -74,6 +74,8 @@ type Journal interface {
 	AppendTimeout() time.Duration
 	// MaxEventSize is the largest event (type and data) it can store.
 	MaxEventSize() int
+	// TTL is how long events and records are kept.
+	TTL() time.Duration
 }
 
 // Decorator sets what the upstream gets on behalf of a caller (its
@@ -313,6 +315,10 @@ type Config struct {
 	Fallbacks []Upstream
 	// Limits bound each generation. Zero fields take their defaults.
 	Limits Limits
+	// ResultsCache is how many bytes of streamed results that completed on
+	// this instance it keeps in memory (Finished), for their resumes and
+	// replays here. Default DefaultResultsCache; negative: none.
+	ResultsCache int64
 	// Names remembers the upstream's ids of generations. Default: none are.
 	Names Namer
 	// Metrics takes the engine's counts (and usage and cost, when it is a
@@ -344,7 +350,8 @@ type Engine struct {
 	closing bool
 	gens    map[string]int // running generations per tenant
 
-	unread *unread // nil unless Limits.CancelUnread is set
+	unread  *unread  // nil unless Limits.CancelUnread is set
+	results *results // nil when Config.ResultsCache is negative
 }
 
 // New returns an Engine.
@@ -385,7 +392,10 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	e := &Engine{cfg: cfg, gens: map[string]int{}}
+	if cfg.ResultsCache == 0 {
+		cfg.ResultsCache = DefaultResultsCache
+	}
+	e := &Engine{cfg: cfg, gens: map[string]int{}, results: newResults(cfg.ResultsCache, cfg.Journal.TTL()/2)}
 	e.pumpCtx, e.stop = context.WithCancel(context.Background())
 	if cfg.Limits.CancelUnread > 0 {
 		e.unread = &unread{after: cfg.Limits.CancelUnread, last: map[journal.Ref]time.Time{}}
@@ -464,8 +474,13 @@ func (e *Engine) startPump(p *pump) error {
 	return nil
 }
 
-// done unregisters a pump's generation.
+// done unregisters a pump's generation; a streamed one that completed
+// stays readable here from memory (results). An adopted pump's tail holds
+// only what it appended itself.
 func (e *Engine) done(p *pump, outcome string) {
+	if h, ok := p.tail.Answered(); ok && h.Streaming && !h.Progressive && outcome == OutcomeCompleted && !p.adopted {
+		e.results.add(p.g.Ref, p.g.Lease.Record(), p.tail)
+	}
 	e.live.remove(p.g.Ref)
 	if e.unread != nil {
 		e.unread.remove(p.g.Ref)

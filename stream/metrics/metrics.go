@@ -70,6 +70,7 @@ type Metrics struct {
 	appendTime  prometheus.Histogram // journal append latency
 	shed        prometheus.Counter   // new generations refused while behind
 	lag         atomic.Pointer[func() time.Duration]
+	results     atomic.Pointer[func() int64]
 
 	costs   *costMetrics    // tokens, cost and cost saved, the cost guard: cost.go
 	keyless *keylessMetrics // keyless retry recognition: keyless.go
@@ -146,8 +147,16 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 		}
 		return 0
 	})
+	results := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "reprise_results_cache_bytes", Help: "Bytes of events of completed streamed results kept in memory on this instance for their resumes and replays here.",
+	}, func() float64 {
+		if f := m.results.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
 	reg.MustRegister(m.decisions, m.duplicates, m.resumes, m.generations, m.events, m.running, m.readers, m.requests,
-		m.attempts, m.retries, m.retried, m.firstByte, m.firstToken, m.resumeFirst, m.appendTime, m.shed, lag)
+		m.attempts, m.retries, m.retried, m.firstByte, m.firstToken, m.resumeFirst, m.appendTime, m.shed, lag, results)
 	initLabels(m.decisions, decisions...)
 	initLabels(m.duplicates, HowAttach, HowReplay, HowRetry)
 	initLabels(m.resumes, TransportSSE, TransportWebSocket, TransportRange)
@@ -156,6 +165,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 	initLabels(m.retried, "success", "failure")
 	m.readers.WithLabelValues("tail")
 	m.readers.WithLabelValues("journal")
+	m.readers.WithLabelValues("result")
 	m.costs = newCost(reg)
 	m.keyless = newKeyless(reg)
 	registerJournalReads(reg, stats)
@@ -220,6 +230,10 @@ func (m *Metrics) JournalAppend(d time.Duration) { m.appendTime.Observe(d.Second
 // WatchLag exports lag (journal.Journal.Lag), read at each scrape, as
 // reprise_journal_lag_seconds; 0 until it is called.
 func (m *Metrics) WatchLag(lag func() time.Duration) { m.lag.Store(&lag) }
+
+// WatchResults exports held (engine.Engine.ResultsHeld), read at each
+// scrape, as reprise_results_cache_bytes; 0 until it is called.
+func (m *Metrics) WatchResults(held func() int64) { m.results.Store(&held) }
 
 // Shed counts a new generation refused because the journal was behind.
 func (m *Metrics) Shed() { m.shed.Inc() }

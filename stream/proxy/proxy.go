@@ -104,6 +104,11 @@ type Config struct {
 	// Limits bound each generation. Defaults: engine's; MaxTenantGenerations
 	// defaults to Policy.MaxConcurrent.
 	Limits engine.Limits
+	// ResultsCache is how many bytes of streamed results that completed on
+	// this instance it keeps in memory for their resumes and replays here
+	// (engine.Config.ResultsCache). Default engine.DefaultResultsCache;
+	// negative: none.
+	ResultsCache int64
 	// HTTP are the HTTP surface's limits and timings. Defaults: stream's.
 	HTTP stream.Settings
 	// Auth is the auth mode, the server secret (required) and the keys.
@@ -244,7 +249,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	ecfg := engine.Config{
 		Journal:  j,
 		Upstream: ups[0], Fallbacks: ups[1:],
-		Limits: cfg.Limits, Names: rm, Metrics: m, Logger: cfg.Logger, Tracer: cfg.Tracer,
+		Limits: cfg.Limits, ResultsCache: cfg.ResultsCache, Names: rm, Metrics: m, Logger: cfg.Logger, Tracer: cfg.Tracer,
 	}
 	if cfg.Prices != nil { // a nil *cost.Table in the interface would not be nil
 		ecfg.Prices = cfg.Prices
@@ -256,6 +261,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.WatchResults(eng.ResultsHeld)
 	rm.SetAdopter(eng)  // a generation whose owner died is continued here when its upstream still runs it
 	rm.SetSalvager(eng) // else completed when its journal holds its result, and billed here
 	if cfg.Limits.CancelUnread > 0 {
