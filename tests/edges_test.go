@@ -135,7 +135,11 @@ func TestDeadOwnerNonStreamedAnswersAtOnce(t *testing.T) {
 		resp := do(t, r.method, r.url, r.body, "Idempotency-Key", key)
 		took := time.Since(start)
 		testutil.ExpectAPIError(t, resp, http.StatusBadGateway, resume.OwnerLost)
-		if took > lease+2*time.Second {
+		// Not after the 10 s wait for an end marker (its status alone tells
+		// that one apart; so does its time, here with room for a busy box:
+		// the lease is judged lapsed only after this instance watched the
+		// bucket for one, 2.9 s once under -race beside other tests).
+		if took > lease+5*time.Second {
 			t.Errorf("%s was answered after %s, with a %s lease", r.name, took.Round(time.Millisecond), lease)
 		}
 	}
