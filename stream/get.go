@@ -67,8 +67,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if raw != "" {
-		s.savedLater(id, rec, metrics.HowResume) // a client continuing after a drop (saved.go)
+	if raw != "" { // a client continuing after a drop (saved.go), counted once it got its first event
+		thenFlushed(r, func() { s.savedLater(id, rec, metrics.HowResume) })
 	}
 	if websocket.IsWebSocketUpgrade(r) {
 		s.metrics.Resume(metrics.TransportWebSocket)

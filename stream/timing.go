@@ -13,6 +13,8 @@ import (
 type arrival struct {
 	at      time.Time
 	started bool
+	// flushed runs once the first write to the client went out (thenFlushed).
+	flushed func()
 }
 
 type arrivalKey struct{}
@@ -26,6 +28,18 @@ func withArrival(r *http.Request) *http.Request {
 func startedHere(r *http.Request) {
 	if a, ok := r.Context().Value(arrivalKey{}).(*arrival); ok {
 		a.started = true
+	}
+}
+
+// thenFlushed has f run once r's stream has written to its client (its
+// first event, or anything it flushed), not before: work a reader causes
+// (a record write) does not compete with the write that matters most. A
+// stream that never flushes (its client left first) never runs it.
+func thenFlushed(r *http.Request, f func()) {
+	if a, ok := r.Context().Value(arrivalKey{}).(*arrival); ok {
+		a.flushed = f
+	} else {
+		f()
 	}
 }
 
@@ -44,26 +58,40 @@ func (s *Server) timed(r *http.Request) func(eventWriter) eventWriter {
 		observe = s.metrics.FirstToken
 	}
 	return func(out eventWriter) eventWriter {
-		if observe == nil {
+		if observe == nil && (!ok || a.flushed == nil) {
 			return out
 		}
-		return &firstEvent{eventWriter: out, at: a.at, observe: observe}
+		return &firstEvent{eventWriter: out, at: a.at, observe: observe, flushed: a.flushed}
 	}
 }
 
-// firstEvent observes the time to the first event written through it.
+// firstEvent observes the time to the first event written through it, and
+// runs flushed after the first flush.
 type firstEvent struct {
 	eventWriter
 	at      time.Time
-	observe func(time.Duration)
+	observe func(time.Duration) // nil: not timed
 	done    bool
+	flushed func()
 }
 
 func (f *firstEvent) send(id string, ev journal.Event) error {
 	err := f.eventWriter.send(id, ev)
 	if err == nil && !f.done {
 		f.done = true
-		f.observe(time.Since(f.at))
+		if f.observe != nil {
+			f.observe(time.Since(f.at))
+		}
+	}
+	return err
+}
+
+func (f *firstEvent) flush() error {
+	err := f.eventWriter.flush()
+	if err == nil && f.flushed != nil {
+		then := f.flushed
+		f.flushed = nil
+		then()
 	}
 	return err
 }
