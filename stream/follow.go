@@ -72,7 +72,7 @@ func (s *Server) tail(ref journal.Ref, state resume.State) (*engine.Tail, string
 	if t := s.engine.Tail(ref); t != nil || state != resume.Completed {
 		return t, "tail"
 	}
-	if rec, t, ok := s.engine.Finished(ref.ID); ok && rec.Generation == ref.Gen {
+	if rec, t := s.engine.Finished(ref.ID); rec != nil && rec.Generation == ref.Gen {
 		return t, "result"
 	}
 	return nil, ""

@@ -33,9 +33,9 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status := wantsJSON(r.Header.Get("Accept")) && !websocket.IsWebSocketUpgrade(r)
-	get := s.readRecord
+	get := s.record
 	if status {
-		get = s.record // its counts move after the generation's end
+		get = s.statusRecord
 	}
 	tenant, id, rec, ok := s.readerRecord(w, r, key, get)
 	if !ok {
@@ -103,24 +103,30 @@ func (s *Server) readerRecord(w http.ResponseWriter, r *http.Request, key string
 	return tenant, id, rec, true
 }
 
-// record is a key's record: the owner's own copy while this instance runs
-// the key's generation (a resume here takes no journal round trip), else
-// the stored one.
+// record is a key's record for its readers: the owner's own copy while
+// this instance runs the key's generation, or the one it finished a result
+// kept here with (engine.Finished), which holds all a reader takes of it —
+// either way a resume here takes no journal round trip —, else the stored
+// one. It is one frame above the store's read, as statusRecord: a deeper
+// chain to the JSON decoding touches one more page of an HTTP/2 reader's
+// stack (+4 KB of RSS each, measured).
 func (s *Server) record(ctx context.Context, id string) (resume.Record, error) {
 	if rec, ok := s.engine.Owned(id); ok {
 		return rec, nil
 	}
+	if rec, _ := s.engine.Finished(id); rec != nil {
+		return *rec, nil
+	}
 	return s.resume.Get(ctx, id)
 }
 
-// readRecord is record for a reader of the key's events: for a result
-// that completed on this instance lately, the record its owner finished it
-// with (engine.Finished), which holds all a reader takes of it.
-func (s *Server) readRecord(ctx context.Context, id string) (resume.Record, error) {
-	if rec, _, ok := s.engine.Finished(id); ok {
+// statusRecord is record for a key's status: a result kept here has the
+// counts it finished with, while the store's move on (billed, saved).
+func (s *Server) statusRecord(ctx context.Context, id string) (resume.Record, error) {
+	if rec, ok := s.engine.Owned(id); ok {
 		return rec, nil
 	}
-	return s.record(ctx, id)
+	return s.resume.Get(ctx, id)
 }
 
 // live is rec with its events and updated_at as journaled now, for a

@@ -37,7 +37,7 @@ type results struct {
 }
 
 type result struct {
-	rec  resume.Record
+	rec  *resume.Record // never changed once kept
 	tail *Tail
 	size int64
 }
@@ -69,29 +69,30 @@ func (r *results) add(ref journal.Ref, rec resume.Record, t *Tail) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lru.Remove(ref.ID)
-	r.lru.Add(ref.ID, result{rec: rec, tail: t, size: size})
+	r.lru.Add(ref.ID, result{rec: &rec, tail: t, size: size})
 	r.bytes += size
 	for r.bytes > r.max {
 		r.lru.RemoveOldest()
 	}
 }
 
-// get returns the record and tail kept for id, while they serve.
-func (r *results) get(id string) (resume.Record, *Tail, bool) {
+// get returns the record and tail kept for id, while they serve (nil, nil
+// otherwise). The record is shared: callers copy it, never change it.
+func (r *results) get(id string) (*resume.Record, *Tail) {
 	if r == nil {
-		return resume.Record{}, nil, false
+		return nil, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v, ok := r.lru.Get(id)
 	if !ok {
-		return resume.Record{}, nil, false
+		return nil, nil
 	}
 	if r.now().Sub(v.rec.CreatedAt) >= r.fresh {
 		r.lru.Remove(id)
-		return resume.Record{}, nil, false
+		return nil, nil
 	}
-	return v.rec, v.tail, true
+	return v.rec, v.tail
 }
 
 // held is the bytes kept.
@@ -125,7 +126,9 @@ func (t *Tail) size(events uint64) (int64, bool) {
 // Finished returns the record and the tail of id's generation when it
 // completed on this instance lately and is kept (Config.ResultsCache):
 // what a reader of a completed key takes, without a journal round trip.
-func (e *Engine) Finished(id string) (resume.Record, *Tail, bool) { return e.results.get(id) }
+// nil, nil otherwise. The record is shared: callers copy it, never change
+// it (a pointer keeps a reader's stack shallow: see stream's record).
+func (e *Engine) Finished(id string) (*resume.Record, *Tail) { return e.results.get(id) }
 
 // ResultsHeld is the bytes of events of the results kept (Finished).
 func (e *Engine) ResultsHeld() int64 { return e.results.held() }

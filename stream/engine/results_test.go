@@ -34,9 +34,9 @@ func TestResultsKept(t *testing.T) {
 	ref := journal.Ref{ID: "a", Gen: 1}
 	tail := completedTail(10, 100)
 	r.add(ref, completedRecord(10), tail)
-	rec, got, ok := r.get("a")
-	if !ok || got != tail || rec.Events != 10 {
-		t.Fatalf("get = %+v, %p, %v; want the tail added, 10 events", rec, got, ok)
+	rec, got := r.get("a")
+	if rec == nil || got != tail || rec.Events != 10 {
+		t.Fatalf("get = %+v, %p; want the tail added, 10 events", rec, got)
 	}
 	size, _ := tail.size(10)
 	if want := int64(10*(len("message")+100+journal.EventSize("", nil)) + journal.EventSize("", nil)); size != want || r.held() != want {
@@ -60,7 +60,7 @@ func TestResultsKept(t *testing.T) {
 		"too large":       {journal.Ref{ID: "b", Gen: 1}, completedRecord(10), completedTail(10, (1<<20)/8/10)},
 	} {
 		r.add(c.ref, c.rec, c.tail)
-		if _, _, ok := r.get("b"); ok {
+		if rec, _ := r.get("b"); rec != nil {
 			t.Errorf("%s: kept", name)
 		}
 	}
@@ -69,7 +69,7 @@ func TestResultsKept(t *testing.T) {
 	}
 	var none *results // ResultsCache negative
 	none.add(ref, completedRecord(10), tail)
-	if _, _, ok := none.get("a"); ok || none.held() != 0 || newResults(0, time.Hour) != nil {
+	if rec, _ := none.get("a"); rec != nil || none.held() != 0 || newResults(0, time.Hour) != nil {
 		t.Fatal("a cache of no bytes keeps something")
 	}
 }
@@ -88,11 +88,11 @@ func TestResultsEvictLeastRecentlyRead(t *testing.T) {
 	}
 	r.get("0") // read: the most recent now
 	r.add(journal.Ref{ID: "8", Gen: 1}, completedRecord(4), completedTail(4, 1000))
-	if _, _, ok := r.get("1"); ok {
+	if rec, _ := r.get("1"); rec != nil {
 		t.Fatal("the least recently read result was kept past the cache's bytes")
 	}
 	for _, id := range []string{"0", "2", "8"} {
-		if _, _, ok := r.get(id); !ok {
+		if rec, _ := r.get(id); rec == nil {
 			t.Fatalf("result %s was let go", id)
 		}
 	}
@@ -112,17 +112,17 @@ func TestResultsServeWhileKeyFresh(t *testing.T) {
 	old := completedRecord(3)
 	old.CreatedAt = now.Add(-time.Minute)
 	r.add(journal.Ref{ID: "old", Gen: 1}, old, completedTail(3, 1))
-	if _, _, ok := r.get("old"); ok || r.held() != 0 {
+	if rec, _ := r.get("old"); rec != nil || r.held() != 0 {
 		t.Fatal("a result of a key older than the freshness was kept")
 	}
 	aging := completedRecord(3)
 	aging.CreatedAt = now.Add(-time.Minute + time.Second)
 	r.add(journal.Ref{ID: "aging", Gen: 1}, aging, completedTail(3, 1))
-	if _, _, ok := r.get("aging"); !ok {
+	if rec, _ := r.get("aging"); rec == nil {
 		t.Fatal("a fresh result was not kept")
 	}
 	now = now.Add(time.Second)
-	if _, _, ok := r.get("aging"); ok {
+	if rec, _ := r.get("aging"); rec != nil {
 		t.Fatal("a result served once its key reached the freshness")
 	}
 	if r.held() != 0 {
