@@ -105,7 +105,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 			Name: "reprise_generations_running", Help: "Generations this instance is running now.",
 		}),
 		readers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "reprise_stream_readers", Help: "Connected stream readers, by where they read from: tail, journal.",
+			Name: "reprise_stream_readers", Help: "Connected stream readers, by where they read from: tail (a generation running here), journal, result (a completed result kept here).",
 		}, []string{"source"}),
 		requests: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "reprise_upstream_requests_total", Help: "Requests sent to the upstream, retries included.",
