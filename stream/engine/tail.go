@@ -33,9 +33,12 @@ type Tail struct {
 	// unplaced is the offset of the error event unsettled gave readers
 	// when where it stands in the journal is unknown (0: none).
 	unplaced uint64
-	stored   uint64        // offset of the last event JetStream acknowledged
-	changed  chan struct{} // closed and replaced on every event added
-	storedAt time.Time     // when the last event was stored
+	stored   uint64 // offset of the last event JetStream acknowledged
+	// changed is closed and replaced by the first event added after Since
+	// handed it out (watched): an event nobody waits for makes no channel.
+	changed  chan struct{}
+	watched  bool
+	storedAt time.Time // when the last event was stored
 
 	head     chan struct{} // closed once the upstream answered
 	headResp *Head
@@ -116,8 +119,10 @@ func (t *Tail) add(ev journal.Event) {
 	}
 	t.chunks[last] = append(t.chunks[last], ev)
 	t.n++
-	close(t.changed)
-	t.changed = make(chan struct{})
+	if t.watched {
+		close(t.changed)
+		t.changed, t.watched = make(chan struct{}), false
+	}
 }
 
 // at returns the event at offset off (1..n).
@@ -199,8 +204,10 @@ func (t *Tail) Since(after uint64) ([]journal.Event, <-chan struct{}) {
 	if after >= t.n {
 		if t.n > 0 && t.at(t.n).IsEnd() { // nothing follows a position past the end
 			c := t.chunks[len(t.chunks)-1]
+			t.watched = true
 			return c[len(c)-1:], t.changed
 		}
+		t.watched = true
 		return nil, t.changed
 	}
 	i := after / tailChunk
@@ -208,6 +215,7 @@ func (t *Tail) Since(after uint64) ([]journal.Event, <-chan struct{}) {
 	if int(i) < len(t.chunks)-1 {
 		return evs, more
 	}
+	t.watched = true
 	return evs, t.changed
 }
 

@@ -250,3 +250,44 @@ func TestTailChunks(t *testing.T) {
 		t.Fatalf("Completed = %v, Last = %d; want true, %d", tl.Completed(), tl.Last(), n+1)
 	}
 }
+
+// TestTailWakesOnlyWhoWatches: an event added while nobody holds the
+// tail's channel makes no new one (a fast generation nobody waits on
+// allocates none per event); one handed out by Since is closed by the next
+// event, and the channel after it is new.
+func TestTailWakesOnlyWhoWatches(t *testing.T) {
+	tail := newTail()
+	first := tail.changed
+	for i := range 3 {
+		tail.store(journal.Event{Offset: uint64(i + 1), Type: "message"})
+	}
+	if tail.changed != first {
+		t.Fatal("events nobody waited for replaced the channel")
+	}
+	evs, ch := tail.Since(3)
+	if len(evs) != 0 {
+		t.Fatalf("Since(3) = %d events, want none", len(evs))
+	}
+	select {
+	case <-ch:
+		t.Fatal("closed before the next event")
+	default:
+	}
+	tail.store(journal.Event{Offset: 4, Type: "message"})
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the next event did not close the channel Since gave")
+	}
+	if tail.changed == ch {
+		t.Fatal("the closed channel was kept")
+	}
+	next := tail.changed
+	tail.store(journal.Event{Offset: 5, Type: "message"})
+	if tail.changed != next {
+		t.Fatal("an event after the wake-up, with nobody waiting, replaced the channel")
+	}
+	if evs, _ := tail.Since(4); len(evs) != 1 || evs[0].Offset != 5 {
+		t.Fatalf("Since(4) = %+v, want event 5", evs)
+	}
+}
