@@ -1363,6 +1363,9 @@ func TestWriterWatched(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the fence was not stored")
 	}
+	// The sink hears of a store before the writer drops the stored events
+	// from its queue (and from its lag): wait for that too.
+	poll(t, waitTimeout, "the fence out of the writer's queue", func() bool { return w.Stored() == 1 })
 	for i := 1; i < n; i++ {
 		if err := w.AppendShown(ctx, "", []byte(eventData(i)), show); err != nil {
 			t.Fatal(err)
