@@ -54,10 +54,9 @@ func newResults(max int64, fresh time.Duration) *results {
 }
 
 // add keeps t, the tail of ref's generation, which completed here as rec
-// says: only a
-// tail that holds the whole generation, events 1 to rec.Events and its
-// completed end marker, and no larger than an eighth of the cache (one long
-// answer does not push out a hundred short ones).
+// says: only a tail that holds the whole generation, events 1 to
+// rec.Events and its completed end marker, and no larger than an eighth of
+// the cache (one long answer does not push out a hundred short ones).
 func (r *results) add(ref journal.Ref, rec resume.Record, t *Tail) {
 	if r == nil || rec.State != resume.Completed || rec.Generation != ref.Gen || r.now().Sub(rec.CreatedAt) >= r.fresh {
 		return
