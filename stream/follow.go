@@ -12,8 +12,9 @@ import (
 	"github.com/reprise-dev/reprise/stream/engine"
 )
 
-// flushEvery bounds how many events a backlog replay writes between flushes.
-const flushEvery = 64
+// readBatch bounds how many events a journal reader's goroutine hands over
+// at once (one channel send per batch of a backlog, not per event).
+const readBatch = 64
 
 // eventWriter is a client connection that takes events: SSE or WebSocket.
 type eventWriter interface {
@@ -204,9 +205,10 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 			after = ev.Offset
 			sent++
 			unflushed = true
-			// The first event goes out at once (resume latency); a backlog is
-			// flushed in batches, and whatever is left when the reader idles.
-			if sent == 1 || sent%flushEvery == 0 {
+			// The first event goes out at once (resume latency); a backlog
+			// goes out as the writer's buffer fills, and whatever is left
+			// when the reader idles (nothing read ahead: flushed above).
+			if sent == 1 {
 				if err := out.flush(); err != nil {
 					return err
 				}
@@ -277,7 +279,7 @@ func (s *Server) stalled(ctx context.Context, ref journal.Ref, after uint64) (bo
 }
 
 // journalRead is one result of the reading goroutine: the events read
-// without waiting (at most flushEvery), then the error that ended the
+// without waiting (at most readBatch), then the error that ended the
 // reading, if any.
 type journalRead struct {
 	evs []journal.Event
@@ -310,7 +312,7 @@ func feed(ctx context.Context, rd *journal.Reader) (events <-chan journalRead, s
 					break
 				}
 				r.evs = append(r.evs, ev)
-				if ev.IsEnd() || len(r.evs) == flushEvery || !rd.Buffered() {
+				if ev.IsEnd() || len(r.evs) == readBatch || !rd.Buffered() {
 					break
 				}
 			}
