@@ -61,6 +61,9 @@ type stackConfig struct {
 	// linger is the journal's Config.Linger (0: none), lingerAlone its
 	// Config.LingerAlone (0: as linger).
 	linger, lingerAlone time.Duration
+	// resultsCache is the proxy's Config.ResultsCache (0: none; reprise's
+	// default unless set).
+	resultsCache int64
 }
 
 // stack is everything under test, in this process: the fake upstream, a
@@ -155,14 +158,15 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	s.journalBefore, _ = s.journalMessages(ctx) // no stream yet: 0
 	instance := func(reg prometheus.Registerer) (*proxy.Proxy, string, error) {
 		p, err := proxy.New(ctx, proxy.Config{
-			NATS:     s.nc,
-			Journal:  journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), LingerAlone: cmp.Or(cfg.lingerAlone, -1), Records: s.rc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
-			Owner:    "bench-" + resume.NewKey()[3:11],                                                                                                                           // default lease
-			Upstream: upURL,
-			Policy:   classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
-			HTTP:     stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders},
-			Auth:     auth.Config{Secret: secret, Mode: auth.Passthrough}, // the default; the tenant comes from the bearer token
-			Logger:   log, Registerer: reg,
+			NATS:         s.nc,
+			Journal:      journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), LingerAlone: cmp.Or(cfg.lingerAlone, -1), Records: s.rc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
+			Owner:        "bench-" + resume.NewKey()[3:11],                                                                                                                           // default lease
+			Upstream:     upURL,
+			Policy:       classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
+			HTTP:         stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders},
+			Auth:         auth.Config{Secret: secret, Mode: auth.Passthrough}, // the default; the tenant comes from the bearer token
+			ResultsCache: cmp.Or(cfg.resultsCache, -1),
+			Logger:       log, Registerer: reg,
 		})
 		if err != nil {
 			return nil, "", err

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 var phases = []string{"memory", "throughput", "ttft", "resume", "replay", "mix"}
@@ -74,6 +75,7 @@ type options struct {
 	memStorage    bool
 	linger        time.Duration
 	lingerAlone   time.Duration
+	resultsCache  int64
 	out           io.Writer // the report (nil: standard output)
 
 	// memory child mode (internal)
@@ -116,6 +118,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.memStorage, "journal-memory", false, "experiment: JetStream memory storage instead of file storage")
 	fs.DurationVar(&o.linger, "journal-linger", journal.DefaultLinger, "experiment: reprise's --journal-linger (0: none)")
 	fs.DurationVar(&o.lingerAlone, "journal-linger-alone", journal.DefaultLingerAlone, "experiment: reprise's --journal-linger-alone (0: as --journal-linger)")
+	fs.Int64Var(&o.resultsCache, "results-cache", engine.DefaultResultsCache, "experiment: reprise's --results-cache, in bytes (0: none)")
 	fs.BoolVar(&o.natsTCP, "nats-tcp", false, "experiment: connect reprise to the embedded JetStream over loopback TCP instead of in-process, as cmd/reprise does")
 	fs.StringVar(&o.natsURLs, "nats", "", "journal on the external NATS with JetStream at `URL[,URL...]` (every node of a cluster) instead of the embedded server; give it a cluster of its own: the benchmark deletes the journal stream's consumers between samples")
 	fs.IntVar(&o.replicas, "journal-replicas", journal.DefaultReplicas, "JetStream replicas of the journal's stream and bucket, 1 to 5 (above 1 needs --nats)")
@@ -332,7 +335,7 @@ func run(o options) error {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReaders: 1 << 20, natsTCP: o.natsTCP, natsURLs: o.natsURLs, replicas: o.replicas, memoryStorage: o.memStorage, linger: o.linger, lingerAlone: o.lingerAlone}, log)
+	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReaders: 1 << 20, natsTCP: o.natsTCP, natsURLs: o.natsURLs, replicas: o.replicas, memoryStorage: o.memStorage, linger: o.linger, lingerAlone: o.lingerAlone, resultsCache: o.resultsCache}, log)
 	if err != nil {
 		return err
 	}
