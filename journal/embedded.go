@@ -111,13 +111,18 @@ func startServer(cfg EmbeddedConfig) (*server.Server, error) {
 		return nil, fmt.Errorf("journal: embedded nats: %w", err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(startTimeout) {
 		s.Shutdown()
 		s.WaitForShutdown()
-		return nil, fmt.Errorf("journal: embedded nats did not start within 10s")
+		return nil, fmt.Errorf("journal: embedded nats did not start within %s", startTimeout)
 	}
 	return s, nil
 }
+
+// startTimeout bounds an embedded server's start. A clustered node on a
+// busy machine took over 10 s (a test's third node, beside the suite's
+// other packages on 2 cores).
+const startTimeout = 30 * time.Second
 
 // Connect opens a client connection to the embedded server.
 func (e *Embedded) Connect(name string) (*nats.Conn, error) {
