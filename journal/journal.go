@@ -268,8 +268,9 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jet
 		Duplicates:  time.Second, // no message ids are sent (writers chain by sequence); keep the window minimal
 		AllowDirect: true,
 		Discard:     jetstream.DiscardOld,
-		// Readers follow live generations on core NATS (live.go).
-		RePublish: &jetstream.RePublish{Source: subjectPrefix + ">", Destination: livePrefix + ">"},
+		// No RePublish: readers follow live generations on core NATS
+		// messages their writers publish while watched (live.go); an
+		// update drops the RePublish a stream made before had.
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("journal: stream %s: %w", cfg.Stream, err)

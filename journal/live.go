@@ -11,14 +11,43 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// livePrefix is where the stream republishes every message it stores
-// (StreamConfig.RePublish): subjectPrefix's subjects, on core NATS, with
-// the message's stream sequence and the sequence of its subject's previous
-// message in their headers.
+// livePrefix is where a generation's writer publishes each message it
+// stored while a reader follows the generation from the journal (a watch
+// holds it, watch.go), and a seal its message: subjectPrefix's subjects,
+// on core NATS, with the message's stream sequence and the sequence of its
+// subject's previous message in their headers (the headers JetStream's
+// RePublish would add; the stream republishes nothing: it would load and
+// copy the subject's previous message for every message stored, watched
+// or not).
 const livePrefix = "reprise.live."
 
+// lastSequenceHeader is a live message's previous sequence on its subject.
+const lastSequenceHeader = "Nats-Last-Sequence"
+
+// publishLive publishes msg, just stored at seq after prev on its subject,
+// to the subject's live readers. msg is the stored message's, which the
+// caller gives back afterwards (the body is copied out here). A message
+// lost on the way costs its readers a read of the stream (topic.after).
+func (j *Journal) publishLive(msg *nats.Msg, seq, prev uint64) {
+	live := &nats.Msg{Subject: livePrefix + strings.TrimPrefix(msg.Subject, subjectPrefix), Header: msg.Header, Data: msg.Data}
+	live.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(seq, 10))
+	live.Header.Set(lastSequenceHeader, strconv.FormatUint(prev, 10))
+	_ = j.nc.PublishMsg(live)
+}
+
+// announce tells subject's live readers that seq is stored, without its
+// events: a message whose previous sequence is its own links no reader's
+// position to it (topic.after), so a reader before it reads the stream.
+func (j *Journal) announce(subject string, seq uint64) {
+	s := strconv.FormatUint(seq, 10)
+	m := nats.NewMsg(livePrefix + strings.TrimPrefix(subject, subjectPrefix))
+	m.Header.Set(jetstream.SequenceHeader, s)
+	m.Header.Set(lastSequenceHeader, s)
+	_ = j.nc.PublishMsg(m)
+}
+
 // Live delivery. An instance's readers of one generation share one core
-// NATS subscription on its republished subject, however many they are: a
+// NATS subscription on its live subject, however many they are: a
 // reader costs no JetStream consumer (a stream takes a bounded number), and
 // a thousand idle readers cost one subscription. Core NATS may drop a
 // message (a reconnect, a leader change, a slow subscriber): each carries
@@ -38,7 +67,7 @@ const (
 	topicKeep = 32
 )
 
-// pushed is one republished message.
+// pushed is one live message.
 type pushed struct {
 	seq, prev uint64 // its stream sequence; its subject's previous one (0: none)
 	events    []Event
@@ -106,14 +135,14 @@ func (h *hub) leave(t *topic) {
 	_ = t.sub.Unsubscribe()
 }
 
-// receive takes one republished message (in the subscription's goroutine,
-// in the stream's order).
+// receive takes one live message (in the subscription's goroutine, in the
+// order its writer stored them).
 func (t *topic) receive(m *nats.Msg) {
 	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 	if err != nil {
 		return
 	}
-	prev, _ := strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
+	prev, _ := strconv.ParseUint(m.Header.Get(lastSequenceHeader), 10, 64)
 	f, _ := decode(m.Header, m.Data, seq) // a message that is no frame still links the chain
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -41,17 +41,30 @@ func (j *Journal) hearWatches() error {
 	return err
 }
 
-// watched holds the writer at Config.Linger until until, and wakes its
-// flusher: what lingered longer than that goes now.
+// watched holds the writer at Config.Linger until until, has it publish
+// what it stores live (Writer.send), and wakes its flusher: what lingered
+// longer than that goes now. A watch that finds the writer unwatched
+// announces the last message it knows stored: one stored before the
+// writer heard the watch was published to nobody, and the readers that
+// watch may have looked at the stream before it was stored.
 func (w *Writer) watched(until time.Time) {
-	w.watchedUntil.Store(until.UnixNano())
+	if was := w.watchedUntil.Swap(until.UnixNano()); was <= time.Now().UnixNano() {
+		if seq := w.storedSeq.Load(); seq > 0 {
+			w.j.announce(w.subject, seq)
+		}
+	}
 	signal(w.wake)
+}
+
+// isWatched reports whether a watch holds the writer at now.
+func (w *Writer) isWatched(now time.Time) bool {
+	return now.UnixNano() < w.watchedUntil.Load()
 }
 
 // linger is how long the writer's queue may wait at now (Config.Linger while
 // watched, else Config.LingerAlone).
 func (w *Writer) linger(now time.Time) time.Duration {
-	if now.UnixNano() < w.watchedUntil.Load() {
+	if w.isWatched(now) {
 		return w.j.cfg.Linger
 	}
 	return w.j.cfg.LingerAlone

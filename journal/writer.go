@@ -81,8 +81,13 @@ type Writer struct {
 	// while it is stored.
 	urgent uint64
 	// watchedUntil is when the last watch heard ends (unix ns): until then
-	// the queue lingers Config.Linger, else Config.LingerAlone (watch.go).
+	// the queue lingers Config.Linger, else Config.LingerAlone, and what is
+	// stored is published live (watch.go).
 	watchedUntil atomic.Int64
+	// storedSeq is the sequence of the last message stored on the subject
+	// as this writer knows it (0: none), for the watch that finds the
+	// writer unwatched (watch.go).
+	storedSeq atomic.Uint64
 }
 
 // startHint is the seek hint of events appended before a new writer's first
@@ -438,6 +443,14 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, 
 	if w.j.cfg.OnAppend != nil {
 		w.j.cfg.OnAppend(time.Since(start))
 	}
+	// Stored, then looked at whether watched, in this order: a watch that
+	// finds the writer unwatched looks at storedSeq after marking it
+	// watched (Writer.watched), so a message is either published live
+	// here or announced there.
+	w.storedSeq.Store(seq)
+	if w.isWatched(time.Now()) {
+		w.j.publishLive(msg, seq, expect)
+	}
 	return seq, nil
 }
 
@@ -500,10 +513,13 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 		for i := range evs {
 			evs[i].Offset, evs[i].Seq = last.Offset+1+uint64(i), 0
 		}
-		ack, err := j.js.PublishMsg(ctx, encode(ref.subject(), sealWriter, evs),
-			jetstream.WithExpectLastSequencePerSubject(lastSeq), jetstream.WithRetryAttempts(0))
+		msg := encode(ref.subject(), sealWriter, evs)
+		ack, err := j.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(lastSeq), jetstream.WithRetryAttempts(0))
 		if err == nil {
 			_ = j.wrote(nil)
+			// Whoever follows the generation hears its end now: a seal is
+			// rare, and its instance does not know who watches.
+			j.publishLive(msg, ack.Sequence, lastSeq)
 			end := evs[len(evs)-1]
 			end.Seq = ack.Sequence
 			return end, true, nil
@@ -534,6 +550,7 @@ func (j *Journal) NewWriterAfter(ctx context.Context, ref Ref, sink func(Event))
 	last := f.events[len(f.events)-1]
 	w := j.newWriter(ref, sink)
 	w.base, w.next, w.stored, w.lastSeq, w.seq = last.Offset, last.Offset, last.Offset, f.seq, f.seq
+	w.storedSeq.Store(f.seq)
 	j.lag.add(w)
 	go w.flush()
 	return w, last, nil
