@@ -205,16 +205,7 @@ func TestSealPublishedLive(t *testing.T) {
 // TestOpenDropsRePublish: a stream made by a version that had JetStream
 // republish every message loses that on Open.
 func TestOpenDropsRePublish(t *testing.T) {
-	e, err := StartEmbedded(EmbeddedConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Shutdown)
-	nc, err := e.Connect(t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := newTestConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js, err := jetstream.New(nc)

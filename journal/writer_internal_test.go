@@ -7,9 +7,24 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 func newTestJournal(t *testing.T) *Journal {
+	t.Helper()
+	nc := newTestConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	j, err := Open(ctx, nc, Config{Memory: true, AppendTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// newTestConn is a connection to an embedded server of the test's own.
+func newTestConn(t *testing.T) *nats.Conn {
 	t.Helper()
 	e, err := StartEmbedded(EmbeddedConfig{Dir: t.TempDir()})
 	if err != nil {
@@ -21,13 +36,7 @@ func newTestJournal(t *testing.T) *Journal {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	j, err := Open(ctx, nc, Config{Memory: true, AppendTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
+	return nc
 }
 
 // TestSendRecognisesItsStoredMessage: a message sent again after its
