@@ -184,7 +184,7 @@ func TestCostGuard(t *testing.T) {
 func TestCostSDKRetry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withPrices(t))
-	prompt := uniquePrompt(t, "[tokens=20] [delay=10ms]")
+	prompt := uniquePrompt(t, "[tokens=20] [delay=40ms]")
 	body := chatBody(prompt, true)
 	key, _ := dropAfter(t, e.URL, body, 1)
 	waitLeft(t, e.URL, 1)

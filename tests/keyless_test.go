@@ -45,6 +45,11 @@ func waitLeftOrShed(tb testing.TB, e *env, n float64) {
 }
 
 // dropAfter sends a keyless streamed chat request and leaves after n events.
+// A test that then waits for the proxy to see the client leave (waitLeft)
+// streams for most of a second: the proxy learns of a departure from a
+// write that fails, and a handler starved long enough (the race detector
+// beside a CPU burner) could write a 200 ms answer's rest in one go into
+// the socket's buffer, a delivery as far as TCP tells.
 func dropAfter(tb testing.TB, url, body string, n int, header ...string) (key string, got []event) {
 	tb.Helper()
 	resp := do(tb, "POST", url+chatPath, body, header...)
@@ -62,7 +67,7 @@ func dropAfter(tb testing.TB, url, body string, n int, header ...string) (key st
 func TestKeylessRetryAttaches(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	prompt := uniquePrompt(t, "[tokens=40] [delay=10ms]")
+	prompt := uniquePrompt(t, "[tokens=40] [delay=20ms]")
 	body := chatBody(prompt, true)
 	key, partial := dropAfter(t, e.URL, body, 3)
 	waitLeft(t, e.URL, 1)
@@ -121,7 +126,7 @@ func mustJSON(tb testing.TB, v any) string {
 func TestKeylessRetryReplays(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	prompt := uniquePrompt(t, "[tokens=20] [delay=10ms]")
+	prompt := uniquePrompt(t, "[tokens=20] [delay=40ms]")
 	body := chatBody(prompt, true)
 	key, _ := dropAfter(t, e.URL, body, 1)
 	waitLeft(t, e.URL, 1)
@@ -221,7 +226,7 @@ func TestKeylessRetryOtherInstance(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withNATSPort())
 	b := startInstance(t, "keyless-b", []string{e.natsURL()}, e.llmSrv.URL, instanceOptions{replicas: 1})
-	prompt := uniquePrompt(t, "[tokens=30] [delay=10ms]")
+	prompt := uniquePrompt(t, "[tokens=30] [delay=30ms]")
 	body := chatBody(prompt, true)
 	key, _ := dropAfter(t, e.URL, body, 2)
 	waitLeft(t, e.URL, 1)

@@ -125,7 +125,7 @@ func TestMetricsTraffic(t *testing.T) {
 	}
 
 	// A keyless request whose client left, then its retry: replayed.
-	sdk := chatBody(uniquePrompt(t, "[tokens=20] [delay=10ms]"), true)
+	sdk := chatBody(uniquePrompt(t, "[tokens=20] [delay=40ms]"), true)
 	firstKey, _ := dropAfter(t, e.URL, sdk, 1)
 	waitLeft(t, e.URL, 1)
 	waitState(t, e, firstKey, "completed")
