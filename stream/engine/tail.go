@@ -136,6 +136,10 @@ func (t *Tail) at(off uint64) journal.Event {
 func (t *Tail) fail(data []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.failLocked(data)
+}
+
+func (t *Tail) failLocked(data []byte) {
 	t.failed = true
 	last := t.n
 	t.storedAt = time.Now()
@@ -151,10 +155,10 @@ func (t *Tail) fail(data []byte) {
 // holds once it is settled — an offset of this reason's may name another
 // event there.
 func (t *Tail) unsettled(data []byte) {
-	t.fail(data)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.unplaced = t.n - 1
+	t.failLocked(data)
+	t.unplaced = t.n - 1 // before a reader woken by failLocked looks (it waits for t.mu)
 }
 
 // Unplaced reports whether ev is the reason unsettled gave: it goes to

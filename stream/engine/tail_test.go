@@ -291,3 +291,28 @@ func TestTailWakesOnlyWhoWatches(t *testing.T) {
 		t.Fatalf("Since(4) = %+v, want event 5", evs)
 	}
 }
+
+// TestTailUnsettledReasonUnplacedAtOnce: a reader woken by an unsettled
+// tail's reason already finds it unplaced (sent without an id). The
+// reason was added, and its readers woken, before it was marked, so a
+// reader that looked at once could give it an id its journal position
+// does not have.
+func TestTailUnsettledReasonUnplacedAtOnce(t *testing.T) {
+	for range 200 {
+		tl := newTail()
+		if !tl.preview(journal.Event{Offset: 1, Data: []byte("a")}) {
+			t.Fatal("the first event was not shown")
+		}
+		_, changed := tl.Since(1)
+		seen := make(chan bool)
+		go func() {
+			<-changed
+			evs, _ := tl.Since(1)
+			seen <- len(evs) > 0 && evs[0].Type == TypeError && tl.Unplaced(evs[0])
+		}()
+		tl.unsettled([]byte(`{"error":{}}`))
+		if !<-seen {
+			t.Fatal("a reader woken by the reason found it placed")
+		}
+	}
+}
