@@ -174,10 +174,11 @@ const receivedTimeout = 5 * time.Second
 
 // delivered reports whether a keyless request's answer reached its client:
 // an event stream written to its end, or any other answer written whole by
-// a handler that returned with its client still there.
+// a handler that returned with its client still there — and, either way,
+// a connection its client did not reset (clientReset).
 func (rc *receipt) delivered(r *http.Request, returned bool) bool {
 	if rc.streamed {
-		return rc.got
+		return rc.got && !clientReset(r)
 	}
-	return returned && r.Context().Err() == nil
+	return returned && r.Context().Err() == nil && !clientReset(r)
 }

@@ -310,7 +310,8 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	p.hs = &http.Server{
 		Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: cfg.MaxHeaderBytes, TLSConfig: cfg.TLS,
-		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		ErrorLog:    slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		ConnContext: stream.ConnContext,
 	}
 	return p, nil
 }

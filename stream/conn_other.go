@@ -1,0 +1,8 @@
+//go:build !linux
+
+package stream
+
+import "syscall"
+
+// socketReset cannot tell outside Linux: no connection counts as reset.
+func socketReset(syscall.RawConn) bool { return false }
