@@ -63,9 +63,8 @@ type Writer struct {
 	room   chan struct{} // the queue shrank
 	done   chan struct{} // the flusher returned
 
-	next    uint64 // offsets given out (the appending goroutine's)
-	lastSeq uint64 // sequence of the last stored message (the flusher's)
-	base    uint64 // the offset written after: 0, or NewWriterAfter's
+	next uint64 // offsets given out (the appending goroutine's)
+	base uint64 // the offset written after: 0, or NewWriterAfter's
 
 	mu       sync.Mutex
 	queue    []Event     // appended, not yet stored
@@ -85,8 +84,9 @@ type Writer struct {
 	// stored is published live (watch.go).
 	watchedUntil atomic.Int64
 	// storedSeq is the sequence of the last message stored on the subject
-	// as this writer knows it (0: none), for the watch that finds the
-	// writer unwatched (watch.go).
+	// as this writer knows it (0: none): the one its next message expects
+	// (send, the fence's and then the flusher's), and the one a watch that
+	// finds the writer unwatched announces (watch.go).
 	storedSeq atomic.Uint64
 }
 
@@ -272,12 +272,11 @@ func (w *Writer) first(ctx context.Context, ev Event) error {
 	w.mu.Lock()
 	w.fenceAt = time.Now()
 	w.mu.Unlock()
-	seq, err := w.send(ctx, []Event{ev}, w.lastSeq)
+	seq, err := w.send(ctx, []Event{ev}, w.storedSeq.Load())
 	if err != nil {
 		w.fail(err)
 		return err
 	}
-	w.lastSeq = seq // read by the flusher after the next wake
 	ev.Seq = seq
 	w.mu.Lock()
 	w.stored, w.seq, w.ended = ev.Offset, seq, ev.IsEnd()
@@ -324,12 +323,11 @@ func (w *Writer) flush() {
 				return
 			}
 		}
-		seq, err := w.send(w.ctx, batch, w.lastSeq)
+		seq, err := w.send(w.ctx, batch, w.storedSeq.Load())
 		if err != nil {
 			w.fail(err)
 			return
 		}
-		w.lastSeq = seq
 		for i := range batch {
 			w.sink(batch[i])
 		}
@@ -549,7 +547,7 @@ func (j *Journal) NewWriterAfter(ctx context.Context, ref Ref, sink func(Event))
 	}
 	last := f.events[len(f.events)-1]
 	w := j.newWriter(ref, sink)
-	w.base, w.next, w.stored, w.lastSeq, w.seq = last.Offset, last.Offset, last.Offset, f.seq, f.seq
+	w.base, w.next, w.stored, w.seq = last.Offset, last.Offset, last.Offset, f.seq
 	w.storedSeq.Store(f.seq)
 	j.lag.add(w)
 	go w.flush()
