@@ -4,7 +4,8 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"syscall"
+
+	"github.com/reprise-dev/reprise/stream/detach"
 )
 
 type connKey struct{}
@@ -30,15 +31,8 @@ func clientReset(r *http.Request) bool {
 		return false
 	}
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
-	if t, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS
-		c = t.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := detach.RawConn(c)
+	if rc == nil {
 		return false
 	}
 	return socketReset(rc)

@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -283,4 +284,20 @@ func (c *Conn) writeHead() {
 	_ = c.header.Write(b)
 	_, _ = b.WriteString("\r\n") // a write error shows at the flush
 	c.header = nil               // sent: an idle reader does not keep it
+}
+
+// RawConn is conn's socket, under TLS if any; nil when it has none.
+func RawConn(conn net.Conn) syscall.RawConn {
+	if t, ok := conn.(interface{ NetConn() net.Conn }); ok { // TLS
+		conn = t.NetConn()
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,7 +40,7 @@ const stopToken = 0
 // called before conn is closed, cancels the watch: it reports whether ready
 // was not called and will not be.
 func (p *poller) watch(conn net.Conn, ready func()) (stop func() bool) {
-	rc := rawConn(conn)
+	rc := RawConn(conn)
 	p.mu.Lock()
 	if rc == nil || !p.startLocked() {
 		p.mu.Unlock()
@@ -161,20 +160,4 @@ func (p *poller) stop() {
 	<-stopped
 	_ = unix.Close(ep)
 	_ = unix.Close(stopFD)
-}
-
-// rawConn is conn's socket, under TLS if any; nil when it has none.
-func rawConn(conn net.Conn) syscall.RawConn {
-	if t, ok := conn.(interface{ NetConn() net.Conn }); ok { // TLS
-		conn = t.NetConn()
-	}
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
 }
