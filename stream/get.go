@@ -268,7 +268,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 				case out.failed:
 					c.Abort()
 				case errors.Is(err, context.Canceled): // the client left, or the instance cut the reader
-					tellCut(out, rec)
+					tellCut(out, rec.Path)
 				}
 				if err != nil && ctx.Err() == nil {
 					s.log.Debug("client stream ended", "err", err)
@@ -276,17 +276,40 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 			}, release)
 			return
 		}
+		if r.ProtoMajor == 2 && serveLater(r, func() { s.serveSSEHere(w, r, id, &rec, cur, release) }) {
+			return
+		}
 	}
+	s.serveSSEHere(w, r, id, &rec, cur, release)
+}
+
+// serveSSEHere answers with an event stream on net/http's response w
+// (HTTP/2, a POST's answer), then calls release. An idle HTTP/2 reader
+// waits in it (serveLater): it keeps its frame small (the errors are
+// written by functions of their own), so that with what waits under it
+// the reader's stack stays under a quarter of 16 KiB and the runtime
+// halves it.
+func (s *Server) serveSSEHere(w http.ResponseWriter, r *http.Request, id string, rec *resume.Record, cur resume.Position, release func()) {
 	defer release()
 	bw := batched(w)
 	defer bw.FlushError() //nolint:errcheck // gives the buffer back; a write error was seen already
 	out, err := newSSEWriter(bw, r, s.cfg.WriteTimeout, s.cfg.SSERetry)
 	if err != nil {
-		failFor(w, rec, apierr.New(apierr.NoStreaming))
+		noStreaming(w, rec.Path)
 		return
 	}
 	streaming(r.Context())
-	err = s.follow(r.Context(), timed(out), id, &rec, cur)
+	s.endSSE(r, out, rec.Path, s.follow(r.Context(), s.timed(r)(out), id, rec, cur))
+}
+
+// noStreaming answers that w cannot stream.
+func noStreaming(w http.ResponseWriter, path string) {
+	apierr.New(apierr.NoStreaming).WriteIn(w, engine.ShapeOf(path))
+}
+
+// endSSE ends an event stream served by net/http that follow ended with
+// err.
+func (s *Server) endSSE(r *http.Request, out *sseWriter, path string, err error) {
 	if r.Context().Err() != nil || (err != nil && s.closing.Err() != nil) {
 		// The request was canceled — usually its client is gone, but not
 		// always (a balancer's connection to this instance can end while
@@ -297,7 +320,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 		// whose write failed (the write timeout: net/http cancels the
 		// request then).
 		if r.Context().Err() == nil && !out.failed && errors.Is(err, context.Canceled) {
-			tellCut(out, rec)
+			tellCut(out, path)
 		}
 		panic(http.ErrAbortHandler)
 	}
@@ -310,8 +333,8 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 // an error event: shutting_down, retryable, and without an id, so the
 // client's cursor stays on the last event it got and a resume (on another
 // instance) continues from there.
-func tellCut(out *sseWriter, rec resume.Record) {
-	ev := journal.Event{Type: engine.TypeError, Data: apierr.New(apierr.ShuttingDown).BodyIn(engine.ShapeOf(rec.Path))}
+func tellCut(out *sseWriter, path string) {
+	ev := journal.Event{Type: engine.TypeError, Data: apierr.New(apierr.ShuttingDown).BodyIn(engine.ShapeOf(path))}
 	if out.send("", ev) == nil {
 		_ = out.flush()
 	}

@@ -258,7 +258,9 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.logAccess(w, withArrival(r), s.handler)
+	if rest := s.logAccess(w, withArrival(r), s.handler); rest != nil {
+		rest() // with the handler chain returned: serveLater
+	}
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"iter"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -200,6 +202,87 @@ func TestDetachedNotOverHTTP2(t *testing.T) {
 		t.Fatalf("proto %s (tls %v)", resp.Proto, resp.TLS != nil)
 	}
 	checkComplete(t, readEvents(t, resp, -1), prompt, 3)
+}
+
+// TestHTTP2ReaderWaitsOutsideItsHandlerChain: a reader of a Location over HTTP/2, which
+// net/http cannot let go of, waits for its events with nothing of the
+// handler chain that decided its request under it (the runtime halves an
+// idle goroutine's stack only while it uses under a quarter of it), and
+// gets its stream: a live one from its start, and a completed one whole.
+func TestHTTP2ReaderWaitsOutsideItsHandlerChain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withAbandon()) // the long generation ends once its reader left
+	hs := httptest.NewUnstartedServer(e.p)
+	hs.EnableHTTP2 = true
+	hs.StartTLS()
+	t.Cleanup(hs.Close)
+	get := func(ctx context.Context, key string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, "GET", hs.URL+"/v1/streams/"+key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hs.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+			t.Fatalf("%s over %s", resp.Status, resp.Proto)
+		}
+		return resp
+	}
+
+	// A live generation (the POST on HTTP/1, so that the only HTTP/2
+	// handler is the reader's), long enough to be found waiting.
+	long := uniquePrompt(t, "[tokens=1000] [delay=20ms]")
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(long, true), "Idempotency-Key", "k-h2-live"), 1)
+	ctx, cancel := context.WithCancel(waitCtx(t, 60*time.Second))
+	defer cancel()
+	resp := get(ctx, "k-h2-live")
+	next, stop := iter.Pull2(sse.Read(resp.Body, nil))
+	defer stop()
+	var evs []event
+	read := func() {
+		t.Helper()
+		ev, err, ok := next()
+		if !ok || err != nil {
+			t.Fatalf("the HTTP/2 reader's stream ended after %d events: %v", len(evs), err)
+		}
+		evs = append(evs, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data})
+	}
+	read()
+	var waiting string
+	for waiting == "" {
+		buf := make([]byte, 8<<20)
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "(*http2serverConn).runHandler") && strings.Contains(g, "(*Server).followTail") {
+				waiting = g
+			}
+		}
+		if waiting == "" {
+			select {
+			case <-ctx.Done():
+				t.Fatal("no HTTP/2 reader found waiting for its events")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	if strings.Contains(waiting, "(*Server).handleStream") || !strings.Contains(waiting, "(*Server).ServeHTTP") {
+		t.Fatalf("the HTTP/2 reader waits on top of the handler chain that decided its request:\n%s", waiting)
+	}
+	for range 5 {
+		read()
+	}
+	checkUnique(t, evs)
+	if text := content(t, evs); text == "" {
+		t.Fatalf("no content in %d events", len(evs))
+	}
+	cancel()
+
+	// A completed generation, read whole.
+	short := uniquePrompt(t, "[tokens=5]")
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(short, true), "Idempotency-Key", "k-h2-done"), -1)
+	checkComplete(t, readEvents(t, get(waitCtx(t, 20*time.Second), "k-h2-done"), -1), short, 5)
 }
 
 // TestDetachedPipelined: a request pipelined behind a stream's GET is not
