@@ -11,16 +11,25 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// access is what a handler tells the access log about its request: the key
-// and what the request was allowed to do (start, attach, replay, resume or
-// reject).
+// access is what reprise notes about a request while serving it, one for
+// each request (ServeHTTP): when it came in, and what its handler tells the
+// access log (its key and what it was allowed to do: start, attach, replay,
+// resume or reject), the latencies its client sees (timing.go) and what is
+// left to serve once the handler returned (serveLater).
 type access struct {
+	at            time.Time
 	key, decision string
-	// rest is what the handler left to serve once it returned (serveLater).
-	rest func()
+	started       bool   // the request started its key's generation
+	flushed       func() // runs once the first write to the client went out (thenFlushed)
+	rest          func() // what the handler left to serve (serveLater)
 }
 
 type accessKey struct{}
+
+// withAccess is r with a as its note.
+func withAccess(r *http.Request, a *access) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), accessKey{}, a))
+}
 
 // noted returns r's access note, nil outside ServeHTTP.
 func noted(r *http.Request) *access {
@@ -69,8 +78,7 @@ var quiet = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 // detached event stream, a WebSocket) is logged when it was handed over,
 // and so is one served later (serveLater), which logAccess returns.
 func (s *Server) logAccess(w http.ResponseWriter, r *http.Request, next http.Handler) (rest func()) {
-	start := time.Now()
-	note := &access{}
+	note := &access{at: time.Now()}
 	aw := &accessWriter{ResponseWriter: w}
 	defer func() {
 		status := aw.status
@@ -89,9 +97,9 @@ func (s *Server) logAccess(w http.ResponseWriter, r *http.Request, next http.Han
 			level = slog.LevelDebug
 		}
 		s.log.Log(context.Background(), level, "request", "method", r.Method, "path", r.URL.Path, "status", status,
-			"duration_ms", ms(time.Since(start)), "key", note.key, "decision", decision)
+			"duration_ms", ms(time.Since(note.at)), "key", note.key, "decision", decision)
 	}()
-	next.ServeHTTP(aw, r.WithContext(context.WithValue(r.Context(), accessKey{}, note)))
+	next.ServeHTTP(aw, withAccess(r, note))
 	return note.rest
 }
 

@@ -258,7 +258,7 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if rest := s.logAccess(w, withArrival(r), s.handler); rest != nil {
+	if rest := s.logAccess(w, r, s.handler); rest != nil {
 		rest() // with the handler chain returned: serveLater
 	}
 }

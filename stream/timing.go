@@ -1,32 +1,15 @@
 package stream
 
 import (
-	"context"
 	"net/http"
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
 )
 
-// arrival is when a request came in, and whether it started a generation:
-// the origin of the latencies its client sees.
-type arrival struct {
-	at      time.Time
-	started bool
-	// flushed runs once the first write to the client went out (thenFlushed).
-	flushed func()
-}
-
-type arrivalKey struct{}
-
-// withArrival stamps r with its arrival.
-func withArrival(r *http.Request) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), arrivalKey{}, &arrival{at: time.Now()}))
-}
-
 // startedHere marks r as the request that started its key's generation.
 func startedHere(r *http.Request) {
-	if a, ok := r.Context().Value(arrivalKey{}).(*arrival); ok {
+	if a := noted(r); a != nil {
 		a.started = true
 	}
 }
@@ -36,7 +19,7 @@ func startedHere(r *http.Request) {
 // (a record write) does not compete with the write that matters most. A
 // stream that never flushes (its client left first) never runs it.
 func thenFlushed(r *http.Request, f func()) {
-	if a, ok := r.Context().Value(arrivalKey{}).(*arrival); ok {
+	if a := noted(r); a != nil {
 		a.flushed = f
 	} else {
 		f()
@@ -48,7 +31,8 @@ func thenFlushed(r *http.Request, f func()) {
 // that started the generation, its time to first token. Other readers
 // (attaches, replays) are not timed.
 func (s *Server) timed(r *http.Request) func(eventWriter) eventWriter {
-	a, ok := r.Context().Value(arrivalKey{}).(*arrival)
+	a := noted(r)
+	ok := a != nil
 	var observe func(time.Duration)
 	switch {
 	case !ok:

@@ -3,6 +3,7 @@ package stream
 import (
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/reprise-dev/reprise/journal"
 )
@@ -23,7 +24,7 @@ func (w *recordingWriter) flush() error               { w.did = append(w.did, "f
 // first flush, not at the first send, and once.
 func TestThenFlushedRunsAfterTheFirstFlush(t *testing.T) {
 	s := &Server{}
-	r := withArrival(httptest.NewRequest("POST", "/v1/chat/completions", nil)) // not timed: neither a GET nor a start
+	r := withAccess(httptest.NewRequest("POST", "/v1/chat/completions", nil), &access{at: time.Now()}) // not timed: neither a GET nor a start
 	inner := &recordingWriter{}
 	ran := 0
 	thenFlushed(r, func() {
