@@ -246,7 +246,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 	}
 	// Readers of the Location (EventSource, resumes, watchers: the idle
 	// connections) are detached; a POST's answer stays with net/http, which
-	// keeps its connection alive for the client's next request.
+	// keeps its connection alive for the client's next request. Over
+	// HTTP/2, which cannot be detached, a reader of the Location is served
+	// once its handler chain returned (serveLater).
 	//
 	// A detached response ends when its connection closes: a clean close
 	// is a complete response to the client. So a reader this instance
