@@ -246,18 +246,18 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 	}
 	// Readers of the Location (EventSource, resumes, watchers: the idle
 	// connections) are detached; a POST's answer stays with net/http, which
-	// keeps its connection alive for the client's next request. Over
-	// HTTP/2, which cannot be detached, a reader of the Location is served
-	// once its handler chain returned (serveLater).
+	// keeps its connection alive for the client's next request. A reader
+	// of the Location that cannot be detached (HTTP/2) is served once its
+	// handler chain returned (serveLater).
 	//
 	// A detached response ends when its connection closes: a clean close
 	// is a complete response to the client. So a reader this instance
 	// cuts (it is closing) is told so with an error event, and one whose
 	// write failed (it did not take an event within the write timeout),
 	// which nothing more can reach, gets its connection reset.
-	timed := s.timed(r)
 	if r.Method == http.MethodGet {
 		if c := s.detached.Take(w, r); c != nil {
+			timed := s.timed(r)
 			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
 				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout, s.cfg.SSERetry)
 				if out == nil {
@@ -278,7 +278,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 			}, release)
 			return
 		}
-		if r.ProtoMajor == 2 && serveLater(r, func() { s.serveSSEHere(w, r, id, &rec, cur, release) }) {
+		if serveLater(r, func() { s.serveSSEHere(w, r, id, &rec, cur, release) }) {
 			return
 		}
 	}

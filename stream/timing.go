@@ -32,17 +32,16 @@ func thenFlushed(r *http.Request, f func()) {
 // (attaches, replays) are not timed.
 func (s *Server) timed(r *http.Request) func(eventWriter) eventWriter {
 	a := noted(r)
-	ok := a != nil
 	var observe func(time.Duration)
 	switch {
-	case !ok:
+	case a == nil:
 	case r.Method == http.MethodGet:
 		observe = s.metrics.ResumeFirstEvent
 	case a.started:
 		observe = s.metrics.FirstToken
 	}
 	return func(out eventWriter) eventWriter {
-		if observe == nil && (!ok || a.flushed == nil) {
+		if observe == nil && (a == nil || a.flushed == nil) {
 			return out
 		}
 		return &firstEvent{eventWriter: out, at: a.at, observe: observe, flushed: a.flushed}
