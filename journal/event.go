@@ -32,6 +32,11 @@ const (
 	// for events appended before the generation's first message was
 	// stored (Writer): a sequence at or before the message's.
 	hdrHint = "Reprise-Hint"
+	// hdrNote, when set, is the note of an event appended noted
+	// (Writer.AppendNoted) that the frame holds or follows: every message
+	// of its writer from that event's on carries it, and a seal's message
+	// carries the note of the message it follows (Journal.Note).
+	hdrNote = "Reprise-Note"
 )
 
 // Event is one journaled upstream event, or a generation's end marker.
@@ -80,10 +85,11 @@ func (e Event) Size() int { return len(e.Type) + len(e.Data) + eventOverhead }
 func EventSize(typ string, data []byte) int { return Event{Type: typ, Data: data}.Size() }
 
 // encode packs consecutive events, the end marker possibly last, into one
-// message written by writer. Their Seq, when set, is the same (the frame's
-// hint). The message's body comes from bodies: once it is published (the
-// connection copies it), release gives it back.
-func encode(subject, writer string, evs []Event) *nats.Msg {
+// message written by writer, carrying note when it is not empty. Their
+// Seq, when set, is the same (the frame's hint). The message's body comes
+// from bodies: once it is published (the connection copies it), release
+// gives it back.
+func encode(subject, writer string, evs []Event, note string) *nats.Msg {
 	m := nats.NewMsg(subject)
 	n, size := 0, 0
 	for _, ev := range evs {
@@ -108,6 +114,9 @@ func encode(subject, writer string, evs []Event) *nats.Msg {
 	m.Header.Set(hdrOffset, strconv.FormatUint(evs[0].Offset, 10))
 	m.Header.Set(hdrCount, strconv.Itoa(n))
 	m.Header.Set(hdrWriter, writer)
+	if note != "" {
+		m.Header.Set(hdrNote, note)
+	}
 	return m
 }
 
@@ -141,6 +150,7 @@ type frame struct {
 	events []Event // at least one; the end marker, if any, last
 	writer string  // "" in the format before frames
 	seq    uint64  // the message's stream sequence
+	note   string  // hdrNote's value; "" when it has none
 }
 
 // last is the offset of the frame's last event (or end marker).
@@ -210,7 +220,7 @@ func decodeFrom(h nats.Header, data []byte, seq, from uint64) (f frame, ok bool)
 	if end != "" {
 		evs = append(evs, Event{Offset: off + n, Seq: seq, End: end})
 	}
-	return frame{events: evs, writer: h.Get(hdrWriter), seq: msgSeq}, true
+	return frame{events: evs, writer: h.Get(hdrWriter), seq: msgSeq, note: h.Get(hdrNote)}, true
 }
 
 // field reads one length-prefixed field.

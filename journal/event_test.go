@@ -90,7 +90,7 @@ func FuzzDecode(f *testing.F) {
 				evs[i].Seq = 0
 			}
 		}
-		m := encode("reprise.ev.x.1", "w", evs)
+		m := encode("reprise.ev.x.1", "w", evs, "")
 		back, ok := decode(m.Header, m.Data, seq)
 		if !ok || back.writer != "w" || len(back.events) != len(fr.events) {
 			t.Fatalf("encode/decode: %+v -> %+v (ok %t)", fr.events, back.events, ok)

@@ -349,6 +349,17 @@ func (j *Journal) Last(ctx context.Context, ref Ref) (Event, error) {
 	return f.events[len(f.events)-1], nil
 }
 
+// Note returns the note stored with ref's generation's last noted event
+// (Writer.AppendNoted), as its last message carries it: "" when it has
+// none; ErrNotFound when nothing is stored.
+func (j *Journal) Note(ctx context.Context, ref Ref) (string, error) {
+	f, err := j.lastFrame(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	return f.note, nil
+}
+
 // Progress is how far a generation's journal has got, as any instance reads
 // it back.
 type Progress struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -1511,5 +1512,84 @@ func TestWriterShowsTheFence(t *testing.T) {
 	}
 	if last, err := j.Last(ctx, sealed); err != nil || last.Offset != 1 || last.End != journal.EndFailed {
 		t.Fatalf("Last = %+v, %v; want only the seal's end marker", last, err)
+	}
+}
+
+// TestAppendNoted: a noted event's note is stored with it and read back
+// from the generation's last message — its own, the writer's end marker's
+// sent after it, or a seal's after it — never before the event is stored;
+// a later note replaces it, readers see no trace of it, and a note that is
+// no header value is refused.
+func TestAppendNoted(t *testing.T) {
+	j := newJournal(t)
+	ctx := waitCtx(t, waitTimeout)
+	if _, err := j.Note(ctx, journal.Ref{ID: "note-none", Gen: 1}); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("Note of an empty generation: %v, want ErrNotFound", err)
+	}
+	stored := func(w *journal.Writer, off uint64) {
+		t.Helper()
+		poll(t, waitTimeout, fmt.Sprintf("event %d stored", off), func() bool { return w.Stored() >= off })
+	}
+	note := func(ref journal.Ref, want string) {
+		t.Helper()
+		if got, err := j.Note(ctx, ref); err != nil || got != want {
+			t.Fatalf("Note(%s) = %q, %v; want %q", ref.ID, got, err, want)
+		}
+	}
+
+	// Ended by its writer, the end marker in a message of its own.
+	ref := journal.Ref{ID: "note-end", Gen: 1}
+	w := j.NewWriter(ref, func(journal.Event) {})
+	if err := w.Append(ctx, "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	stored(w, 1)
+	note(ref, "")
+	if err := w.AppendNoted(ctx, "t", []byte("2"), `{"n":1}`); err != nil {
+		t.Fatal(err)
+	}
+	stored(w, 2)
+	note(ref, `{"n":1}`)
+	if err := w.AppendNoted(ctx, "t", []byte("3"), `{"n":2}`); err != nil {
+		t.Fatal(err)
+	}
+	stored(w, 3)
+	if err := w.End(ctx, journal.EndCompleted); err != nil {
+		t.Fatal(err)
+	}
+	note(ref, `{"n":2}`)
+	if last, err := j.Last(ctx, ref); err != nil || !last.IsEnd() || last.Offset != 4 {
+		t.Fatalf("Last = %+v, %v; want the end marker at 4", last, err)
+	}
+	r, err := j.Read(ctx, ref, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i, ev := range readN(t, r, 4) {
+		want := []string{"a:1", "t:2", "t:3", ":"}[i]
+		if got := ev.Type + ":" + string(ev.Data); got != want {
+			t.Errorf("event %d = %q, want %q", i+1, got, want)
+		}
+	}
+
+	// Sealed after the noted event: the seal keeps the note.
+	ref = journal.Ref{ID: "note-seal", Gen: 1}
+	w = j.NewWriter(ref, func(journal.Event) {})
+	if err := w.AppendNoted(ctx, "t", []byte("1"), "usage"); err != nil { // the first event, the fence
+		t.Fatal(err)
+	}
+	w.Abort()
+	if _, sealed, err := j.Seal(ctx, ref, endAs(journal.EndCompleted)); err != nil || !sealed {
+		t.Fatalf("Seal: %v, %v", sealed, err)
+	}
+	note(ref, "usage")
+
+	for _, bad := range []string{"a\nb", "a\rb", " a", "a ", strings.Repeat("x", journal.MaxNote+1)} {
+		w := j.NewWriter(journal.Ref{ID: "note-bad", Gen: 1}, func(journal.Event) {})
+		if err := w.AppendNoted(ctx, "t", []byte("1"), bad); !errors.Is(err, journal.ErrInvalidOption) {
+			t.Errorf("AppendNoted(%q) = %v, want ErrInvalidOption", bad, err)
+		}
+		w.Abort()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,9 +73,13 @@ type Writer struct {
 	fenceAt  time.Time   // when the fence in flight was appended; zero: none
 	qbytes   int
 	ended    bool
-	stored   uint64 // offset of the last stored event
-	seq      uint64 // sequence of the message that stored it: the next events' seek hint (startHint before any)
-	err      error
+	// note is the note of the event appended noted at offset noteAt
+	// (AppendNoted): every message from that event's on carries it.
+	note   string
+	noteAt uint64
+	stored uint64 // offset of the last stored event
+	seq    uint64 // sequence of the message that stored it: the next events' seek hint (startHint before any)
+	err    error
 	// urgent is the offset of the last queued event a caller waits to see
 	// stored (Append, End): queued events linger (Config.Linger) only
 	// while it is stored.
@@ -141,8 +146,26 @@ func (w *Writer) Stored() uint64 {
 // writer already started this generation. It waits while DefaultWindow
 // events are unacknowledged.
 func (w *Writer) Append(ctx context.Context, typ string, data []byte) error {
-	return w.add(ctx, Event{Type: typ, Data: data}, nil)
+	return w.add(ctx, Event{Type: typ, Data: data}, nil, "")
 }
+
+// AppendNoted appends like Append, and stores note with the event: the
+// message that holds it and every later one of the writer (its end
+// marker's) carry it, and a seal after it keeps it (Seal): it is read back
+// from the generation's last message (Note). Something the event's reader
+// never sees, which must be stored if, and only if, the event is: a
+// generation's usage with its terminal event. A later noted event's note
+// replaces it. note is a header value: at most MaxNote bytes, without CR or
+// LF or spaces around it (ErrInvalidOption).
+func (w *Writer) AppendNoted(ctx context.Context, typ string, data []byte, note string) error {
+	if len(note) > MaxNote || strings.ContainsAny(note, "\r\n") || strings.TrimSpace(note) != note {
+		return fmt.Errorf("%w: a note must be a header value of at most %d bytes", ErrInvalidOption, MaxNote)
+	}
+	return w.add(ctx, Event{Type: typ, Data: data}, nil, note)
+}
+
+// MaxNote bounds an event's note (AppendNoted).
+const MaxNote = 1024
 
 // AppendShown appends like Append, and calls show with the event (its
 // Offset and Seq set, as sink will get it) once it is queued, before it is
@@ -152,13 +175,13 @@ func (w *Writer) Append(ctx context.Context, typ string, data []byte) error {
 // Append stores it before it returns. Either way nothing is sent before it
 // is stored, and a writer it fences (ErrFenced) stores nothing.
 func (w *Writer) AppendShown(ctx context.Context, typ string, data []byte, show func(Event)) error {
-	return w.add(ctx, Event{Type: typ, Data: data}, show)
+	return w.add(ctx, Event{Type: typ, Data: data}, show, "")
 }
 
 // End appends the end marker and waits until every event is stored. It
 // returns the writer's first error.
 func (w *Writer) End(ctx context.Context, state string) error {
-	if err := w.add(ctx, Event{End: state}, nil); err != nil {
+	if err := w.add(ctx, Event{End: state}, nil, ""); err != nil {
 		w.Abort()
 		return err
 	}
@@ -212,12 +235,17 @@ func signal(ch chan struct{}) {
 	}
 }
 
-func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
+func (w *Writer) add(ctx context.Context, ev Event, show func(Event), note string) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
 	w.next++
 	ev.Offset = w.next
+	if note != "" {
+		w.mu.Lock()
+		w.note, w.noteAt = note, ev.Offset
+		w.mu.Unlock()
+	}
 	first := ev.Offset == w.base+1
 	if first && show == nil {
 		return w.first(ctx, ev) // the fence, stored before Append returns
@@ -271,8 +299,9 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event)) error {
 func (w *Writer) first(ctx context.Context, ev Event) error {
 	w.mu.Lock()
 	w.fenceAt = time.Now()
+	note := w.noteOf(ev.Offset)
 	w.mu.Unlock()
-	seq, err := w.send(ctx, []Event{ev}, w.storedSeq.Load())
+	seq, err := w.send(ctx, []Event{ev}, w.storedSeq.Load(), note)
 	if err != nil {
 		w.fail(err)
 		return err
@@ -311,6 +340,10 @@ func (w *Writer) flush() {
 		}
 		batch := w.take()
 		ended, stored := w.ended, w.stored
+		var note string
+		if len(batch) > 0 {
+			note = w.noteOf(batch[len(batch)-1].Offset)
+		}
 		w.mu.Unlock()
 		if len(batch) == 0 {
 			if ended && stored > 0 {
@@ -323,7 +356,7 @@ func (w *Writer) flush() {
 				return
 			}
 		}
-		seq, err := w.send(w.ctx, batch, w.storedSeq.Load())
+		seq, err := w.send(w.ctx, batch, w.storedSeq.Load(), note)
 		if err != nil {
 			w.fail(err)
 			return
@@ -340,6 +373,15 @@ func (w *Writer) flush() {
 		w.mu.Unlock()
 		signal(w.room)
 	}
+}
+
+// noteOf is the note of a message whose last event is at offset last. The
+// caller holds w.mu.
+func (w *Writer) noteOf(last uint64) string {
+	if w.note == "" || last < w.noteAt {
+		return ""
+	}
+	return w.note
 }
 
 // lingering is how much longer the queue may wait for more events to share
@@ -394,11 +436,12 @@ func (w *Writer) dequeue(n int) {
 // queueKeep is how many events' room an empty queue keeps.
 const queueKeep = 256
 
-// send publishes evs as one message that must follow the message stored
-// at sequence expect (0: the subject must be empty), trying again until
-// the journal's AppendTimeout. It returns the stored message's sequence.
-func (w *Writer) send(ctx context.Context, evs []Event, expect uint64) (uint64, error) {
-	msg := encode(w.subject, w.id, evs)
+// send publishes evs as one message carrying note that must follow the
+// message stored at sequence expect (0: the subject must be empty), trying
+// again until the journal's AppendTimeout. It returns the stored message's
+// sequence.
+func (w *Writer) send(ctx context.Context, evs []Event, expect uint64, note string) (uint64, error) {
+	msg := encode(w.subject, w.id, evs, note)
 	defer bodies.release(msg)
 	first, last := evs[0].Offset, evs[len(evs)-1].Offset
 	t := tries{budget: w.j.cfg.AppendTimeout, each: min(tryTimeout, w.j.cfg.AppendTimeout/4), count: &w.j.appendRetries}
@@ -485,7 +528,8 @@ const sealWriter = "seal"
 // a writer still alive is fenced from then on (ErrFenced on its next
 // message, its first included), and a writer that got further first is seen:
 // ending is then asked again about the new last event. A generation with its
-// end marker already is left alone. Seal returns the generation's end
+// end marker already is left alone. The seal's message carries the note
+// of the message it follows (Note). Seal returns the generation's end
 // marker, and whether a seal stored it (this one, an earlier one whose
 // answer was lost, another instance's): false when its writer did.
 func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, found bool) []Event) (end Event, sealed bool, err error) {
@@ -511,7 +555,7 @@ func (j *Journal) Seal(ctx context.Context, ref Ref, ending func(last Event, fou
 		for i := range evs {
 			evs[i].Offset, evs[i].Seq = last.Offset+1+uint64(i), 0
 		}
-		msg := encode(ref.subject(), sealWriter, evs)
+		msg := encode(ref.subject(), sealWriter, evs, f.note) // the note stays the generation's last message's
 		ack, err := j.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(lastSeq), jetstream.WithRetryAttempts(0))
 		if err == nil {
 			_ = j.wrote(nil)

@@ -49,20 +49,20 @@ func TestSendRecognisesItsStoredMessage(t *testing.T) {
 	w := j.NewWriter(ref, func(Event) {})
 	defer w.Abort()
 	first := []Event{{Offset: 1, Data: []byte("a")}}
-	seq1, err := w.send(ctx, first, 0)
+	seq1, err := w.send(ctx, first, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := w.send(ctx, first, 0)
+	again, err := w.send(ctx, first, 0, "")
 	if err != nil || again != seq1 {
 		t.Fatalf("the first message sent again: seq %d, %v; want %d, nil", again, err, seq1)
 	}
 	next := []Event{{Offset: 2, Data: []byte("b")}, {Offset: 3, Data: []byte("c")}}
-	seq2, err := w.send(ctx, next, seq1)
+	seq2, err := w.send(ctx, next, seq1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err = w.send(ctx, next, seq1)
+	again, err = w.send(ctx, next, seq1, "")
 	if err != nil || again != seq2 {
 		t.Fatalf("a later message sent again: seq %d, %v; want %d, nil", again, err, seq2)
 	}
@@ -86,15 +86,15 @@ func TestSendStaleMessageIsRejected(t *testing.T) {
 	ref := Ref{ID: "stale", Gen: 1}
 	w := j.NewWriter(ref, func(Event) {})
 	defer w.Abort()
-	seq1, err := w.send(ctx, []Event{{Offset: 1, Data: []byte("a")}}, 0)
+	seq1, err := w.send(ctx, []Event{{Offset: 1, Data: []byte("a")}}, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.send(ctx, []Event{{Offset: 2, Data: []byte("b")}}, seq1); err != nil {
+	if _, err := w.send(ctx, []Event{{Offset: 2, Data: []byte("b")}}, seq1, ""); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = w.send(ctx, []Event{{Offset: 2, Data: []byte("stale b")}, {Offset: 3, Data: []byte("c")}}, seq1)
+	_, err = w.send(ctx, []Event{{Offset: 2, Data: []byte("stale b")}, {Offset: 3, Data: []byte("c")}}, seq1, "")
 	if !isWrongLast(err) {
 		t.Fatalf("stale message: %v, want a wrong-last-sequence failure", err)
 	}
@@ -117,14 +117,14 @@ func TestSendFencedByAnotherWriter(t *testing.T) {
 	defer a.Abort()
 	b := j.NewWriter(ref, func(Event) {})
 	defer b.Abort()
-	seq, err := a.send(ctx, []Event{{Offset: 1, Data: []byte("a")}}, 0)
+	seq, err := a.send(ctx, []Event{{Offset: 1, Data: []byte("a")}}, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.send(ctx, []Event{{Offset: 1, Data: []byte("b")}}, 0); !errors.Is(err, ErrFenced) {
+	if _, err := b.send(ctx, []Event{{Offset: 1, Data: []byte("b")}}, 0, ""); !errors.Is(err, ErrFenced) {
 		t.Fatalf("second writer's first message: %v, want ErrFenced", err)
 	}
-	if _, err := b.send(ctx, []Event{{Offset: 2, Data: []byte("b")}}, seq+5); !errors.Is(err, ErrFenced) {
+	if _, err := b.send(ctx, []Event{{Offset: 2, Data: []byte("b")}}, seq+5, ""); !errors.Is(err, ErrFenced) {
 		t.Fatalf("second writer's later message: %v, want ErrFenced", err)
 	}
 }

@@ -53,19 +53,6 @@ func (l *Lease) Lost() <-chan struct{} { return l.lost }
 // SetEvents records progress; the next heartbeat stores it.
 func (l *Lease) SetEvents(n uint64) { l.events.Store(n) }
 
-// KeepUsage stores u in the record as the generation's usage, now: an
-// owner calls it just before it stores the terminal event, so that an
-// instance that salvages the generation after the owner died there
-// (Salvager) bills what the upstream reported — the usage may be in no
-// journaled event (chat's usage chunk a client did not ask for). ErrFenced
-// when the key was taken over.
-func (l *Lease) KeepUsage(ctx context.Context, u Usage) error {
-	return l.update(ctx, func(r *Record) {
-		r.Usage = &u
-		r.Events = l.events.Load()
-	})
-}
-
 func (l *Lease) heartbeat() {
 	defer close(l.stopped)
 	every := l.m.cfg.Lease / 3

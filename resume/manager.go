@@ -456,7 +456,7 @@ func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Ti
 			return rec, attached, nil
 		}
 	}
-	// The usage its owner kept (Lease.KeepUsage) is of a generation that
+	// A usage an older owner kept in the record is of a generation that
 	// did not complete: no result's.
 	rec.State, rec.Error, rec.Usage, rec.Caller = Failed, OwnerLost, nil, nil
 	return rec, 0, nil

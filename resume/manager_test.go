@@ -1247,8 +1247,8 @@ func TestLapseAfterLateRenewal(t *testing.T) {
 
 // TestRecordTenantModel: a generation's record holds, from its start, its
 // tenant's hash (never the tenant id) and its request's model — in the
-// first generation and in a new one — and its owner's kept usage: what an
-// instance that adopts or salvages it needs.
+// first generation and in a new one: what an instance that adopts or
+// salvages it needs.
 func TestRecordTenantModel(t *testing.T) {
 	store := newStore(t)
 	m := newManager(t, store, "owner-a", 0, nil)
@@ -1260,14 +1260,7 @@ func TestRecordTenantModel(t *testing.T) {
 	if s := stored(t, store, req.ID); err != nil || s.Tenant != want || s.Model != "mock-1" || strings.Contains(string(raw), req.Tenant) {
 		t.Fatalf("record tenant %q model %q, want %q and mock-1, never the tenant id", s.Tenant, s.Model, want)
 	}
-	u := resume.Usage{PromptTokens: 2, CompletionTokens: 3, TotalTokens: 5}
-	if err := l.KeepUsage(waitCtx(t), u); err != nil {
-		t.Fatal(err)
-	}
-	if s := stored(t, store, req.ID); s.State != resume.InProgress || s.Usage == nil || *s.Usage != u {
-		t.Fatalf("record after KeepUsage %+v, want in progress with usage %+v", s, u)
-	}
-	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed}); err != nil {
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed, Usage: &resume.Usage{PromptTokens: 2, CompletionTokens: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	req.Model = "mock-2"

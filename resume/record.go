@@ -44,8 +44,9 @@ type Record struct {
 	// Usage is what the last generation cost in tokens, when known: as the
 	// upstream reported it, or as reprise estimated it for a generation
 	// that failed or was cancelled (UsageBasis). A generation in progress
-	// has it once its owner kept it (Lease.KeepUsage), just before its
-	// terminal event is stored.
+	// has none (an owner of an earlier version kept it here just before
+	// its terminal event was stored; an owner now stores it with that
+	// event, for a Salvager).
 	Usage *Usage `json:"usage,omitempty"`
 	// UsageBasis says where Usage comes from, for the generation
 	// BasisGeneration names (Finish writes both; see Basis).
@@ -260,9 +261,9 @@ const (
 )
 
 // Basis is where the record's Usage comes from: "" while its generation
-// runs without a usage kept; Reported for a usage kept (or written by a
-// version that estimated none); Unknown for a finished generation with
-// none.
+// runs (without a usage kept by an older owner); Reported for a usage an
+// upstream reported (or written by a version that estimated none);
+// Unknown for a finished generation with none.
 func (r *Record) Basis() Basis {
 	switch {
 	case r.State != InProgress && r.UsageBasis != "" && r.BasisGeneration == r.Generation:

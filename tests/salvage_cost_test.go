@@ -19,8 +19,8 @@ import (
 // TestCostSalvaged: an owner that dies after storing its generation's
 // terminal event but before recording the result leaves the generation to
 // the instance that finds its lease run out, which completes it (salvage)
-// — and bills it, once, by the usage the owner kept in the record before
-// it stored the terminal event: for chat the usage is in no journaled event
+// — and bills it, once, by the usage the owner stored with the terminal
+// event (in its journal message's note): for chat the usage is in no journaled event
 // (the usage chunk reprise asked for is kept from a client that did not
 // ask). The survivor's status JSON (usage, cost, billed), its attempt log
 // and its /metrics tokens and cost equal the fake upstream's ledger; a

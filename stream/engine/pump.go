@@ -423,15 +423,17 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 		if in.UsageOnly && p.hideUsage {
 			return nil // the record keeps it; no client asked
 		}
-		if in.Terminal && usage != nil {
-			p.keepUsage(ctx, *usage)
-		}
 		if !in.Terminal && !p.resumable() {
 			// Shown to this instance's readers before it is stored, the
 			// first one too; the terminal event only once stored (Tail),
 			// and every event of a generation another instance may
 			// continue (reattach.go).
 			return w.AppendShown(ctx, typ, data, p.preview)
+		}
+		if in.Terminal && usage != nil {
+			// Stored with it, for an instance that salvages the generation
+			// should this one die before it records the result (Salvage).
+			return w.AppendNoted(ctx, typ, data, usageNote(*usage))
 		}
 		return w.Append(ctx, typ, data)
 	})
@@ -453,23 +455,6 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 // modelEvents is how many of a stream's first events are asked for the
 // model that answered (ModelNamer), besides its terminal event.
 const modelEvents = 3
-
-// keepUsageTimeout bounds keepUsage's record write.
-const keepUsageTimeout = 5 * time.Second
-
-// keepUsage stores the usage in the record before the terminal event is
-// stored (resume.Lease.KeepUsage): should this instance die before it
-// records the result, the instance that salvages the generation bills it.
-// One record write per streamed generation that reports usage, off the
-// per-event path. A failure costs only that (the terminal event is stored
-// all the same): a generation salvaged then is billed nothing.
-func (p *pump) keepUsage(ctx context.Context, u resume.Usage) {
-	ctx, cancel := context.WithTimeout(ctx, keepUsageTimeout)
-	defer cancel()
-	if err := p.g.Lease.KeepUsage(ctx, u); err != nil && !errors.Is(err, resume.ErrFenced) {
-		p.log.Warn("keeping the usage in the record failed", "gen", p.g.Ref.Gen, "err", err)
-	}
-}
 
 // answer gives the generation's clients how the upstream answered. Nobody
 // could read the generation before: its initiating client was waiting for

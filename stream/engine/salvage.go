@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 
 	"github.com/reprise-dev/reprise/journal"
@@ -13,6 +14,7 @@ import (
 type Sealer interface {
 	Seal(ctx context.Context, ref journal.Ref, ending func(last journal.Event, found bool) []journal.Event) (end journal.Event, sealed bool, err error)
 	First(ctx context.Context, ref journal.Ref) (journal.Event, error)
+	Note(ctx context.Context, ref journal.Ref) (string, error)
 }
 
 // Salvage implements resume.Salvager for a proxy journaling into a Sealer:
@@ -21,9 +23,9 @@ type Sealer interface {
 // stored (before or after its end marker) but before it recorded the result
 // left a complete generation: it is recorded completed — with its end
 // marker appended if the owner did not get to it — and replayed, never
-// generated again; it is priced by the usage its owner kept in the record
-// before it stored the terminal event (resume.Lease.KeepUsage), and billed
-// once its record is stored (Salvaged). Anything else is sealed with an
+// generated again; it is priced by the usage its owner stored with the
+// terminal event (usageNote) — the record's, kept there by owners before
+// notes — and billed once its record is stored (Salvaged). Anything else is sealed with an
 // owner_lost error and a failed end marker, which fences the owner if it
 // is in fact still running (a NATS outage kept it from renewing its lease,
 // say): it can no longer store a terminal event its readers would take for
@@ -55,8 +57,14 @@ func (e *Engine) Salvage(ctx context.Context, id string, rec resume.Record) (res
 	if first, err := j.First(ctx, ref); err != nil || first.Type == TypeBody {
 		return resume.Result{}, false, err
 	}
+	usage := rec.Usage
+	if note, err := j.Note(ctx, ref); err != nil {
+		return resume.Result{}, false, err
+	} else if u, ok := noteUsage(note); ok {
+		usage = &u
+	}
 	res := resume.Result{State: resume.Completed, Events: end.Offset - 1, Status: http.StatusOK, ContentType: "text/event-stream",
-		Usage: rec.Usage, Model: rec.Model}
+		Usage: usage, Model: rec.Model}
 	e.price(&res)
 	return res, true, nil
 }
@@ -75,4 +83,23 @@ func (e *Engine) salvaged(ctx context.Context, id string, rec resume.Record, sav
 	entry := e.price(&res) // as Salvage priced it
 	e.bill(res, entry, saved)
 	e.attemptUsageOf(ctx, id, rec.Generation, res)
+}
+
+// usageNote is the note a streamed generation's terminal event is stored
+// with (journal.Writer.AppendNoted): the usage the upstream reported,
+// which may be in no journaled event (chat's usage chunk a client did not
+// ask for). It is stored if, and only if, the terminal event is: an
+// instance that salvages the generation bills exactly that.
+func usageNote(u resume.Usage) string {
+	b, _ := json.Marshal(u) // a struct of integers: never fails
+	return string(b)
+}
+
+// noteUsage reads a usageNote; false for none.
+func noteUsage(note string) (resume.Usage, bool) {
+	var u resume.Usage
+	if note == "" || json.Unmarshal([]byte(note), &u) != nil {
+		return resume.Usage{}, false
+	}
+	return u, true
 }
