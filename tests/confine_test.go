@@ -46,9 +46,9 @@ func (rc *recorder) take() []seenRequest {
 	return out
 }
 
-// TestPathConfined: no request leaves /v1/ or the upstream's base path: a
-// dot segment (encoded or not, any case) or an encoded slash or backslash
-// is refused with 400 invalid_path in the caller's shape, keyed or not, and
+// TestPathConfined: no request leaves /v1/ or the upstream's version root:
+// a dot segment (encoded or not, any case), an encoded slash or backslash,
+// or a path parameter (;, raw or encoded) is refused with 400 invalid_path in the caller's shape, keyed or not, and
 // nothing reaches the upstream (which would get the operator's key);
 // ordinary paths, encoded characters included, still pass under the base.
 func TestPathConfined(t *testing.T) {
@@ -72,6 +72,9 @@ func TestPathConfined(t *testing.T) {
 		{"outside v1", "GET", "/%76%31/%2e%2e/admin"},
 		{"through reprise's namespace", "POST", "/v1/streams%2F..%2F..%2Fadmin"},
 		{"reprise's namespace encoded", "POST", "/v1/stream%73/%2e%2e/%2e%2e/admin"},
+		{"path parameter dot dot", "GET", "/v1/..;/admin"},
+		{"encoded path parameter", "GET", "/v1/models%3B/..%3B/admin"},
+		{"path parameter", "GET", "/v1/models;x=1"},
 	}
 	for _, c := range bad {
 		for _, key := range []string{"", "k-confine-" + strings.ReplaceAll(c.name, " ", "-")} {
@@ -106,8 +109,9 @@ func TestPathConfined(t *testing.T) {
 		}
 		got := rec.take()
 		want, _ := url.PathUnescape(p)
-		if len(got) != 1 || got[0].path != "/gw/openai"+want || got[0].key != "Bearer sk-operator" {
-			t.Errorf("GET %s reached the upstream as %+v, want /gw/openai%s with the operator's key", p, got, want)
+		want = "/gw/openai" + strings.TrimPrefix(want, "/v1") // the base is the version root
+		if len(got) != 1 || got[0].path != want || got[0].key != "Bearer sk-operator" {
+			t.Errorf("GET %s reached the upstream as %+v, want %s with the operator's key", p, got, want)
 		}
 	}
 }
@@ -122,7 +126,7 @@ func TestPathConfinedRoutes(t *testing.T) {
 	e := newEnv(t, withConfig(func(c *proxy.Config) {
 		c.Auth.Mode, c.Auth.ProxyKeys = auth.Static, []string{"pk-1"}
 		c.Routes = []proxy.Route{
-			{Name: "claude", URL: &url.URL{Scheme: cs.Scheme, Host: cs.Host, Path: "/anthropic"}, Key: "sk-claude", Paths: []string{"/v1/messages"}},
+			{Name: "claude", URL: &url.URL{Scheme: cs.Scheme, Host: cs.Host, Path: "/anthropic/v1"}, Key: "sk-claude", Paths: []string{"/v1/messages"}},
 			{Name: "gpt", URL: gs, Key: "sk-gpt"},
 		}
 	}))

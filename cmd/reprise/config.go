@@ -86,8 +86,8 @@ func newFlagSet(c *config, file *string) *flags {
 	})
 	fs.in(groupServer).DurationVar(&p.HTTP.KeylessRetryWindow, "keyless-retry-window", stream.DefaultKeylessRetryWindow, "a request without a key, the same (tenant, path, body, client session) as one whose client left before its result within this window, is its retry: it attaches or replays instead of generating again; 0 turns it off (per request: header Reprise-Keyless-Retry: off)")
 	fs.in(groupServer).DurationVar(&p.HTTP.KeylessRetryWindow, "sdk-retry-window", stream.DefaultKeylessRetryWindow, "the former name of --keyless-retry-window")
-	fs.in(groupUpstream).StringVar(&c.upstream, "upstream", "demo", "model API base URL (http://host:port), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
-	fs.in(groupUpstream).StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [paths=/v1/messages,…] [models=claude-*,…]; replaces --upstream")
+	fs.in(groupUpstream).StringVar(&c.upstream, "upstream", "demo", "model API base URL: http://host:port (the client's /v1/… appended) or the API's version root as an SDK's base_url names it (https://host/api/paas/v4: /v1/X goes to …/api/paas/v4/X), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
+	fs.in(groupUpstream).StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [auth=bearer|x-api-key|api-key] [paths=/v1/messages,…] [models=claude-*,…]; the URL's path is the API's version root (a client's /v1/X goes to its path + /X), its query is sent with every request; replaces --upstream")
 	fs.in(groupUpstream).BoolVar(&p.UpstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
 	fs.in(groupUpstream).BoolVar(&p.UpstreamBackground, "upstream-background", false, "the upstream runs OpenAI's background mode: streamed /v1/responses generations are started with background: true, and one whose instance died is reattached (GET /v1/responses/{id}?stream=true&starting_after=N) by the instance that takes it over instead of failing")
 	fs.in(groupUpstream).IntVar(&p.Policy.MaxAttempts, "retry-attempts", classify.DefaultMaxAttempts, "upstream requests per generation at most, the first included")
@@ -344,7 +344,7 @@ func readRoutes(path string, getenv func(string) string) ([]proxy.Route, error) 
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %q: %w", path, l.Line, l.URL, err)
 		}
-		rt := proxy.Route{Name: l.Name, URL: u, Paths: l.Paths, Models: l.Models}
+		rt := proxy.Route{Name: l.Name, URL: u, KeyHeader: l.Auth, Paths: l.Paths, Models: l.Models}
 		if l.KeyEnv != "" {
 			if rt.Key = getenv(l.KeyEnv); rt.Key == "" {
 				return nil, fmt.Errorf("%s:%d: %s is not set", path, l.Line, l.KeyEnv)

@@ -89,12 +89,21 @@ func TestUpstreamURL(t *testing.T) {
 			t.Errorf("upstream %q: %v, want an error naming --upstream", bad, err)
 		}
 	}
+	for _, bad := range []string{"https://user:pw@a.test", "https://a.test/v1#x"} {
+		if _, err := parseConfig([]string{"--upstream", bad}, noEnv); err == nil || !strings.Contains(err.Error(), "--upstream ") {
+			t.Errorf("upstream %q: %v, want an error naming --upstream", bad, err)
+		}
+	}
 	c, err := parseConfig([]string{"--upstream", "https://api.example.test/v1/"}, noEnv)
-	if u := c.upstreamURLs; err != nil || len(u) != 1 || u[0].String() != "https://api.example.test" {
-		t.Errorf("got %v, %v; want the base without /v1", u, err)
+	if u := c.upstreamURLs; err != nil || len(u) != 1 || u[0].String() != "https://api.example.test/v1" {
+		t.Errorf("got %v, %v; want the version root without its trailing slash", u, err)
+	}
+	c, err = parseConfig([]string{"--upstream", "https://gw.test/v1beta/openai?api-version=1"}, noEnv)
+	if u := c.upstreamURLs; err != nil || len(u) != 1 || u[0].String() != "https://gw.test/v1beta/openai?api-version=1" {
+		t.Errorf("got %v, %v; want the version root and its query", u, err)
 	}
 	c, err = parseConfig([]string{"--upstream", "https://a.test/v1, http://b.test:8080"}, noEnv)
-	if u := c.upstreamURLs; err != nil || len(u) != 2 || u[0].String() != "https://a.test" || u[1].String() != "http://b.test:8080" {
+	if u := c.upstreamURLs; err != nil || len(u) != 2 || u[0].String() != "https://a.test/v1" || u[1].String() != "http://b.test:8080" {
 		t.Errorf("a list: got %v, %v; want both, in order", u, err)
 	}
 	if c, err := parseConfig(nil, noEnv); err != nil || c.upstreamURLs != nil {
@@ -177,13 +186,17 @@ backup http://localhost:9090
 	if r := routes[0]; r.Name != "claude" || r.Key != "sk-ant" || len(r.Paths) != 1 || r.Paths[0] != "/v1/messages" {
 		t.Errorf("first route %+v", r)
 	}
-	if r := routes[1]; r.URL.String() != "https://api.openai.com" || r.Key != "sk-oai" || len(r.Models) != 2 {
+	if r := routes[1]; r.URL.String() != "https://api.openai.com/v1" || r.Key != "sk-oai" || len(r.Models) != 2 {
 		t.Errorf("second route %+v", r)
 	}
 	if r := routes[2]; r.Key != "" || r.Paths != nil || r.Models != nil {
 		t.Errorf("third route %+v", r)
 	}
-	for _, bad := range []string{"", "lonely", "x ftp://h", "x http://h key_env=UNSET", "x http://h colour=blue"} {
+	azure, err := readRoutes(write("azure https://res.openai.azure.com/openai/v1?api-version=preview key_env=OPENAI_KEY auth=api-key\n"), env)
+	if err != nil || len(azure) != 1 || azure[0].KeyHeader != "api-key" || azure[0].URL.String() != "https://res.openai.azure.com/openai/v1?api-version=preview" {
+		t.Errorf("an Azure line: %+v, %v", azure, err)
+	}
+	for _, bad := range []string{"", "lonely", "x ftp://h", "x http://h key_env=UNSET", "x http://h colour=blue", "x http://h auth=cookie", "x http://h auth="} {
 		if _, err := readRoutes(write(bad), env); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

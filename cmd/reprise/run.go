@@ -397,15 +397,19 @@ func (c *created) undo() {
 	c.paths = nil
 }
 
-// parseUpstream reads an upstream's base URL; a trailing /v1 is dropped
-// (request paths bring it).
+// parseUpstream reads an upstream's base URL: its path, if any, names the
+// API's version root, as an SDK's base URL does (a client's /v1/X goes to
+// path + /X; no path: /v1/X), and its query holds fixed parameters sent
+// with every request (Azure's api-version). A trailing slash is dropped.
 func parseUpstream(raw string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("want http(s)://host[:port]")
 	}
-	u.Path = strings.TrimSuffix(u.Path, "/")
-	u.Path = strings.TrimSuffix(u.Path, "/v1")
+	if u.Fragment != "" || u.User != nil {
+		return nil, errors.New("want http(s)://host[:port][/version-root][?fixed=query], no user or fragment")
+	}
+	u.Path, u.RawPath = strings.TrimSuffix(u.Path, "/"), strings.TrimSuffix(u.RawPath, "/")
 	return u, nil
 }
 

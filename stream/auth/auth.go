@@ -45,6 +45,17 @@ const Anonymous = "anonymous"
 // DefaultCapabilityTTL is how long a capability token is valid by default.
 const DefaultCapabilityTTL = 24 * time.Hour
 
+// The headers an upstream key can be sent in (Config.UpstreamHeader).
+const (
+	// HeaderBearer sends the key as Authorization: Bearer KEY (OpenAI and
+	// the OpenAI-compatible APIs).
+	HeaderBearer = "bearer"
+	// HeaderXAPIKey sends it as x-api-key: KEY (Anthropic).
+	HeaderXAPIKey = "x-api-key"
+	// HeaderAPIKey sends it as api-key: KEY (Azure OpenAI).
+	HeaderAPIKey = "api-key"
+)
+
 // ErrInvalidOption wraps every configuration error.
 var ErrInvalidOption = errors.New("auth: invalid option")
 
@@ -67,9 +78,14 @@ type Config struct {
 	TenantHeader string
 	// ProxyKeys are the keys callers must present in Static mode.
 	ProxyKeys []string
-	// UpstreamKey is sent to the upstream as a bearer token in Static and
-	// None. It never reaches clients. Default none.
+	// UpstreamKey is sent to the upstream in Static and None, in the
+	// UpstreamHeader. It never reaches clients. Default none.
 	UpstreamKey string
+	// UpstreamHeader says how UpstreamKey is sent: HeaderBearer
+	// (Authorization: Bearer), HeaderXAPIKey (x-api-key, Anthropic's) or
+	// HeaderAPIKey (api-key, Azure OpenAI's). Default "": x-api-key toward
+	// an Anthropic-shaped API, a bearer token toward the others.
+	UpstreamHeader string
 	// CapabilityTTL is how long a Location's capability token is valid.
 	// Default DefaultCapabilityTTL.
 	CapabilityTTL time.Duration
@@ -98,6 +114,9 @@ func New(cfg Config) (*Auth, error) {
 	default:
 		return nil, fmt.Errorf("%w: auth mode %q (passthrough, static or none)", ErrInvalidOption, cfg.Mode)
 	}
+	if err := checkHeader(cfg.UpstreamHeader); err != nil {
+		return nil, err
+	}
 	if cfg.CapabilityTTL <= 0 {
 		cfg.CapabilityTTL = DefaultCapabilityTTL
 	}
@@ -116,12 +135,33 @@ func (a *Auth) WithUpstreamKey(key string) *Auth {
 	return &b
 }
 
+// WithUpstreamHeader returns an Auth like a that sends its upstream key in
+// header (Config.UpstreamHeader; "" the default), or an error wrapping
+// ErrInvalidOption for an unknown header.
+func (a *Auth) WithUpstreamHeader(header string) (*Auth, error) {
+	if err := checkHeader(header); err != nil {
+		return nil, err
+	}
+	b := *a
+	b.cfg.UpstreamHeader = header
+	return &b, nil
+}
+
+func checkHeader(h string) error {
+	switch h {
+	case "", HeaderBearer, HeaderXAPIKey, HeaderAPIKey:
+		return nil
+	}
+	return fmt.Errorf("%w: upstream key header %q (%s, %s or %s)", ErrInvalidOption, h, HeaderBearer, HeaderXAPIKey, HeaderAPIKey)
+}
+
 // CapabilityTTL is how long the capabilities Capability issues are valid.
 func (a *Auth) CapabilityTTL() time.Duration { return a.cfg.CapabilityTTL }
 
 // credential returns the caller's credential: the configured tenant header,
-// or the bearer token, or Anthropic's x-api-key (a bearer is what Claude
-// Code sends with ANTHROPIC_AUTH_TOKEN; either names the same tenant).
+// or the bearer token, or Anthropic's x-api-key, or Azure OpenAI's api-key
+// (a bearer is what Claude Code sends with ANTHROPIC_AUTH_TOKEN; each names
+// the same tenant).
 func (a *Auth) credential(r *http.Request) string {
 	if a.cfg.TenantHeader != "" {
 		return strings.TrimSpace(r.Header.Get(a.cfg.TenantHeader))
@@ -133,7 +173,10 @@ func (a *Auth) credential(r *http.Request) string {
 			return c
 		}
 	}
-	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
+	if c := strings.TrimSpace(r.Header.Get("X-Api-Key")); c != "" {
+		return c
+	}
+	return strings.TrimSpace(r.Header.Get("Api-Key"))
 }
 
 // TenantOf derives a tenant id from a credential: HMAC-SHA256 under the
@@ -169,8 +212,9 @@ func (a *Auth) Tenant(r *http.Request) (string, error) {
 }
 
 // Decorate sets the upstream's credential on req: the caller's in
-// Passthrough, the configured key otherwise — as x-api-key toward an
-// Anthropic-shaped API, as a bearer token toward the others. With a key of
+// Passthrough, the configured key otherwise — in the UpstreamHeader, by
+// default as x-api-key toward an Anthropic-shaped API and as a bearer
+// token toward the others. With a key of
 // the proxy's own it drops req's Accept-Encoding, so that the answer comes
 // readable (the transport then asks for gzip and decodes it) and
 // RedactResponse can find the key in it.
@@ -192,10 +236,19 @@ func (a *Auth) Decorate(req *http.Request, caller http.Header, shape apierr.Shap
 	for _, h := range forwarded {
 		req.Header.Del(h)
 	}
-	switch {
-	case a.cfg.UpstreamKey != "" && shape == apierr.Anthropic:
+	if a.cfg.UpstreamKey == "" {
+		return
+	}
+	header := a.cfg.UpstreamHeader
+	if header == "" && shape == apierr.Anthropic {
+		header = HeaderXAPIKey
+	}
+	switch header {
+	case HeaderXAPIKey:
 		req.Header.Set("X-Api-Key", a.cfg.UpstreamKey)
-	case a.cfg.UpstreamKey != "":
+	case HeaderAPIKey:
+		req.Header.Set("Api-Key", a.cfg.UpstreamKey)
+	default:
 		req.Header.Set("Authorization", "Bearer "+a.cfg.UpstreamKey)
 	}
 }

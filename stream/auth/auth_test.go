@@ -364,3 +364,48 @@ func TestAnthropicCredential(t *testing.T) {
 		t.Errorf("passthrough x-api-key %q", req.Header.Get("X-Api-Key"))
 	}
 }
+
+// TestUpstreamHeader: an upstream key goes in the header its upstream
+// names (Azure OpenAI's api-key, Anthropic's x-api-key, a bearer token),
+// whatever the caller's shape; an api-key names the caller's tenant and
+// passes through in Passthrough; an unknown header is refused.
+func TestUpstreamHeader(t *testing.T) {
+	static := secAuth(Config{Secret: secSecret, Mode: Static, ProxyKeys: []string{"pk-1"}, UpstreamKey: "sk-up"})
+	for _, c := range []struct {
+		header, want, wantValue string
+		shape                   apierr.Shape
+	}{
+		{HeaderAPIKey, "Api-Key", "sk-up", apierr.OpenAI},
+		{HeaderXAPIKey, "X-Api-Key", "sk-up", apierr.OpenAI},
+		{HeaderBearer, "Authorization", "Bearer sk-up", apierr.Anthropic},
+		{"", "Authorization", "Bearer sk-up", apierr.OpenAI},
+		{"", "X-Api-Key", "sk-up", apierr.Anthropic},
+	} {
+		a, err := static.WithUpstreamHeader(c.header)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest("POST", "http://upstream/v1/chat/completions", nil)
+		a.Decorate(req, http.Header{"Api-Key": {"pk-1"}, "Authorization": {"Bearer pk-1"}}, c.shape)
+		if got := req.Header.Get(c.want); got != c.wantValue {
+			t.Errorf("header %q, shape %v: %s %q, want %q", c.header, c.shape, c.want, got, c.wantValue)
+		}
+		for _, h := range []string{"Authorization", "X-Api-Key", "Api-Key"} {
+			if h != c.want && req.Header.Get(h) != "" {
+				t.Errorf("header %q: %s %q sent too", c.header, h, req.Header.Get(h))
+			}
+		}
+	}
+	if _, err := static.WithUpstreamHeader("cookie"); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("an unknown header: %v, want ErrInvalidOption", err)
+	}
+	pass := secAuth(Config{Secret: secSecret, Mode: Passthrough})
+	if tenant, _ := pass.Tenant(secRequest("Api-Key", "az-1")); tenant != pass.TenantOf("az-1") {
+		t.Errorf("api-key tenant %q, want the credential's", tenant)
+	}
+	req := httptest.NewRequest("POST", "http://upstream/openai/v1/chat/completions", nil)
+	pass.Decorate(req, http.Header{"Api-Key": {"az-1"}}, apierr.OpenAI)
+	if req.Header.Get("Api-Key") != "az-1" {
+		t.Errorf("passthrough api-key %q", req.Header.Get("Api-Key"))
+	}
+}

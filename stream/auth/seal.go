@@ -25,7 +25,7 @@ import (
 // the credential in clear, and nothing shows it.
 
 // forwarded are the caller's headers Decorate forwards in Passthrough.
-var forwarded = []string{"Authorization", "X-Api-Key", "OpenAI-Organization", "OpenAI-Project"}
+var forwarded = []string{"Authorization", "X-Api-Key", "Api-Key", "OpenAI-Organization", "OpenAI-Project"}
 
 // ErrSealed is returned by Open for a sealed caller it cannot open: made
 // under another secret, for another id, or damaged.

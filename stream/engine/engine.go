@@ -190,7 +190,8 @@ var ErrInvalidPath = errors.New("engine: request path is not confined to /v1/")
 // (as the client sent it: url.URL.EscapedPath) is routed and forwarded by.
 // It refuses (ErrInvalidPath) a path that is not under /v1/, or has a
 // segment that is a dot segment ("." or "..", plain or percent-encoded, in
-// any case) or holds a slash or backslash once decoded (%2F, %5C) — decoded
+// any case) or holds a slash, backslash or semicolon once decoded (%2F,
+// %5C, %3B) — decoded
 // once, or twice for an upstream that decodes again. What it accepts,
 // joined to any base (upstreamURL), stays under the base's /v1/ however the
 // upstream resolves it.
@@ -219,25 +220,53 @@ func CleanPath(escaped string) (string, error) {
 }
 
 // plainSegment reports whether a decoded path segment names itself: no dot
-// segment, no separator a server might split on.
+// segment, no separator a server might split on — a slash, a backslash, or
+// a semicolon (servers in the Tomcat tradition take what follows it as a
+// path parameter, so "..;" climbs there; no model API's path has one).
 func plainSegment(s string) bool {
-	return s != "." && s != ".." && !strings.ContainsAny(s, `/\`)
+	return s != "." && s != ".." && !strings.ContainsAny(s, `/\;`)
 }
 
 // upstreamURL is the URL at base of a request for path (decoded, as
-// net/http and CleanPath give it): base's path, then path, escaped by
-// net/url — never resolved, so nothing is climbed. A path CleanPath would
-// refuse is ErrInvalidPath: every route that forwards goes through here.
-func upstreamURL(base *url.URL, path string) (*url.URL, error) {
+// net/http and CleanPath give it) and query (raw, the client's). base names
+// the API's version root, as an SDK's base URL does: a client's /v1/X goes
+// to base's path + /X (https://host/api/paas/v4 → /api/paas/v4/X), and a
+// base without a path is the root /v1 (https://api.openai.com →
+// /v1/X). The path is escaped by net/url, never resolved, so nothing is
+// climbed; base's own query (fixed parameters such as Azure's api-version)
+// comes first, then query. A path CleanPath would refuse is ErrInvalidPath:
+// every route that forwards goes through here.
+func upstreamURL(base *url.URL, path, query string) (*url.URL, error) {
 	esc := (&url.URL{Path: path}).EscapedPath()
 	if _, err := CleanPath(esc); err != nil {
 		return nil, err
 	}
+	root, rawRoot := VersionRoot(base)
 	u := *base
-	u.Path = strings.TrimSuffix(base.Path, "/") + path
-	u.RawPath = strings.TrimSuffix(base.EscapedPath(), "/") + esc
-	u.RawQuery, u.Fragment, u.RawFragment = "", "", ""
+	u.Path = root + strings.TrimPrefix(path, "/v1")
+	u.RawPath = rawRoot + strings.TrimPrefix(esc, "/v1")
+	u.RawQuery = joinQuery(base.RawQuery, query)
+	u.Fragment, u.RawFragment = "", ""
 	return &u, nil
+}
+
+// VersionRoot returns the path (decoded and escaped) that stands for a
+// client's /v1 at base: base's path without its trailing slash, or /v1
+// when base has none.
+func VersionRoot(base *url.URL) (path, escaped string) {
+	path, escaped = strings.TrimSuffix(base.Path, "/"), strings.TrimSuffix(base.EscapedPath(), "/")
+	if path == "" {
+		return "/v1", "/v1"
+	}
+	return path, escaped
+}
+
+// joinQuery joins two raw queries.
+func joinQuery(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "&" + b
 }
 
 // matchAny reports whether v matches one of patterns (any v, without

@@ -87,7 +87,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	target, err := upstreamURL(up.URL, path)
+	target, err := upstreamURL(up.URL, path, "")
 	if err != nil {
 		apierr.New(apierr.InvalidPath).WriteIn(w, shape)
 		return
@@ -103,7 +103,7 @@ func (e *Engine) Forward(w http.ResponseWriter, r *http.Request) {
 			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(), trace.ClientTrace()))
 			pr.SetURL(up.URL) // the scheme, host and query
 			pr.Out.URL.Path, pr.Out.URL.RawPath = target.Path, target.RawPath
-			for _, h := range []string{"Authorization", "X-Api-Key", "Cookie", "Idempotency-Key"} {
+			for _, h := range []string{"Authorization", "X-Api-Key", "Api-Key", "Cookie", "Idempotency-Key"} {
 				pr.Out.Header.Del(h)
 			}
 			up.Decorator.Decorate(pr.Out, pr.In.Header, shape)

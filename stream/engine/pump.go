@@ -346,11 +346,10 @@ func (p *pump) shape() apierr.Shape { return p.g.Protocol.Shape() }
 
 func (p *pump) newRequest(ctx context.Context) (*http.Request, error) {
 	up := p.up
-	u, err := upstreamURL(up.URL, p.g.Path)
+	u, err := upstreamURL(up.URL, p.g.Path, p.g.Query)
 	if err != nil {
 		return nil, err
 	}
-	u.RawQuery = p.g.Query
 	body := p.g.Body
 	if bg, ok := p.g.Protocol.(Backgrounder); ok && up.Background && p.g.Stream {
 		body, _ = bg.Background(body) // reattach.go

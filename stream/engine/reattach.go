@@ -310,11 +310,10 @@ func (p *pump) cancelBackground(ctx context.Context) {
 // response (a resume, a cancel) at path and query.
 func (p *pump) bareRequest(method, path, query string) func(context.Context) (*http.Request, error) {
 	return func(ctx context.Context) (*http.Request, error) {
-		u, err := upstreamURL(p.up.URL, path) // the upstream's id, which it may have made up
+		u, err := upstreamURL(p.up.URL, path, query) // the upstream's id, which it may have made up
 		if err != nil {
 			return nil, err
 		}
-		u.RawQuery = query
 		req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 		if err != nil {
 			return nil, err

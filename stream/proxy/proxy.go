@@ -145,6 +145,10 @@ type Route struct {
 	URL *url.URL
 	// Key is its API key in static and none auth. Default Auth.UpstreamKey.
 	Key string
+	// KeyHeader is the header Key is sent in (auth.Config.UpstreamHeader:
+	// auth.HeaderBearer, HeaderXAPIKey or HeaderAPIKey). Default
+	// Auth.UpstreamHeader.
+	KeyHeader string
 	// Paths (prefixes) and Models (a trailing * matches a prefix) it
 	// serves. Default: every request.
 	Paths, Models []string
@@ -238,7 +242,12 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		um.Watch(policy)
 		dec := a
 		if rt.Key != "" {
-			dec = a.WithUpstreamKey(rt.Key)
+			dec = dec.WithUpstreamKey(rt.Key)
+		}
+		if rt.KeyHeader != "" {
+			if dec, err = dec.WithUpstreamHeader(rt.KeyHeader); err != nil {
+				return nil, fmt.Errorf("route %q: %w", rt.Name, err)
+			}
 		}
 		ups = append(ups, engine.Upstream{Name: rt.Name, URL: rt.URL, Policy: policy, Decorator: dec, Idempotency: cfg.UpstreamIdempotency,
 			Background: cfg.UpstreamBackground, Transport: cfg.Client.Transport, Paths: rt.Paths, Models: rt.Models})

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/reprise-dev/reprise/stream/auth"
 )
 
 // ErrRoutes wraps every error ParseRoutes returns.
@@ -17,12 +19,14 @@ type RouteLine struct {
 	Name   string // names the upstream in Reprise-Upstream and the status
 	URL    string
 	KeyEnv string   // key_env=VAR: the environment variable holding its API key ("" none)
+	Auth   string   // auth=bearer|x-api-key|api-key: the header its key is sent in ("" by the API's shape)
 	Paths  []string // paths=p1,p2: the path prefixes it serves (none: every path)
 	Models []string // models=m1,m2*: the models it serves (none: every model)
 }
 
 // ParseRoutes reads the text of an upstreams file: one upstream a line,
-// "name url" then key_env=VAR, paths=p1,p2 and models=m1,m2* as needed;
+// "name url" then key_env=VAR, auth=HEADER, paths=p1,p2 and models=m1,m2*
+// as needed;
 // # starts a comment, blank lines are skipped. A request goes to the
 // routes that serve its path and model, in the file's order. It checks the
 // form only: the URL and the environment are the caller's.
@@ -39,7 +43,7 @@ func ParseRoutes(text string) ([]RouteLine, error) {
 			continue
 		}
 		if len(f) < 2 {
-			return nil, fmt.Errorf("%w: line %d: want name url [key_env=VAR] [paths=…] [models=…]", ErrRoutes, n)
+			return nil, fmt.Errorf("%w: line %d: want name url [key_env=VAR] [auth=…] [paths=…] [models=…]", ErrRoutes, n)
 		}
 		rt := RouteLine{Line: n, Name: f[0], URL: f[1]}
 		for _, opt := range f[2:] {
@@ -50,6 +54,13 @@ func ParseRoutes(text string) ([]RouteLine, error) {
 					return nil, fmt.Errorf("%w: line %d: key_env names no variable", ErrRoutes, n)
 				}
 				rt.KeyEnv = value
+			case "auth":
+				switch value {
+				case auth.HeaderBearer, auth.HeaderXAPIKey, auth.HeaderAPIKey:
+				default:
+					return nil, fmt.Errorf("%w: line %d: auth=%q: want %s, %s or %s", ErrRoutes, n, value, auth.HeaderBearer, auth.HeaderXAPIKey, auth.HeaderAPIKey)
+				}
+				rt.Auth = value
 			case "paths":
 				rt.Paths = strings.Split(value, ",")
 			case "models":
