@@ -34,6 +34,9 @@ type config struct {
 
 	listen   string
 	upstream string
+	// formerKeylessWindow is --sdk-retry-window, the former name of
+	// --keyless-retry-window: it counts only where the new name is not set.
+	formerKeylessWindow time.Duration
 	// upstreamURLs is --upstream parsed; nil for demo.
 	upstreamURLs []*url.URL
 	data         string
@@ -85,7 +88,7 @@ func newFlagSet(c *config, file *string) *flags {
 		return err
 	})
 	fs.in(groupServer).DurationVar(&p.HTTP.KeylessRetryWindow, "keyless-retry-window", stream.DefaultKeylessRetryWindow, "a request without a key, the same (tenant, path, body, client session) as one whose client left before its result within this window, is its retry: it attaches or replays instead of generating again; 0 turns it off (per request: header Reprise-Keyless-Retry: off)")
-	fs.in(groupServer).DurationVar(&p.HTTP.KeylessRetryWindow, "sdk-retry-window", stream.DefaultKeylessRetryWindow, "the former name of --keyless-retry-window")
+	fs.in(groupServer).DurationVar(&c.formerKeylessWindow, "sdk-retry-window", stream.DefaultKeylessRetryWindow, "the former name of --keyless-retry-window")
 	fs.in(groupUpstream).StringVar(&c.upstream, "upstream", "demo", "model API base URL: http://host:port (the client's /v1/… appended) or the API's version root as an SDK's base_url names it (https://host/api/paas/v4: /v1/X goes to …/api/paas/v4/X), or an ordered list URL,URL,… a generation fails over along before its first byte; demo = built-in fake model")
 	fs.in(groupUpstream).StringVar(&c.upstreams, "upstreams", "", "a `FILE` of named upstreams, one per line: name url [key_env=VAR] [auth=bearer|x-api-key|api-key] [paths=/v1/messages,…] [models=claude-*,…]; the URL's path is the API's version root (a client's /v1/X goes to its path + /X), its query is sent with every request; replaces --upstream")
 	fs.in(groupUpstream).BoolVar(&p.UpstreamIdempotency, "upstream-idempotency", false, "the upstream honours Idempotency-Key: forward one per generation and retry requests that were sent but got no answer")
@@ -195,8 +198,21 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	if err != nil {
 		return c, err
 	}
+	// A former name counts only where its new name is set nowhere (command
+	// line, environment, file): the new name wins, whatever the order.
+	for former, name := range formerNames {
+		if set := func(n string) bool { return onCommandLine[n] || c.setBy[n] != "" }; set(former) && !set(name) {
+			if err := fs.set(name, fs.Lookup(former).Value.String()); err != nil {
+				return c, err
+			}
+			c.setBy[name] = c.setBy[former]
+		}
+	}
 	return c, c.validate()
 }
+
+// formerNames maps each flag's former name to its name.
+var formerNames = map[string]string{"sdk-retry-window": "keyless-retry-window"}
 
 // invalid is the error for flag name's value v, want saying what it should
 // be; it names the variable or the file that set it, if one did.

@@ -202,3 +202,29 @@ backup http://localhost:9090
 		}
 	}
 }
+
+// TestFormerNameYields: --sdk-retry-window, the former name of
+// --keyless-retry-window, counts only where the new name is set nowhere:
+// with both, in any order and from any source, the new name wins.
+func TestFormerNameYields(t *testing.T) {
+	off := time.Duration(-1) // --keyless-retry-window 0: recognition off
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{"new then former", []string{"--keyless-retry-window", "0", "--sdk-retry-window", "30s"}, nil, off},
+		{"former then new", []string{"--sdk-retry-window", "30s", "--keyless-retry-window", "0"}, nil, off},
+		{"former in the environment", []string{"--keyless-retry-window", "0"}, map[string]string{"REPRISE_SDK_RETRY_WINDOW": "30s"}, off},
+		{"both in the environment", nil, map[string]string{"REPRISE_SDK_RETRY_WINDOW": "30s", "REPRISE_KEYLESS_RETRY_WINDOW": "0"}, off},
+		{"former alone", []string{"--sdk-retry-window", "45s"}, nil, 45 * time.Second},
+		{"former alone, off", []string{"--sdk-retry-window", "0"}, nil, off},
+	} {
+		getenv := func(k string) string { return c.env[k] }
+		cfg, err := parseConfig(c.args, getenv)
+		if err != nil || cfg.p.HTTP.KeylessRetryWindow != c.want {
+			t.Errorf("%s: window %v, %v; want %v", c.name, cfg.p.HTTP.KeylessRetryWindow, err, c.want)
+		}
+	}
+}
