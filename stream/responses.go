@@ -21,6 +21,8 @@ import (
 // upstream named id — whatever the upstream supports: with stream=true the
 // events after sequence_number starting_after (all without it), then live;
 // without, the response object (completed, or as it began while it runs).
+// An id reprise never journaled is the upstream's to answer (a response
+// made elsewhere), except where callers share the proxy's own key.
 func (s *Server) handleResponse(w http.ResponseWriter, r *http.Request) {
 	tenant, err := s.auth.Tenant(r)
 	if err != nil {
@@ -32,8 +34,13 @@ func (s *Server) handleResponse(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		fail(w, r, apierr.New(apierr.Unavailable))
 		return
+	case !ok && s.auth.SharesKey():
+		// The upstream would answer with the key every proxy key shares:
+		// another tenant's response, made through reprise or not.
+		fail(w, r, apierr.New(apierr.KeyNotFound).WithMessage("no response with this id was made through this proxy key"))
+		return
 	case !ok:
-		fail(w, r, apierr.New(apierr.KeyNotFound).WithMessage("no response with this id"))
+		s.passThrough(w, r) // made elsewhere: the upstream's, with the caller's own credential
 		return
 	}
 	id := resume.StreamID(tenant, key)

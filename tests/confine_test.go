@@ -362,3 +362,30 @@ func TestUpstreamCodeNotReprises(t *testing.T) {
 		t.Errorf("an upstream's journal_failure is recorded as %q: reprise's own, or lost", st.Error)
 	}
 }
+
+// TestResponseMadeElsewhere: GET /v1/responses/{id} of a response reprise
+// never journaled asks the upstream with the caller's own credential (a
+// response made elsewhere); where callers share the proxy's key (static)
+// it is 404 and nothing is asked, since the upstream would answer with
+// another tenant's response.
+func TestResponseMadeElsewhere(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	e := newEnv(t, withUpstream(rec))
+	resp := do(t, "GET", e.URL+"/v1/responses/resp_elsewhere", "", "Authorization", "Bearer sk-caller")
+	if b := readBody(t, resp); resp.StatusCode != http.StatusOK {
+		t.Errorf("passthrough: %d %s, want the upstream's answer", resp.StatusCode, b)
+	}
+	if got := rec.take(); len(got) != 1 || got[0].path != "/v1/responses/resp_elsewhere" || got[0].key != "Bearer sk-caller" {
+		t.Errorf("passthrough: the upstream got %+v, want the GET with the caller's key", got)
+	}
+
+	static := newEnv(t, withUpstream(rec), withConfig(func(c *proxy.Config) {
+		c.Auth.Mode, c.Auth.ProxyKeys, c.Auth.UpstreamKey = auth.Static, []string{"pk-elsewhere-1"}, "sk-operator"
+	}))
+	resp = do(t, "GET", static.URL+"/v1/responses/resp_elsewhere", "", "Authorization", "Bearer pk-elsewhere-1")
+	testutil.ExpectAPIError(t, resp, http.StatusNotFound, "key_not_found")
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("static: the upstream got %+v, want nothing", got)
+	}
+}

@@ -155,6 +155,11 @@ func checkHeader(h string) error {
 	return fmt.Errorf("%w: upstream key header %q (%s, %s or %s)", ErrInvalidOption, h, HeaderBearer, HeaderXAPIKey, HeaderAPIKey)
 }
 
+// SharesKey reports whether callers reach the upstream with a key of the
+// proxy's own that several tenants share (Static): what one caller asks
+// the upstream by an id, another's creation could answer.
+func (a *Auth) SharesKey() bool { return a.cfg.Mode == Static }
+
 // CapabilityTTL is how long the capabilities Capability issues are valid.
 func (a *Auth) CapabilityTTL() time.Duration { return a.cfg.CapabilityTTL }
 
