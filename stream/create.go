@@ -84,12 +84,16 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	}
 	out, err := s.decide(r, tenant, key, fp, bfp, stream, model, kl)
 	var rc *receipt
+	var t *engine.Tail
 	returned := false
 	if kl != nil {
 		key = kl.key
 		r, rc = withReceipt(r)
 		defer func() {
-			if out.Decision != 0 && !rc.delivered(r, returned) {
+			// What a retry can attach to (a generation that started, or
+			// one it attached to or replayed) is left behind unless its
+			// result reached this client.
+			if out.Decision != 0 && (out.Decision != resume.Start || t != nil) && !rc.delivered(r, returned) {
 				s.leaveBehind(kl)
 			}
 		}()
@@ -109,7 +113,6 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		return
 	}
 	rec := out.Record
-	var t *engine.Tail
 	if out.Decision == resume.Start {
 		// Only a new generation takes one of the tenant's places; attaching
 		// and replaying cost the upstream nothing.
@@ -246,6 +249,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 		// be sent again; the status JSON says when the Location has the
 		// result.
 		h.Set("Preference-Applied", "respond-async")
+		wroteAnswer(r.Context()) // the client polls the Location: it asks nothing again
 		writeStatus(w, http.StatusAccepted, rec)
 		return
 	}
@@ -439,6 +443,7 @@ func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, tenant, id s
 			// Anthropic SDKs honour this header).
 			w.Header().Set("X-Should-Retry", "false")
 		}
+		wroteAnswer(r.Context())
 		writeRaw(w, head.Status, head.ContentType, head.Body)
 		return
 	}
@@ -547,10 +552,12 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request, id string, 
 		if apierr.ShouldNotRetry(status, rec.Error) {
 			w.Header().Set("X-Should-Retry", "false")
 		}
+		wroteAnswer(r.Context())
 		writeRaw(w, status, "application/json", errBody)
 		return
 	}
 	if r.Method != http.MethodGet || rec.Status != http.StatusOK {
+		wroteAnswer(r.Context())
 		writeRaw(w, rec.Status, rec.ContentType, body)
 		return
 	}

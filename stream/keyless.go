@@ -126,10 +126,12 @@ func (s *Server) leaveBehind(k *keyless) {
 }
 
 // receipt is what a keyless request's handler learns of its answer: whether
-// its event stream reached its end. It rides in the request's context.
+// the generation's answer was written — an event stream to its end, or a
+// whole answer — rather than an error of reprise's own (409 in progress, 429
+// too many readers, 503). It rides in the request's context.
 type receipt struct {
 	streamed bool // the answer is an event stream
-	got      bool // it was written to its end
+	got      bool // the generation's answer was written (a stream to its end)
 }
 
 type receiptKey struct{}
@@ -145,6 +147,14 @@ func withReceipt(r *http.Request) (*http.Request, *receipt) {
 func streaming(ctx context.Context) {
 	if rc, ok := ctx.Value(receiptKey{}).(*receipt); ok {
 		rc.streamed = true
+	}
+}
+
+// wroteAnswer notes, for a keyless request's own answer, that the
+// generation's whole answer (not an event stream) is being written to it.
+func wroteAnswer(ctx context.Context) {
+	if rc, ok := ctx.Value(receiptKey{}).(*receipt); ok && !rc.streamed {
+		rc.got = true
 	}
 }
 
@@ -172,13 +182,15 @@ func (s *Server) gotResult(ctx context.Context, rec *resume.Record) {
 // received a result.
 const receivedTimeout = 5 * time.Second
 
-// delivered reports whether a keyless request's answer reached its client:
-// an event stream written to its end, or any other answer written whole by
-// a handler that returned with its client still there — and, either way,
-// a connection its client did not reset (clientReset).
+// delivered reports whether a keyless request's result reached its client:
+// an event stream written to its end, or the generation's whole answer
+// written by a handler that returned with its client still there — and,
+// either way, a connection its client did not reset (clientReset). An
+// error of reprise's own is no result: a retry that got one keeps nothing
+// of the key it claimed, and its client's next try claims it again.
 func (rc *receipt) delivered(r *http.Request, returned bool) bool {
 	if rc.streamed {
 		return rc.got && !clientReset(r)
 	}
-	return returned && r.Context().Err() == nil && !clientReset(r)
+	return returned && rc.got && r.Context().Err() == nil && !clientReset(r)
 }

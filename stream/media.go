@@ -64,6 +64,7 @@ func (s *Server) serveMedia(w http.ResponseWriter, r *http.Request, rec resume.R
 		h.Set("Content-Length", strconv.FormatInt(end-start, 10))
 	}
 	h.Set("Content-Type", head.ContentType)
+	wroteAnswer(r.Context())
 	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
 		return

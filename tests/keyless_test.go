@@ -426,3 +426,54 @@ func TestKeylessTimeoutStory(t *testing.T) {
 	}
 	t.Logf("seed story: %d tries timed out, then the answer; %d upstream generation(s)", timeouts, testutil.Settled(t, e.LLM.Ledger(), prompt, 1).Generations)
 }
+
+// TestKeylessClaimKeptOnlyByResult: a keyless retry that claimed its
+// predecessor's key but was answered an error of reprise's own — here 409
+// in_progress, its wait for the running generation having run out — got no
+// result: the key goes back, and the client's next try (obeying
+// Retry-After) claims it again and gets the answer. The upstream
+// generates once.
+func TestKeylessClaimKeptOnlyByResult(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withAttachWait(150*time.Millisecond))
+	prompt := uniquePrompt(t, "[tokens=20] [delay=50ms]")
+	body := chatBody(prompt, false)
+	// The first try leaves before its answer: its context ends once the
+	// upstream generates.
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		resp, err := send(ctx, "POST", e.URL+chatPath, body, "Content-Type", "application/json")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		first <- err
+	}()
+	pollUntil(t, 10*time.Second, "the upstream to start generating", func() bool { return e.LLM.Ledger().Get(prompt).Generations == 1 })
+	cancel()
+	<-first
+	waitLeft(t, e.URL, 1)
+
+	conflicts := 0
+	for try := range 50 { // bounded: a script's retry loop
+		resp := do(t, "POST", e.URL+chatPath, body, "Content-Type", "application/json")
+		b := readBody(t, resp)
+		if resp.StatusCode == http.StatusOK {
+			if !strings.Contains(b, `"chat.completion"`) {
+				t.Fatalf("try %d: %s, want the chat completion", try, b)
+			}
+			break
+		}
+		if resp.StatusCode != http.StatusConflict || resp.Header.Get("Idempotency-Key") == "" {
+			t.Fatalf("try %d: %d %s, want 409 in_progress of the claimed key, or the answer", try, resp.StatusCode, b)
+		}
+		conflicts++
+		waitLeft(t, e.URL, float64(1+conflicts)) // the key went back
+	}
+	if conflicts == 0 {
+		t.Fatalf("no try was answered 409: the test did not exercise a retry's error")
+	}
+	if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 {
+		t.Errorf("ledger %+v after %d conflicts, want 1 generation", g, conflicts)
+	}
+}
