@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -13,6 +14,24 @@ import (
 // another order, or other whitespace, has the same fingerprint.
 func Fingerprint(path string, body []byte) string {
 	return hash("c14n", path, Canonical(body))
+}
+
+// StreamlessFingerprint is Fingerprint of body without its top-level
+// "stream" and "stream_options" members: the same request asked streamed
+// or not (a client that falls back to a non-streamed call after a broken
+// stream sends that). A body that is no JSON object is Fingerprint's.
+func StreamlessFingerprint(path string, body []byte) string {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return Fingerprint(path, body)
+	}
+	delete(m, "stream")
+	delete(m, "stream_options")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return Fingerprint(path, body)
+	}
+	return hash("c14n-streamless", path, Canonical(b))
 }
 
 // BytesFingerprint identifies a request by its path and its body's exact

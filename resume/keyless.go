@@ -29,7 +29,10 @@ const maxLeft = 16
 
 // ContentID names a keyless request's content for the keyless index: the
 // tenant, the client's session (its session header, "" if none: a session
-// narrows the match, it never widens it) and the request's fingerprint.
+// narrows the match, it never widens it) and the request's fingerprint
+// without its stream fields (StreamlessFingerprint): a request asked
+// streamed and its non-streamed fallback share an entry, and each left
+// request in it says which it was (Leaving).
 func ContentID(tenant, session, fingerprint string) string {
 	h := sha256.New()
 	for _, part := range []string{"keyless", tenant, session, fingerprint} {
@@ -46,17 +49,30 @@ type keylessEntry struct {
 }
 
 type leftKey struct {
-	Key string    `json:"key"`
-	At  time.Time `json:"at"` // when its client left
+	Leaving
+	At time.Time `json:"at"` // when its client left
 }
 
-// Left records that the client of the request of content contentID, which
-// got key, left before its result: for window, the next request of the
-// same content is its retry (Claim). Entries older than window are dropped.
-func (m *Manager) Left(ctx context.Context, contentID, key string, window time.Duration) error {
+// Leaving is a request whose client left before its result, as the keyless
+// index keeps it.
+type Leaving struct {
+	// Key is the key the request got.
+	Key string `json:"key"`
+	// Fingerprint is its Fingerprint, stream fields included ("" in an
+	// entry of an earlier version: any request of the content matches).
+	Fingerprint string `json:"fp,omitempty"`
+	// Stream: it asked for an event stream.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// Left records that the client of request l, of content contentID, left
+// before its result: for window, the next request of the same content is
+// its retry (Claim). Entries older than window are dropped.
+func (m *Manager) Left(ctx context.Context, contentID string, l Leaving, window time.Duration) error {
+	key := l.Key
 	return m.changeKeyless(ctx, contentID, func(e *keylessEntry, now time.Time) bool {
 		e.Left = slices.DeleteFunc(e.Left, func(l leftKey) bool { return l.Key == key || now.Sub(l.At) > window })
-		e.Left = append(e.Left, leftKey{Key: key, At: now})
+		e.Left = append(e.Left, leftKey{Leaving: l, At: now})
 		if len(e.Left) > maxLeft {
 			e.Left = e.Left[len(e.Left)-maxLeft:]
 		}
@@ -64,26 +80,33 @@ func (m *Manager) Left(ctx context.Context, contentID, key string, window time.D
 	})
 }
 
-// Claim takes the key of the latest request of content contentID whose
-// client left before its result within window, and reports whether there
-// was one. A key is claimed once: of two retries of it, the second is a
-// new request — unless the first leaves too.
-func (m *Manager) Claim(ctx context.Context, contentID string, window time.Duration) (key string, ok bool, err error) {
+// Claim takes the latest request of content contentID whose client left
+// before its result within window and that a request of fingerprint fp
+// (streamed or not) retries, and reports whether there was one: one of the
+// same fingerprint; else, for a request not streamed when fallback is set,
+// a streamed one (the non-streamed fallback of a broken stream). A left
+// request is claimed once: of two retries of it, the second is a new
+// request — unless the first leaves too, or gives it back (Left again).
+func (m *Manager) Claim(ctx context.Context, contentID, fp string, stream, fallback bool, window time.Duration) (left Leaving, ok bool, err error) {
 	err = m.changeKeyless(ctx, contentID, func(e *keylessEntry, now time.Time) bool {
-		key, ok = "", false
-		for i := len(e.Left) - 1; i >= 0; i-- {
-			if now.Sub(e.Left[i].At) <= window {
-				key, ok = e.Left[i].Key, true
-				e.Left = slices.Delete(e.Left, i, i+1)
-				return true
+		left, ok = Leaving{}, false
+		take := func(match func(leftKey) bool) bool {
+			for i := len(e.Left) - 1; i >= 0; i-- {
+				if l := e.Left[i]; now.Sub(l.At) <= window && match(l) {
+					left, ok = l.Leaving, true
+					e.Left = slices.Delete(e.Left, i, i+1)
+					return true
+				}
 			}
+			return false
 		}
-		return false
+		return take(func(l leftKey) bool { return l.Fingerprint == fp || l.Fingerprint == "" }) ||
+			!stream && fallback && take(func(l leftKey) bool { return l.Stream })
 	})
 	if err != nil {
-		return "", false, err
+		return Leaving{}, false, err
 	}
-	return key, ok, nil
+	return left, ok, nil
 }
 
 // Received records that key's result reached a client after all (it

@@ -65,7 +65,8 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	fp, bfp := resume.Fingerprint(requestPath(r), body), resume.BytesFingerprint(requestPath(r), body)
 	var kl *keyless
 	if key == "" {
-		if kl = s.keyless(r, tenant, fp); kl != nil {
+		_, assembles := proto.(assembler)
+		if kl = s.keyless(r, tenant, fp, resume.StreamlessFingerprint(requestPath(r), body), stream, assembles); kl != nil {
 			key = kl.key
 		} else {
 			key = resume.NewKey()
@@ -75,8 +76,9 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	// retry is asked only when shedding would refuse it.
 	if s.shed(w, r, func() (string, bool) {
 		if kl != nil {
-			kl.settle()
-			key = kl.key
+			if kl.settle(); !kl.fallback { // a fallback is decided on its fresh key first
+				key = kl.key
+			}
 		}
 		return resume.StreamID(tenant, key), kl != nil && !kl.retry || kl == nil && r.Header.Get("Idempotency-Key") == ""
 	}) {
@@ -90,10 +92,10 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		key = kl.key
 		r, rc = withReceipt(r)
 		defer func() {
-			// What a retry can attach to (a generation that started, or
-			// one it attached to or replayed) is left behind unless its
-			// result reached this client.
-			if out.Decision != 0 && (out.Decision != resume.Start || t != nil) && !rc.delivered(r, returned) {
+			// What a retry can attach to (a generation that started, one
+			// it attached to or replayed, the stream a fallback claimed) is
+			// left behind unless its result reached this client.
+			if (kl.fallback || out.Decision != 0 && (out.Decision != resume.Start || t != nil)) && !rc.delivered(r, returned) {
 				s.leaveBehind(kl)
 			}
 		}()
@@ -111,6 +113,16 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		s.log.Error("resume decision failed", "err", err)
 		fail(w, r, unavailable(err))
 		return
+	}
+	if kl != nil && kl.fallback {
+		if s.serveFallback(w, r, tenant, kl, proto.(assembler)) {
+			s.withdraw(out)
+			returned = true
+			return
+		}
+		kl.renew() // the stream it fell back from has no result: a new request
+		key, id = kl.key, resume.StreamID(tenant, kl.key)
+		noteKey(r, key)
 	}
 	rec := out.Record
 	if out.Decision == resume.Start {
@@ -166,7 +178,9 @@ func (s *Server) decide(r *http.Request, tenant, key, fp, bfp string, stream boo
 		req.Content = kl.cid
 	}
 	out, err := s.resume.Begin(ctx, req)
-	if kl == nil || !kl.settle() {
+	if kl == nil || !kl.settle() || kl.fallback {
+		// A fallback keeps its fresh key's decision: it is served from the
+		// stream it claimed, or, if that left no result, as a new request.
 		return out, err
 	}
 	if err == nil {

@@ -31,38 +31,48 @@ var sessionHeaders = []string{"X-Claude-Code-Session-Id", "Session-Id", "Session
 
 // keyless is what a keyless request knows of its key while it is decided.
 type keyless struct {
-	cid string // the content's ContentID
+	cid    string // the content's ContentID
+	fp     string // the request's Fingerprint
+	stream bool   // it asks for an event stream
 	// key is the key the request is served under: a fresh one, or, once
 	// settled, the key it claimed.
 	key string
 	// retry: key was claimed, the request is a retry of one whose client
 	// left before its result.
 	retry bool
+	// fallback: the retry is a non-streamed request of a streamed one
+	// (a client's fallback after a broken stream): it is answered the
+	// format's non-streamed answer assembled from the stream (fallback.go).
+	fallback bool
 
-	done    chan struct{} // closed once the claim answered
-	claimed string        // the claimed key, "" for none; read after done
+	fresh   string         // the fresh key it got first
+	done    chan struct{}  // closed once the claim answered
+	claimed resume.Leaving // the request claimed (Key "" for none); read after done
 	settled bool
 }
 
-// keyless starts deciding the key of a request that came without one. It
-// returns nil when retries are not recognised for it (the window is off,
-// or the request said so): then it gets a fresh key, and nothing is
+// keyless starts deciding the key of a request that came without one: of
+// fingerprint fp and streamless fingerprint sfp, streamed or not; assembles
+// says its format can answer a non-streamed retry of a streamed request.
+// It returns nil when retries are not recognised for it (the window is
+// off, or the request said so): then it gets a fresh key, and nothing is
 // remembered of it.
-func (s *Server) keyless(r *http.Request, tenant, fp string) *keyless {
+func (s *Server) keyless(r *http.Request, tenant, fp, sfp string, stream, assembles bool) *keyless {
 	if s.cfg.KeylessRetryWindow <= 0 || strings.EqualFold(strings.TrimSpace(r.Header.Get(KeylessRetryHeader)), "off") {
 		return nil
 	}
-	k := &keyless{cid: resume.ContentID(tenant, session(r), fp), key: resume.NewKey(), done: make(chan struct{})}
+	k := &keyless{cid: resume.ContentID(tenant, session(r), sfp), fp: fp, stream: stream, key: resume.NewKey(), done: make(chan struct{})}
+	k.fresh = k.key
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
 	go func() {
 		defer cancel()
 		defer close(k.done)
-		key, ok, err := s.resume.Claim(ctx, k.cid, s.cfg.KeylessRetryWindow)
+		left, ok, err := s.resume.Claim(ctx, k.cid, fp, stream, assembles, s.cfg.KeylessRetryWindow)
 		switch {
 		case err != nil:
 			s.log.Warn("looking up a keyless request's retry failed; it generates afresh", "err", err)
 		case ok:
-			k.claimed = key
+			k.claimed = left
 		}
 	}()
 	return k
@@ -76,11 +86,27 @@ func (k *keyless) settle() bool {
 	}
 	k.settled = true
 	<-k.done
-	if k.claimed == "" {
+	if k.claimed.Key == "" {
 		return false
 	}
-	k.key, k.retry = k.claimed, true
+	k.key, k.retry = k.claimed.Key, true
+	k.fallback = k.claimed.Stream && !k.stream
 	return true
+}
+
+// renew makes a fallback whose stream left no result a new request, on
+// the fresh key it got first.
+func (k *keyless) renew() {
+	k.key, k.retry, k.fallback = k.fresh, false, false
+}
+
+// leaving is what the request leaves behind when its client leaves before
+// its result: itself, or, a retry, the request it claimed (given back).
+func (k *keyless) leaving() resume.Leaving {
+	if k.retry {
+		return k.claimed
+	}
+	return resume.Leaving{Key: k.key, Fingerprint: k.fp, Stream: k.stream}
 }
 
 // session is the client's session identifier, "" when it sent none.
@@ -118,7 +144,7 @@ func (s *Server) withdraw(out resume.Outcome) {
 func (s *Server) leaveBehind(k *keyless) {
 	ctx, cancel := context.WithTimeout(context.Background(), decisionTimeout)
 	defer cancel()
-	if err := s.resume.Left(ctx, k.cid, k.key, s.cfg.KeylessRetryWindow); err != nil {
+	if err := s.resume.Left(ctx, k.cid, k.leaving(), s.cfg.KeylessRetryWindow); err != nil {
 		s.log.Warn("remembering a keyless request whose client left failed; its retry will generate again", "err", err)
 		return
 	}
