@@ -1,0 +1,345 @@
+"""The Python test harness: reprise and the fake model (cmd/mockllm) as real
+processes on loopback, a link that cuts answers mid-way, and unique prompts.
+
+Fixtures (names are the contract of /work/notes/pyharness.md):
+  mock, proxy, proxy_no_keyless (session), cut_link, prompt (function).
+Nothing here mocks a part: the SDKs talk HTTP to the real binaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# How long a harness wait may take before it fails (a bound, not a pacing):
+# generous, so a busy 2-core box beside a CPU burner still passes.
+WAIT = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get_json(url: str, headers: dict[str, str] | None = None) -> Any:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=WAIT) as resp:
+        return json.load(resp)
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Waits until GET url answers 200 (the process is up), or fails with its log."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited ({proc.returncode}):\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url}: not up within {WAIT}s:\n{log.read_text()}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def workdir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="reprise-py-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@dataclass
+class Binaries:
+    reprise: str
+    mockllm: str
+
+
+@pytest.fixture(scope="session")
+def binaries(workdir: Path) -> Binaries:
+    """reprise and mockllm built from this tree (REPRISE_BIN / MOCKLLM_BIN override)."""
+    out: dict[str, str] = {}
+    for name, env in (("reprise", "REPRISE_BIN"), ("mockllm", "MOCKLLM_BIN")):
+        if os.environ.get(env):
+            out[name] = os.environ[env]
+            continue
+        path = workdir / "bin" / name
+        subprocess.run(["go", "build", "-o", str(path), f"./cmd/{name}"], cwd=REPO, check=True)
+        out[name] = str(path)
+    return Binaries(reprise=out["reprise"], mockllm=out["mockllm"])
+
+
+@dataclass
+class Mock:
+    """cmd/mockllm: the fake model and its ledger."""
+
+    url: str
+
+    def ledger(self, prompt: str) -> dict[str, Any]:
+        """GET /ledger?prompt=P: {"prompt", "entry": {requests, generations,
+        completed, tokens}, "generations": [{..., content, completed, aborted}]}."""
+        return dict(_get_json(self.url + "/ledger?" + urllib.parse.urlencode({"prompt": prompt})))
+
+    def settled(self, prompt: str, generations: int = 1, timeout: float = WAIT) -> dict[str, Any]:
+        """Waits until prompt has at least `generations` generations and every
+        one it started has finished (completed or aborted); returns the report.
+        A client that read its answer may be ahead of the ledger, and a
+        generation whose client left may still be running."""
+        deadline = time.monotonic() + timeout
+        while True:
+            report = self.ledger(prompt)
+            gens = report["generations"]
+            if len(gens) >= generations and all(g["completed"] or g["aborted"] for g in gens):
+                return report
+            if time.monotonic() > deadline:
+                raise AssertionError(f"ledger of {prompt!r} not settled at {generations} generations within {timeout}s: {report}")
+            time.sleep(0.02)
+
+    def text(self, prompt: str) -> str:
+        """The content of the prompt's first generation, once it completed:
+        the exact text a client must receive."""
+        report = self.settled(prompt, 1)
+        first = report["generations"][0]
+        assert first["completed"], f"the first generation of {prompt!r} did not complete: {report}"
+        return str(first["content"])
+
+
+@pytest.fixture(scope="session")
+def mock(binaries: Binaries, workdir: Path) -> Iterator[Mock]:
+    port = _free_port()
+    log = workdir / "mockllm.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [binaries.mockllm, "--listen", f"127.0.0.1:{port}", "--delay", "2ms", "--tokens", "24"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    m = Mock(url=f"http://127.0.0.1:{port}")
+    try:
+        _wait_http(m.url + "/ledger", proc, log)
+        yield m
+    finally:
+        _stop(proc)
+
+
+@dataclass
+class Proxy:
+    """A reprise process in front of mock."""
+
+    url: str
+    log: Path
+
+    def status(self, key: str) -> dict[str, Any]:
+        """GET /v1/streams/{key} as JSON."""
+        return dict(_get_json(f"{self.url}/v1/streams/{urllib.parse.quote(key, safe='')}", {"Accept": "application/json"}))
+
+    def attempts(self, key: str) -> Any:
+        """GET /v1/streams/{key}/attempts as JSON."""
+        return _get_json(f"{self.url}/v1/streams/{urllib.parse.quote(key, safe='')}/attempts", {"Accept": "application/json"})
+
+
+def _start_proxy(binaries: Binaries, workdir: Path, mock: Mock, name: str, extra: list[str]) -> Iterator[Proxy]:
+    port = _free_port()
+    data = workdir / name
+    log = workdir / f"{name}.log"
+    level = os.environ.get("REPRISE_PY_LOG_LEVEL", "warn")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                binaries.reprise,
+                "--auth", "none",
+                "--listen", f"127.0.0.1:{port}",
+                "--data", str(data),
+                "--upstream", mock.url,
+                "--log-level", level,
+                "--log-format", "text",
+                # A busy test box must not shed generations for journal lag.
+                "--shed-lag", "0",
+                *extra,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    p = Proxy(url=f"http://127.0.0.1:{port}", log=log)
+    try:
+        _wait_http(p.url + "/readyz", proc, log)
+        yield p
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def proxy(binaries: Binaries, workdir: Path, mock: Mock) -> Iterator[Proxy]:
+    """reprise with keyless recognition on (its default)."""
+    yield from _start_proxy(binaries, workdir, mock, "proxy", [])
+
+
+@pytest.fixture(scope="session")
+def proxy_no_keyless(binaries: Binaries, workdir: Path, mock: Mock) -> Iterator[Proxy]:
+    """reprise with keyless recognition off (--keyless-retry-window 0)."""
+    yield from _start_proxy(binaries, workdir, mock, "proxy-no-keyless", ["--keyless-retry-window", "0"])
+
+
+@dataclass
+class Link:
+    """A loopback TCP proxy in front of a target that cuts answers."""
+
+    url: str
+    cut_after: int
+    times: int | None
+    _target: tuple[str, int]
+    _listener: socket.socket
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _cuts: int = 0
+    _conns: list[socket.socket] = field(default_factory=list)
+    _closed: bool = False
+
+    @property
+    def cuts(self) -> int:
+        """Connections this link cut."""
+        with self._lock:
+            return self._cuts
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self._target, timeout=WAIT)
+                upstream.settimeout(None)
+            except OSError:
+                _reset(client)
+                continue
+            with self._lock:
+                if self._closed:
+                    _reset(client)
+                    _reset(upstream)
+                    return
+                self._conns += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, (client, upstream)), daemon=True).start()
+
+    def _claim_cut(self) -> bool:
+        with self._lock:
+            if self.times is not None and self._cuts >= self.times:
+                return False
+            self._cuts += 1
+            return True
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, answer: tuple[socket.socket, socket.socket] | None) -> None:
+        """Copies src to dst. For the answer direction (answer set), cuts the
+        connection after cut_after bytes when it is one of the first `times`
+        answers to exceed it."""
+        sent = 0
+        cutting: bool | None = None  # decided when the answer first exceeds cut_after
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if answer is not None and cutting is not False and sent + len(data) > self.cut_after:
+                    if cutting is None:
+                        cutting = self._claim_cut()
+                    if cutting:
+                        dst.sendall(data[: self.cut_after - sent])
+                        for s in answer:
+                            _reset(s)
+                        return
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        # One side ended: pass the end on (half-close), as a plain TCP proxy does.
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._conns = self._conns, []
+        self._listener.close()
+        for s in conns:
+            _reset(s)
+
+
+def _reset(s: socket.socket) -> None:
+    """Closes s with SO_LINGER 0: the peer sees a reset, not an orderly end."""
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    try:
+        s.close()
+    except OSError:
+        pass
+
+
+@pytest.fixture
+def cut_link() -> Iterator[Callable[..., Link]]:
+    """A factory: cut_link(target_url, cut_after=BYTES, times=N or None).
+    Of the connections whose answer exceeds cut_after bytes, the first
+    `times` (None: every one) are cut after cut_after bytes of it. A request
+    is always forwarded whole."""
+    links: list[Link] = []
+
+    def make(target_url: str, cut_after: int, times: int | None = 1) -> Link:
+        u = urllib.parse.urlsplit(target_url)
+        assert u.hostname and u.port, target_url
+        ln = socket.socket()
+        ln.bind(("127.0.0.1", 0))
+        ln.listen(64)
+        port = ln.getsockname()[1]
+        link = Link(url=f"http://127.0.0.1:{port}", cut_after=cut_after, times=times, _target=(u.hostname, u.port), _listener=ln)
+        threading.Thread(target=link._serve, daemon=True).start()
+        links.append(link)
+        return link
+
+    yield make
+    for link in links:
+        link.close()
+
+
+@pytest.fixture
+def prompt(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """prompt(directives) -> a prompt unique to this test, directives appended."""
+
+    def make(directives: str = "") -> str:
+        name = re.sub(r"[^A-Za-z0-9_]+", "_", request.node.name)
+        return f"{name} {uuid.uuid4().hex} {directives}".strip()
+
+    return make
