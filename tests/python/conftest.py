@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import selectors
 import shutil
 import socket
 import struct
@@ -159,6 +160,8 @@ class Proxy:
 
     url: str
     log: Path
+    # keyless: recognises keyless retries (the default); False with --keyless-retry-window 0.
+    keyless: bool
 
     def status(self, key: str) -> dict[str, Any]:
         """GET /v1/streams/{key} as JSON."""
@@ -169,7 +172,7 @@ class Proxy:
         return _get_json(f"{self.url}/v1/streams/{urllib.parse.quote(key, safe='')}/attempts", {"Accept": "application/json"})
 
 
-def _start_proxy(binaries: Binaries, workdir: Path, mock: Mock, name: str, extra: list[str]) -> Iterator[Proxy]:
+def _start_proxy(binaries: Binaries, workdir: Path, mock: Mock, name: str, keyless: bool) -> Iterator[Proxy]:
     port = _free_port()
     data = workdir / name
     log = workdir / f"{name}.log"
@@ -186,12 +189,12 @@ def _start_proxy(binaries: Binaries, workdir: Path, mock: Mock, name: str, extra
                 "--log-format", "text",
                 # A busy test box must not shed generations for journal lag.
                 "--shed-lag", "0",
-                *extra,
+                *([] if keyless else ["--keyless-retry-window", "0"]),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    p = Proxy(url=f"http://127.0.0.1:{port}", log=log)
+    p = Proxy(url=f"http://127.0.0.1:{port}", log=log, keyless=keyless)
     try:
         _wait_http(p.url + "/readyz", proc, log)
         yield p
@@ -202,13 +205,60 @@ def _start_proxy(binaries: Binaries, workdir: Path, mock: Mock, name: str, extra
 @pytest.fixture(scope="session")
 def proxy(binaries: Binaries, workdir: Path, mock: Mock) -> Iterator[Proxy]:
     """reprise with keyless recognition on (its default)."""
-    yield from _start_proxy(binaries, workdir, mock, "proxy", [])
+    yield from _start_proxy(binaries, workdir, mock, "proxy", True)
 
 
 @pytest.fixture(scope="session")
 def proxy_no_keyless(binaries: Binaries, workdir: Path, mock: Mock) -> Iterator[Proxy]:
     """reprise with keyless recognition off (--keyless-retry-window 0)."""
-    yield from _start_proxy(binaries, workdir, mock, "proxy-no-keyless", ["--keyless-retry-window", "0"])
+    yield from _start_proxy(binaries, workdir, mock, "proxy-no-keyless", False)
+
+
+@pytest.fixture(params=["proxy", "proxy_no_keyless"], ids=["keyless", "no_keyless"])
+def either_proxy(request: pytest.FixtureRequest) -> Proxy:
+    """Each test once against proxy and once against proxy_no_keyless."""
+    p = request.getfixturevalue(request.param)
+    assert isinstance(p, Proxy)
+    return p
+
+
+# Generations per logical call, by pattern and proxy: printed at the end of
+# the run and written to generations.json in pytest's temporary directory.
+GENERATIONS: dict[str, dict[str, int]] = {}
+
+
+@pytest.fixture
+def record_generations() -> Callable[[str, Proxy, int], None]:
+    """record_generations(pattern, proxy, n): n generations for one logical call of pattern."""
+
+    def record(pattern: str, p: Proxy, n: int) -> None:
+        GENERATIONS.setdefault(pattern, {})["with recognition" if p.keyless else "without"] = n
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if not GENERATIONS:
+        return
+    path = config._tmp_path_factory.getbasetemp() / "generations.json"  # type: ignore[attr-defined]
+    path.write_text(json.dumps(GENERATIONS, indent=2, sort_keys=True) + "\n")
+    width = max(len(k) for k in GENERATIONS)
+    terminalreporter.section("upstream generations per logical call")
+    terminalreporter.write_line(f"{'pattern':<{width}}  with recognition  without")
+    for pattern in sorted(GENERATIONS):
+        row = GENERATIONS[pattern]
+        terminalreporter.write_line(f"{pattern:<{width}}  {row.get('with recognition', '-')!s:>16}  {row.get('without', '-')!s:>7}")
+    terminalreporter.write_line(f"(also in {path})")
+
+
+class _Conn:
+    """One relayed connection: its two sockets and a wake-up pair through
+    which cut_open tells its relay thread to cut it."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client, self.upstream = client, upstream
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.answered = 0  # answer bytes passed on to the client
 
 
 @dataclass
@@ -222,7 +272,7 @@ class Link:
     _listener: socket.socket
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _cuts: int = 0
-    _conns: list[socket.socket] = field(default_factory=list)
+    _conns: list[_Conn] = field(default_factory=list)
     _closed: bool = False
 
     @property
@@ -230,6 +280,21 @@ class Link:
         """Connections this link cut."""
         with self._lock:
             return self._cuts
+
+    def cut_open(self) -> int:
+        """Cuts (resets) every connection open now, whatever its answer's
+        length, and returns how many; they count in cuts. For a client
+        waiting for an answer not yet begun (a middlebox dropping a
+        connection while a non-streamed answer is generated)."""
+        with self._lock:
+            conns, self._conns = self._conns, []
+            self._cuts += len(conns)
+        for c in conns:
+            try:
+                c.wake_w.send(b"x")
+            except OSError:
+                pass
+        return len(conns)
 
     def _serve(self) -> None:
         while True:
@@ -243,14 +308,13 @@ class Link:
             except OSError:
                 _reset(client)
                 continue
+            c = _Conn(client, upstream)
             with self._lock:
                 if self._closed:
-                    _reset(client)
-                    _reset(upstream)
+                    self._end(c, reset=True)
                     return
-                self._conns += [client, upstream]
-            threading.Thread(target=self._pipe, args=(client, upstream, None), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, (client, upstream)), daemon=True).start()
+                self._conns.append(c)
+            threading.Thread(target=self._relay, args=(c,), daemon=True).start()
 
     def _claim_cut(self) -> bool:
         with self._lock:
@@ -259,42 +323,65 @@ class Link:
             self._cuts += 1
             return True
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, answer: tuple[socket.socket, socket.socket] | None) -> None:
-        """Copies src to dst. For the answer direction (answer set), cuts the
-        connection after cut_after bytes when it is one of the first `times`
-        answers to exceed it."""
-        sent = 0
+    def _relay(self, c: _Conn) -> None:
+        """Copies both ways on one thread (so a cut closes sockets no other
+        thread is blocked on: the close resets at once). The answer is cut
+        after cut_after bytes when it is one of the first `times` answers to
+        exceed it; an end on one side is passed on as a half-close."""
+        client, upstream = c.client, c.upstream
         cutting: bool | None = None  # decided when the answer first exceeds cut_after
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if answer is not None and cutting is not False and sent + len(data) > self.cut_after:
-                    if cutting is None:
-                        cutting = self._claim_cut()
-                    if cutting:
-                        dst.sendall(data[: self.cut_after - sent])
-                        for s in answer:
-                            _reset(s)
-                        return
-                dst.sendall(data)
-                sent += len(data)
-        except OSError:
-            pass
-        # One side ended: pass the end on (half-close), as a plain TCP proxy does.
-        try:
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
+        peer = {client: upstream, upstream: client}
+        open_ = {client, upstream}
+        reset = True
+        with selectors.DefaultSelector() as sel:
+            for s in (client, upstream, c.wake_r):
+                sel.register(s, selectors.EVENT_READ)
+            try:
+                while open_:
+                    for key, _ in sel.select():
+                        src = key.fileobj
+                        if src is c.wake_r:
+                            return  # cut_open
+                        assert isinstance(src, socket.socket)
+                        dst = peer[src]
+                        data = src.recv(65536)
+                        if not data:
+                            sel.unregister(src)
+                            open_.discard(src)
+                            dst.shutdown(socket.SHUT_WR)
+                            continue
+                        if src is upstream and cutting is not False and c.answered + len(data) > self.cut_after:
+                            if cutting is None:
+                                cutting = self._claim_cut()
+                            if cutting:
+                                dst.sendall(data[: self.cut_after - c.answered])
+                                return
+                        dst.sendall(data)
+                        if src is upstream:
+                            c.answered += len(data)
+                reset = False
+            except OSError:
+                pass  # a side reset or failed: pass the failure on
+            finally:
+                self._end(c, reset)
+
+    def _end(self, c: _Conn, reset: bool) -> None:
+        with self._lock:
+            if c in self._conns:
+                self._conns.remove(c)
+        for s in (c.client, c.upstream):
+            if reset:
+                _reset(s)
+            else:
+                s.close()
+        c.wake_r.close()
+        c.wake_w.close()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            conns, self._conns = self._conns, []
         self._listener.close()
-        for s in conns:
-            _reset(s)
+        self.cut_open()
 
 
 def _reset(s: socket.socket) -> None:
