@@ -12,11 +12,9 @@ import json
 import os
 import re
 import selectors
-import shutil
 import socket
 import struct
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -75,10 +73,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="session")
-def workdir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="reprise-py-"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's directory: binaries, the proxies' data and the logs
+    (mockllm.log, proxy.log, proxy-no-keyless.log), kept after the run as
+    pytest keeps its temporary directories (--basetemp to choose where)."""
+    return tmp_path_factory.mktemp("reprise")
 
 
 @dataclass
@@ -154,6 +153,30 @@ def mock(binaries: Binaries, workdir: Path) -> Iterator[Mock]:
         _stop(proc)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def warm_sdks(mock: Mock) -> None:
+    """One call of each API, streamed and not, straight to the fake model
+    before any test: the SDKs build their response models on first use
+    (about a second for the Responses events), holding the interpreter lock
+    in long stretches; a test's link thread starved meanwhile would cut an
+    answer reprise had long written whole."""
+    import anthropic
+    import openai
+
+    o = openai.OpenAI(base_url=mock.url + "/v1", api_key="unused", max_retries=0)
+    a = anthropic.Anthropic(base_url=mock.url, api_key="unused", max_retries=0)
+    p = f"warm-up {uuid.uuid4().hex} [tokens=3]"
+    for stream in (False, True):
+        for r in (
+            o.chat.completions.create(model="m", messages=[{"role": "user", "content": p}], stream=stream),
+            o.responses.create(model="m", input=p, stream=stream),
+            a.messages.create(model="m", max_tokens=16, messages=[{"role": "user", "content": p}], stream=stream),
+        ):
+            if stream:
+                for _ in r:  # type: ignore[union-attr]
+                    pass
+
+
 @dataclass
 class Proxy:
     """A reprise process in front of mock."""
@@ -177,6 +200,9 @@ def _start_proxy(binaries: Binaries, workdir: Path, mock: Mock, name: str, keyle
     data = workdir / name
     log = workdir / f"{name}.log"
     level = os.environ.get("REPRISE_PY_LOG_LEVEL", "warn")
+    # The flags below are all its settings: no REPRISE_* variable of the
+    # environment (REPRISE_BIN, the CI's) reaches it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPRISE_")}
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [
@@ -193,6 +219,7 @@ def _start_proxy(binaries: Binaries, workdir: Path, mock: Mock, name: str, keyle
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=env,
         )
     p = Proxy(url=f"http://127.0.0.1:{port}", log=log, keyless=keyless)
     try:
@@ -259,6 +286,7 @@ class _Conn:
         self.client, self.upstream = client, upstream
         self.wake_r, self.wake_w = socket.socketpair()
         self.answered = 0  # answer bytes passed on to the client
+        self.cut = False  # cut_open cut it: nothing more passes
 
 
 @dataclass
@@ -281,20 +309,24 @@ class Link:
         with self._lock:
             return self._cuts
 
-    def cut_open(self) -> int:
+    def cut_open(self) -> list[int]:
         """Cuts (resets) every connection open now, whatever its answer's
-        length, and returns how many; they count in cuts. For a client
-        waiting for an answer not yet begun (a middlebox dropping a
-        connection while a non-streamed answer is generated)."""
+        length; they count in cuts. Returns, for each, the answer bytes it
+        had passed on (0: its client had nothing of the answer yet). For a
+        client waiting for an answer not yet begun, as behind a middlebox
+        that drops a connection while a non-streamed answer is generated."""
         with self._lock:
             conns, self._conns = self._conns, []
             self._cuts += len(conns)
+            answered = [c.answered for c in conns]
+            for c in conns:
+                c.cut = True
         for c in conns:
             try:
                 c.wake_w.send(b"x")
             except OSError:
                 pass
-        return len(conns)
+        return answered
 
     def _serve(self) -> None:
         while True:
@@ -356,9 +388,12 @@ class Link:
                             if cutting:
                                 dst.sendall(data[: self.cut_after - c.answered])
                                 return
+                        with self._lock:
+                            if c.cut:
+                                return
+                            if src is upstream:
+                                c.answered += len(data)
                         dst.sendall(data)
-                        if src is upstream:
-                            c.answered += len(data)
                 reset = False
             except OSError:
                 pass  # a side reset or failed: pass the failure on

@@ -26,10 +26,12 @@ from conftest import WAIT, Link, Mock, Proxy
 from seed004 import RETRYABLE, RETRYABLE_ANTHROPIC, with_retry, with_retry_async
 
 MODEL = "test-model"
-TOKENS = "[tokens=60]"
-# A non-streamed answer is cut while it is generated: long enough (0.4 s)
+# A streamed answer: 60 tokens 4 ms apart, so that reprise is still writing
+# it when the link cuts.
+TOKENS = "[tokens=60] [delay=4ms]"
+# A non-streamed answer is cut while it is generated: long enough (0.5 s)
 # that the cut comes before it is written.
-TOKENS_WHOLE = "[tokens=40] [delay=10ms]"
+TOKENS_WHOLE = "[tokens=50] [delay=10ms]"
 # Where the link cuts a streamed answer (head ~400 bytes, ~11 KB for 60
 # tokens): after some of its events.
 CUT_STREAM = 3000
@@ -37,25 +39,43 @@ NEVER = 1 << 40
 APIS = ["chat", "responses", "messages"]
 
 
-def cut_while_generating(mock: Mock, link: Link, prompt: str) -> threading.Thread:
-    """Starts a thread that, once the prompt's first generation started
-    (the request reached the model through reprise), cuts the link's open
+class Cutter(threading.Thread):
+    """A thread that, once the prompt's first generation started (the
+    request reached the model through reprise), cuts the link's open
     connections: the client waiting for a non-streamed answer loses it, as
-    behind a middlebox that drops the connection."""
+    behind a middlebox that drops the connection. join() raises what went
+    wrong."""
 
-    def run() -> None:
-        deadline = time.monotonic() + WAIT
-        while mock.ledger(prompt)["entry"]["generations"] < 1:
-            assert time.monotonic() < deadline, "the generation did not start"
-            time.sleep(0.01)
-        assert link.cut_open() == 1, "not one connection open while generating"
+    def __init__(self, mock: Mock, link: Link, prompt: str) -> None:
+        super().__init__(daemon=True)
+        self.mock, self.link, self.prompt = mock, link, prompt
+        self.error: BaseException | None = None
 
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
+    def run(self) -> None:
+        try:
+            deadline = time.monotonic() + WAIT
+            while self.mock.ledger(self.prompt)["entry"]["generations"] < 1:
+                assert time.monotonic() < deadline, "the generation did not start"
+                time.sleep(0.01)
+            answered = self.link.cut_open()
+            assert answered == [0], f"want one connection cut before its answer, cut {len(answered)} that had passed on {answered} answer bytes"
+        except BaseException as e:  # noqa: BLE001 (re-raised by join)
+            self.error = e
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
 
 
-def arm(mock: Mock, p: Proxy, cut_link: Callable[..., Link], prompt: str, stream: bool) -> tuple[Link, threading.Thread | None]:
+def cut_while_generating(mock: Mock, link: Link, prompt: str) -> Cutter:
+    """Starts a Cutter."""
+    c = Cutter(mock, link, prompt)
+    c.start()
+    return c
+
+
+def arm(mock: Mock, p: Proxy, cut_link: Callable[..., Link], prompt: str, stream: bool) -> tuple[Link, Cutter | None]:
     """A link in front of p that cuts the first answer: a stream after
     CUT_STREAM bytes, a non-streamed answer while it is generated."""
     if stream:
@@ -130,7 +150,7 @@ async def read_async(api: str, base: str, prompt: str, stream: bool, max_retries
 
 
 def _check(
-    mock: Mock, p: Proxy, link: Link, cutter: threading.Thread | None, prompt: str, text: str, retried_by: str, pattern: str, record: Callable[[str, Proxy, int], None]
+    mock: Mock, p: Proxy, link: Link, cutter: Cutter | None, prompt: str, text: str, retried_by: str, pattern: str, record: Callable[[str, Proxy, int], None]
 ) -> None:
     if cutter is not None:
         cutter.join()
