@@ -186,3 +186,19 @@ def test_sdk_retry_of_a_post_cut_before_its_head_reuses_the_key(
     assert link.cuts == 1
     entry = mock.settled(p, 1)["entry"]
     assert entry["generations"] == 1, entry
+
+
+def test_keepalive_comments_do_not_reach_the_sdk(servers: Callable[..., Server]) -> None:
+    # reprise sends ": ping" comments on a long stream; the openai SDK's
+    # decoder takes a comment block after an id for an event with empty
+    # data (and fails to parse it): the helper passes no comment-only block.
+    def handle(h: BaseHTTPRequestHandler, s: Server) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Location", "/v1/streams/k?token=t")
+        h.end_headers()
+        h.wfile.write(("id: 1\n" + CHUNK % "a" + ": ping\n\n" + "id: 2\n" + CHUNK % "b" + "id: 3\ndata: [DONE]\n\n").encode())
+
+    srv = servers(handle)
+    client = sync_client("chat", srv.url, max_retries=0)
+    assert "".join(delta("chat", ev) for ev in create(client, "chat", "hi", True)) == "ab"

@@ -65,3 +65,9 @@ def test_a_partial_event_is_dropped_at_a_break() -> None:
     (ev,) = p.push(b"id: 2\ndata: b\n\n")
     assert ev.raw == b"id: 2\ndata: b\n\n"
     assert p.last_id == "2"
+
+
+def test_comment_only_blocks_are_not_passed_on() -> None:
+    st = StreamState(1.0)
+    out, action = st.take(b"id: 1\ndata: a\n\n: ping\n\nid: 2\ndata: b\n\n")
+    assert (out, action) == (b"id: 1\ndata: a\n\nid: 2\ndata: b\n\n", "")

@@ -259,6 +259,11 @@ class StreamState:
                 return bytes(out), "resume"
             if ev.type == "reset":
                 return bytes(out), "reset"
+            if ev.blank:
+                # Comments only (a keep-alive): no event, and the OpenAI
+                # SDK's decoder would take it for one with empty data
+                # once it saw an id.
+                continue
             if ev.is_data:
                 self.tries = 0
             out += ev.raw

@@ -23,6 +23,7 @@ class Event:
     is_data: bool  # it had a data: field
     final: bool  # a terminal event, or an error that ends the generation
     retry: float | None  # its retry: field, in seconds
+    blank: bool = False  # no field at all: comments only (reprise's ": ping"), it dispatches nothing
 
 
 class EventParser:
@@ -103,7 +104,8 @@ class EventParser:
         has_id = bool(self._id)
         data = "\n".join(self._data)
         final = is_terminal(self._type, data) or (self._type == "error" and has_id)
-        ev = Event(raw=raw, type=self._type, has_id=has_id, is_data=self._is_data, final=final, retry=self._retry)
+        blank = self._id is None and not self._type and not self._is_data and self._retry is None
+        ev = Event(raw, self._type, has_id, self._is_data, final, self._retry, blank)
         self._clear()
         return ev
 
