@@ -20,6 +20,7 @@ import (
 // the whole write timeout: a reader idle between events (up to a heartbeat
 // apart) is not cut, one that does not take what is written is.
 type sseWriter struct {
+	w       http.ResponseWriter // what sess writes to: the pings' raw lines go there too
 	sess    *sse.Session
 	rc      *http.ResponseController
 	timeout time.Duration
@@ -47,7 +48,7 @@ func newSSEWriter(w http.ResponseWriter, r *http.Request, timeout, retry time.Du
 	if err != nil {
 		return nil, err
 	}
-	sw := &sseWriter{sess: sess, rc: http.NewResponseController(w), timeout: timeout, retry: retry}
+	sw := &sseWriter{w: w, sess: sess, rc: http.NewResponseController(w), timeout: timeout, retry: retry}
 	return sw, sw.flush() // send the headers now: the client knows it is attached
 }
 
@@ -166,12 +167,17 @@ func (w *sseWriter) reset(id string, gen uint64) error {
 	return w.flush()
 }
 
+// pingLine is the heartbeat: a comment line with no blank line after it.
+// A blank line would end an event block with no data, and the OpenAI and
+// Anthropic Python SDKs' decoders dispatch such a block once an id was
+// seen, as an event whose empty data they fail to parse; a comment line
+// alone is part of the next event's block, which every parser skips.
+var pingLine = []byte(": ping\n")
+
 func (w *sseWriter) ping() error {
-	m := &sse.Message{}
-	m.AppendComment("ping")
 	w.deadline()
-	if err := w.check(w.sess.Send(m)); err != nil {
-		return err
+	if _, err := w.w.Write(pingLine); err != nil {
+		return w.check(err)
 	}
 	return w.flush()
 }
