@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/stream/proxy"
 	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/web"
 )
 
 // Per-call billing, the price model of an API sold by the call (a fixed
@@ -105,6 +108,7 @@ func TestCostPerCall(t *testing.T) {
 // (keyless retry window: 0 the default, -1 off), retried of them cut
 // before their answer and sent again, and measures what was billed.
 func runPerCall(t *testing.T, calls, retried int, window time.Duration) perCallRun {
+	t.Helper()
 	tab, err := cost.New(map[string]cost.Price{"mock-*": {PerCall: perCallPrice}})
 	if err != nil {
 		t.Fatal(err)
@@ -172,8 +176,11 @@ func runPerCall(t *testing.T, calls, retried int, window time.Duration) perCallR
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"choices"`) {
-			return fmt.Errorf("call %d: status %d %.200s: %v", i, resp.StatusCode, body, err)
+		if err != nil {
+			return fmt.Errorf("call %d: reading the answer: %w", i, err)
+		}
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"choices"`) {
+			return fmt.Errorf("call %d: status %d %.200s, want the answer", i, resp.StatusCode, body)
 		}
 		mu.Lock()
 		keys[resp.Header.Get("Idempotency-Key")] = true
@@ -253,4 +260,30 @@ func runPerCall(t *testing.T, calls, retried int, window time.Duration) perCallR
 		}
 	}
 	return run
+}
+
+// TestBrowserCalls: the demo page, served by a reprise priced per call,
+// shows the key's calls beside its cost: one billed once the generation
+// ends, one saved once the page replayed it.
+func TestBrowserCalls(t *testing.T) {
+	t.Parallel()
+	chromium := needChromium(t)
+	tab, err := cost.New(map[string]cost.Price{"demo": {PerCall: perCallPrice}}) // the page's model
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, withConfig(func(c *proxy.Config) { c.Prices = tab }))
+	web.Mount(e.p)
+	p := newDemoPage(t, chromium, e.URL)
+	defer func() { _ = p.run(5*time.Second, chromedp.Navigate("about:blank")) }()
+
+	p.open(t)
+	p.typePrompt(t, uniquePrompt(t, "[tokens=5]"))
+	p.click(t, "generate")
+	p.waitText(t, "conn", "done", 10*time.Second)
+	p.waitText(t, "calls", "calls billed 1, calls saved 0", 5*time.Second)
+	p.click(t, "replay")
+	p.waitText(t, "conn", "done", 10*time.Second)
+	p.expectText(t, "replayed", "true")
+	p.waitText(t, "calls", "calls billed 1, calls saved 1", 5*time.Second)
 }
