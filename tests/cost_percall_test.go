@@ -104,6 +104,59 @@ func TestCostPerCall(t *testing.T) {
 	}
 }
 
+// TestCostPerCallRule: which generations of a model priced per call are a
+// call billed: a completed one, and a stream the upstream began and that
+// broke; not one the upstream refused (a 400). A replay of the completed
+// one is a call saved. The status and the metrics agree.
+func TestCostPerCallRule(t *testing.T) {
+	t.Parallel()
+	tab, err := cost.New(map[string]cost.Price{"mock-*": {PerCall: perCallPrice}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, withConfig(func(c *proxy.Config) { c.Prices = tab }))
+	for _, c := range []struct {
+		key, directives string
+		state           string
+		calls           int // billed
+	}{
+		{"k-call-done", "[tokens=4]", "completed", 1},
+		{"k-call-broken", "[tokens=10] [abort_after=4]", "failed", 1},
+		{"k-call-refused", "[status=400]", "failed", 0},
+	} {
+		readBody(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, c.directives), true), "Idempotency-Key", c.key))
+		st := waitState(t, e, c.key, c.state)
+		switch {
+		case c.calls == 0 && (st.Billed != nil || st.Cost != nil):
+			t.Errorf("%s: billed %+v cost %v, want nothing billed", c.key, st.Billed, st.Cost)
+		case c.calls > 0 && (st.Billed == nil || st.Billed.Calls != c.calls || st.Cost == nil || *st.Cost != perCallPrice):
+			t.Errorf("%s: billed %+v cost %v, want %d call at %v", c.key, st.Billed, st.Cost, c.calls, perCallPrice)
+		}
+	}
+	pollUntil(t, 10*time.Second, "the three generations to end on the proxy", func() bool {
+		return metric(t, e, "reprise_generations_total", "completed")+metric(t, e, "reprise_generations_total", "failed")+
+			metric(t, e, "reprise_generations_total", "interrupted") >= 3
+	})
+	if got := metric(t, e, "reprise_calls_billed_total", "mock-*"); got != 2 {
+		t.Errorf("reprise_calls_billed_total = %v, want 2: the completed and the broken stream", got)
+	}
+	// The completed key replayed: a call saved.
+	body := chatBody(uniquePrompt(t, "[tokens=4]"), true)
+	readBody(t, do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-call-replayed"))
+	waitState(t, e, "k-call-replayed", "completed")
+	replay := do(t, "POST", e.URL+chatPath, body, "Idempotency-Key", "k-call-replayed")
+	readBody(t, replay)
+	if replay.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("the duplicate of a completed key was not replayed")
+	}
+	if st, _ := getStatus(t, e, "k-call-replayed"); st.Billed == nil || st.Billed.Calls != 1 || st.Saved == nil || st.Saved.Calls != 1 {
+		t.Errorf("replayed: billed %+v saved %+v, want one call billed, one saved", st.Billed, st.Saved)
+	}
+	if got := metric(t, e, "reprise_calls_saved_total", "mock-*"); got != 1 {
+		t.Errorf("reprise_calls_saved_total = %v, want 1", got)
+	}
+}
+
 // runPerCall sends calls logical calls through a reprise priced per call
 // (keyless retry window: 0 the default, -1 off), retried of them cut
 // before their answer and sent again, and measures what was billed.
