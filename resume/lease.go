@@ -137,6 +137,9 @@ type Result struct {
 	// cost by the price table (nil: no price known).
 	Model string
 	Cost  *float64
+	// Call: the upstream answered the generation and the price table
+	// prices its model per call: a call billed.
+	Call bool
 }
 
 // basis is where res's usage comes from.
@@ -169,16 +172,16 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 		r.State, r.Events, r.Status, r.ContentType, r.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
 		// A failed generation's usage is kept too: what it billed, never
 		// shown as 0 (Basis says whether it was reported or estimated).
-		r.Usage, r.Upstream, r.Model, r.Cost = res.Usage, res.Upstream, res.Model, res.Cost
+		r.Usage, r.Upstream, r.Model, r.Cost, r.Call = res.Usage, res.Upstream, res.Model, res.Cost, res.Call
 		r.UsageBasis, r.BasisGeneration = basis, r.Generation
-		r.billAs(res.Usage, basis, res.Cost) // applied to a fresh copy on every try: once
+		r.billAs(res.Usage, basis, res.Cost, res.Call) // applied to a fresh copy on every try: once
 		// The requests served from the generation while it ran saved
 		// something only if it completed: a failed or cancelled one's
 		// readers got no result.
 		settled = SavedBy{}
 		if res.State == Completed {
 			settled = r.PendingBy(r.Attached)
-			r.saveBy(settled, res.Usage, res.Cost)
+			r.saveBy(settled, res.Usage, res.Cost, res.Call)
 		}
 		r.Attached, r.AttachedBy = 0, nil
 		r.Owner, r.LeaseUntil, r.Caller = "", time.Time{}, nil

@@ -301,7 +301,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		rec.Owner = m.cfg.Owner
 		rec.LeaseUntil = now.Add(m.cfg.Lease)
 		rec.Events, rec.Status, rec.ContentType, rec.Error, rec.Usage, rec.Upstream = 0, 0, "", "", nil, ""
-		rec.Model, rec.Cost, rec.Attached, rec.Tenant = req.Model, nil, 0, TenantHash(req.Tenant)
+		rec.Model, rec.Cost, rec.Call, rec.Attached, rec.Tenant = req.Model, nil, false, 0, TenantHash(req.Tenant)
 		rec.Stream, rec.Caller = req.Stream, req.Caller
 		if req.Content != "" {
 			rec.Content = req.Content
@@ -444,13 +444,13 @@ func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Ti
 		}
 		if ok {
 			rec.State, rec.Events, rec.Status, rec.ContentType, rec.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
-			rec.Usage, rec.Cost = res.Usage, res.Cost
+			rec.Usage, rec.Cost, rec.Call = res.Usage, res.Cost, res.Call
 			if res.Model != "" {
 				rec.Model = res.Model
 			}
-			rec.bill(res.Usage, res.Cost)
+			rec.bill(res.Usage, res.Cost, res.Call)
 			attached = rec.Attached
-			rec.save(rec.Attached, res.Cost)
+			rec.save(rec.Attached, res.Cost, res.Call)
 			rec.Attached = 0
 			rec.Owner, rec.LeaseUntil, rec.Caller = "", time.Time{}, nil
 			return rec, attached, nil

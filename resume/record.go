@@ -59,6 +59,8 @@ type Record struct {
 	// Cost is what the generation cost by the price table, when known
 	// (a failed generation's too).
 	Cost *float64 `json:"cost,omitempty"`
+	// Call: the generation was a call billed (Result.Call).
+	Call bool `json:"call,omitempty"`
 	// Billed sums the usage and cost of every generation of the key.
 	Billed *Billed `json:"billed,omitempty"`
 	// Saved is what the requests served without a generation (attaches,
@@ -145,6 +147,9 @@ type Billed struct {
 	Cost *float64 `json:"cost,omitempty"`
 	// Generations counts the generations whose usage or cost was known.
 	Generations uint64 `json:"generations"`
+	// Calls counts the generations billed a call (Result.Call): those the
+	// upstream answered, when the price table prices their model per call.
+	Calls uint64 `json:"calls,omitempty"`
 	// Basis is Estimated once the usage of any of them was estimated,
 	// else Reported; "" while no usage was known.
 	Basis Basis `json:"usage_basis,omitempty"`
@@ -163,6 +168,9 @@ type Saved struct {
 	Usage *Usage `json:"usage,omitempty"`
 	// Cost is what they would have cost; nil while no cost was known.
 	Cost *float64 `json:"cost,omitempty"`
+	// Calls counts those served a generation that was a call billed
+	// (Billed.Calls): the calls they would have been billed.
+	Calls uint64 `json:"calls,omitempty"`
 }
 
 // Kinds of saving: how a request was served without a generation.
@@ -300,19 +308,25 @@ func (r *Record) PendingBy(n uint64) SavedBy {
 	return by
 }
 
-// bill adds one generation's usage and cost to the key's bill.
-func (r *Record) bill(u *Usage, cost *float64) { r.billAs(u, Reported, cost) }
+// bill adds one generation's usage, cost and call to the key's bill.
+func (r *Record) bill(u *Usage, cost *float64, call bool) { r.billAs(u, Reported, cost, call) }
 
-// billAs adds one generation's usage, of basis, and cost to the key's bill.
-func (r *Record) billAs(u *Usage, basis Basis, cost *float64) {
-	if u == nil && cost == nil {
+// billAs adds one generation's usage, of basis, cost and call (a call
+// billed) to the key's bill.
+func (r *Record) billAs(u *Usage, basis Basis, cost *float64, call bool) {
+	if u == nil && cost == nil && !call {
 		return
 	}
 	b := Billed{}
 	if r.Billed != nil {
 		b = *r.Billed
 	}
-	b.Generations++
+	if u != nil || cost != nil {
+		b.Generations++
+	}
+	if call {
+		b.Calls++
+	}
 	if u != nil {
 		if b.Basis != Estimated {
 			b.Basis = basis
@@ -327,14 +341,16 @@ func (r *Record) billAs(u *Usage, basis Basis, cost *float64) {
 }
 
 // save moves the n requests served from the generation that just
-// completed (Attached) into Saved, at its usage (the record's) and cost.
-func (r *Record) save(n uint64, cost *float64) {
-	r.saveBy(r.PendingBy(n), r.Usage, cost)
+// completed (Attached) into Saved, at its usage (the record's), cost and
+// call.
+func (r *Record) save(n uint64, cost *float64, call bool) {
+	r.saveBy(r.PendingBy(n), r.Usage, cost, call)
 }
 
 // saveBy counts the requests by served from a completed generation of
-// usage u and cost (each nil: unknown) into Saved.
-func (r *Record) saveBy(by SavedBy, u *Usage, cost *float64) {
+// usage u and cost (each nil: unknown), a call billed when call, into
+// Saved.
+func (r *Record) saveBy(by SavedBy, u *Usage, cost *float64, call bool) {
 	n := by.Total()
 	if n == 0 {
 		return
@@ -356,6 +372,9 @@ func (r *Record) saveBy(by SavedBy, u *Usage, cost *float64) {
 		s.Usage = &sum
 	}
 	s.Cost = addCost(s.Cost, cost, n)
+	if call {
+		s.Calls += n
+	}
 	r.Saved = &s
 }
 

@@ -11,7 +11,7 @@ import (
 // kind), and moved into Record.Saved with the generation's usage and cost
 // when it completes (Lease.Finish); one served a completed generation
 // goes into Saved at once, and now is true: the record returned holds the
-// usage, cost and model it saved. A generation that failed, was cancelled
+// usage, cost, call and model it saved. A generation that failed, was cancelled
 // or was replaced meanwhile spared nothing: the request is not counted.
 // The record written (or read, when nothing was counted) is returned.
 func (m *Manager) Save(ctx context.Context, id string, gen uint64, how string) (rec Record, now bool, err error) {
@@ -37,7 +37,7 @@ func (m *Manager) Save(ctx context.Context, id string, gen uint64, how string) (
 		case rec.State == InProgress:
 			rec.attach(one)
 		case rec.State == Completed:
-			rec.saveBy(one, rec.Usage, rec.Cost)
+			rec.saveBy(one, rec.Usage, rec.Cost, rec.Call)
 		default:
 			return rec, false, nil
 		}

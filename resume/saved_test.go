@@ -85,3 +85,56 @@ func TestSavedPendingOfAnotherGeneration(t *testing.T) {
 		t.Errorf("pending %+v, want the one request of generation 2, an attach", got)
 	}
 }
+
+// TestBilledCalls: a generation that was a call billed (Result.Call: the
+// upstream answered, priced per call) counts in Billed.Calls, a failed one
+// too; one that was none (refused before an answer) adds no call and no
+// bill. A request served from a call while it ran counts in Saved.Calls
+// when it completes, one served the completed call at once; the record
+// keeps whether its last generation was a call.
+func TestBilledCalls(t *testing.T) {
+	store := newStore(t)
+	m := newManager(t, store, "a", 0, nil)
+	req := request("k-calls", `{"a":1}`)
+	ctx := waitCtx(t)
+
+	l := mustStart(t, m, req)
+	if err := l.Finish(ctx, resume.Result{State: resume.Failed, Error: "upstream_refused", Model: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := stored(t, store, req.ID); rec.Billed != nil || rec.Call {
+		t.Fatalf("a generation refused before an answer: billed %+v call %v, want nothing billed", rec.Billed, rec.Call)
+	}
+
+	l = mustStart(t, m, req)
+	broken := resume.Usage{PromptTokens: 3, CompletionTokens: 1}
+	if err := l.Finish(ctx, resume.Result{State: resume.Failed, Error: "upstream_interrupted", Usage: &broken, Basis: resume.Estimated, Model: "m", Cost: ptr(0.5), Call: true}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := stored(t, store, req.ID); rec.Billed == nil || rec.Billed.Calls != 1 || !rec.Call {
+		t.Fatalf("a stream broken after the upstream answered: billed %+v call %v, want one call", rec.Billed, rec.Call)
+	}
+
+	l = mustStart(t, m, req)
+	if rec := stored(t, store, req.ID); rec.Call {
+		t.Error("a new generation still shows the last one's call")
+	}
+	for _, how := range []string{resume.SavedRetry, resume.SavedAttach} {
+		if _, _, err := m.Save(ctx, req.ID, 3, how); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Finish(ctx, resume.Result{State: resume.Completed, Model: "m", Cost: ptr(0.5), Call: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec, now, err := m.Save(ctx, req.ID, 3, resume.SavedReplay)
+	if err != nil || !now {
+		t.Fatalf("Save of a completed generation: %v now %v", err, now)
+	}
+	if rec.Billed.Calls != 2 || rec.Billed.Generations != 2 || *rec.Billed.Cost != 1 {
+		t.Errorf("billed %+v, want 2 calls at 1", rec.Billed)
+	}
+	if s := rec.Saved; s == nil || s.Calls != 3 || s.Duplicates != 3 || *s.Cost != 1.5 {
+		t.Errorf("saved %+v, want 3 calls at 1.5", s)
+	}
+}

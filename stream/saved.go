@@ -16,8 +16,9 @@ const savedTimeout = 10 * time.Second
 // instead of the generation a naive client would have caused: one record
 // CAS (resume.Manager.Save), off the request's cancellation and bounded.
 // One served a completed generation is counted at once here, with that
-// generation's usage and cost (reprise_generations_saved_total,
-// reprise_tokens_saved_total, reprise_cost_saved_total); one served a
+// generation's usage, cost and call (reprise_generations_saved_total,
+// reprise_tokens_saved_total, reprise_cost_saved_total,
+// reprise_calls_saved_total); one served a
 // running generation when it completes, by the instance that runs it
 // (engine), and not at all if it fails or is cancelled. A failure costs
 // only the count.
@@ -34,7 +35,7 @@ func (s *Server) saved(id string, rec resume.Record, how string) {
 	}
 	by, _ := resume.One(how) // Save refused any other kind
 	_, entry, _ := s.prices.Lookup(got.Model)
-	s.metrics.Saved(by, got.Usage, entry, got.Cost)
+	s.metrics.Saved(by, got.Usage, entry, got.Cost, got.Call)
 }
 
 // savedLater is saved on a goroutine of its own, for a request whose

@@ -89,6 +89,7 @@ func TestBrowserDemo(t *testing.T) {
 		p.expectText(t, "tokens-billed", "40")
 		p.expectText(t, "gens-naive", "1")
 		p.expectText(t, "saved", "") // nothing served without a generation
+		p.expectText(t, "calls", "") // no price per call: no calls shown
 		// No --prices: the page prices the demo model and says so.
 		if cost := p.text(t, "cost-key"); !strings.HasPrefix(cost, "$") || cost != p.text(t, "cost-naive") {
 			p.fail(t, "#cost-key %q, #cost-naive %q: want one price, the same with no drop", cost, p.text(t, "cost-naive"))

@@ -151,7 +151,7 @@ var pageIDs = []string{
 	"prompt", "generate", "drop", "resume", "replay", "autoresume", "output",
 	"key", "lastid", "count", "conn", "server-state", "server-generation", "server-events",
 	"mode-sse", "mode-ws", "unreliable", "every", "delay", "tokens-delivered", "tokens-billed",
-	"gens-naive", "saved", "cost-key", "cost-naive", "cost-note", "log",
+	"gens-naive", "saved", "cost-key", "cost-naive", "calls", "cost-note", "log",
 	"sp-input", "sp-speak", "sp-drop", "sp-conn", "sp-played", "sp-generated", "sp-verdict", "sp-dupes",
 	"sp-saved",
 }
@@ -556,6 +556,26 @@ func TestPageInBrowser(t *testing.T) {
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("parsed %v\nwant %v", got, want)
+		}
+	})
+
+	t.Run("callsSummary", func(t *testing.T) {
+		b.open(t)
+		ctx, cancel := context.WithTimeout(b.Ctx, 5*time.Second)
+		defer cancel()
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`import('/session.js').then(({callsSummary}) => [
+			callsSummary({billed: {calls: 1}, saved: {calls: 3, by: {retry: 3}}}),
+			callsSummary({billed: {calls: 2}}),
+			callsSummary({billed: {completion_tokens: 40, generations: 1}, saved: {by: {replay: 1}}}),
+			callsSummary({state: 'in_progress'}),
+			callsSummary(null),
+		])`, chromedp.EvalAwaitPromise))
+		if err != nil {
+			b.fail(t, "callsSummary: %v", err)
+		}
+		want := []string{"calls billed 1, calls saved 3", "calls billed 2, calls saved 0", "", "", ""}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("callsSummary: %q, want %q", got, want)
 		}
 	})
 

@@ -112,12 +112,25 @@ func (t *Table) Lookup(model string) (p Price, entry string, ok bool) {
 // usage is unknown.
 func (t *Table) Cost(model string, u *resume.Usage) (cost float64, entry string, ok bool) {
 	p, entry, ok := t.Lookup(model)
-	if !ok || u == nil && p.tokens() {
+	if !ok {
 		return 0, "", false
+	}
+	if cost, ok = p.Cost(u); !ok {
+		return 0, "", false
+	}
+	return cost, entry, true
+}
+
+// Cost is what a generation of usage u (nil: unknown) costs at p: its
+// usage at the token prices plus the call price. ok is false when p prices
+// tokens and the usage is unknown.
+func (p Price) Cost(u *resume.Usage) (cost float64, ok bool) {
+	if u == nil && p.tokens() {
+		return 0, false
 	}
 	cost = p.PerCall
 	if u != nil {
 		cost += float64(u.PromptTokens)*p.InputPer1M/1e6 + float64(u.CompletionTokens)*p.OutputPer1M/1e6
 	}
-	return cost, entry, true
+	return cost, true
 }

@@ -3,19 +3,25 @@ package engine
 import "github.com/reprise-dev/reprise/resume"
 
 // price sets res's cost by the price table (when a price is known for its
-// Model) and returns the price table entry that gave it. A generation that
-// got an answer costs, a failed one too when its usage is known; one
-// refused before any answer (no usage, not completed) costs nothing.
+// Model) and Call (when that price is per call), and returns the price
+// table entry that gave them. A generation the upstream answered costs and
+// is a call: a completed one, and a failed or cancelled one whose usage is
+// known (reported or estimated: the upstream began its stream). One
+// refused before any answer (no usage, not completed) costs nothing and is
+// no call.
 func (e *Engine) price(res *resume.Result) string {
-	res.Cost = nil
+	res.Cost, res.Call = nil, false
 	if e.cfg.Prices == nil || res.Usage == nil && res.State != resume.Completed {
 		return ""
 	}
-	c, entry, ok := e.cfg.Prices.Cost(res.Model, res.Usage)
+	p, entry, ok := e.cfg.Prices.Lookup(res.Model)
 	if !ok {
 		return ""
 	}
-	res.Cost = &c
+	res.Call = p.PerCall > 0
+	if c, ok := p.Cost(res.Usage); ok {
+		res.Cost = &c
+	}
 	return entry
 }
 
@@ -26,8 +32,8 @@ func (p *pump) price(res *resume.Result) string {
 }
 
 // bill reports what a generation billed, once per generation (never for a
-// reader, an attach or a replay): res's usage (reported or estimated) and
-// cost, priced by entry (Engine.price), and the requests served from it
+// reader, an attach or a replay): res's usage (reported or estimated),
+// cost and call, priced by entry (Engine.price), and the requests served from it
 // while it ran that its completion made savings (saved, by kind; none when
 // its result was not recorded), at its usage and cost.
 func (e *Engine) bill(res resume.Result, entry string, saved resume.SavedBy) {
@@ -38,15 +44,15 @@ func (e *Engine) bill(res resume.Result, entry string, saved resume.SavedBy) {
 	if !ok {
 		return
 	}
-	if res.Usage != nil || res.Cost != nil {
+	if res.Usage != nil || res.Cost != nil || res.Call {
 		basis := res.Basis
 		if basis == "" {
 			basis = resume.Reported
 		}
-		m.Billed(res.Usage, basis, entry, res.Cost)
+		m.Billed(res.Usage, basis, entry, res.Cost, res.Call)
 	}
 	if saved.Total() > 0 {
-		m.Saved(saved, res.Usage, entry, res.Cost)
+		m.Saved(saved, res.Usage, entry, res.Cost, res.Call)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/stream/cost"
 )
 
 // Defaults for Limits and the upstream client.
@@ -120,19 +121,19 @@ type Metrics interface {
 type CostMetrics interface {
 	// Billed counts one generation's usage (nil: unknown) of basis
 	// (Reported or Estimated) and cost (priced by the table entry entry;
-	// nil: no price known).
-	Billed(u *resume.Usage, basis resume.Basis, entry string, cost *float64)
+	// nil: no price known), and a call when call (resume.Result.Call).
+	Billed(u *resume.Usage, basis resume.Basis, entry string, cost *float64, call bool)
 	// Saved counts the requests, by kind, served without a generation
-	// from one of usage u and cost (priced by entry; each nil: unknown):
-	// what they did not cost.
-	Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *float64)
+	// from one of usage u and cost (priced by entry; each nil: unknown),
+	// a call each when that generation was one: what they did not cost.
+	Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *float64, call bool)
 }
 
-// Pricer prices a generation of model with usage u (nil: unknown): its
-// cost and the price table entry that gave it, or ok false when no price
-// is known. cost.Table implements it.
+// Pricer gives the price of model and the price table entry that gives it
+// (a label of bounded cardinality), or ok false when no price is known.
+// cost.Table implements it.
 type Pricer interface {
-	Cost(model string, u *resume.Usage) (cost float64, entry string, ok bool)
+	Lookup(model string) (p cost.Price, entry string, ok bool)
 }
 
 // Spender is told what generations cost. cost.Guard implements it.

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // costMetrics are the series of what generations billed and what the
@@ -17,6 +18,8 @@ type costMetrics struct {
 	savedGens   *prometheus.CounterVec // requests served without a generation, by how
 	savedTokens *prometheus.CounterVec // by direction
 	saved       *prometheus.CounterVec // by model
+	calls       *prometheus.CounterVec // calls billed, by model
+	savedCalls  *prometheus.CounterVec // calls saved, by model
 	guard       prometheus.Gauge       // 1 while the cost guard narrows retries
 	guards      *prometheus.CounterVec // cost guard switches, by to: narrowed, widened
 }
@@ -41,6 +44,12 @@ func newCost(reg prometheus.Registerer) *costMetrics {
 		saved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reprise_cost_saved_total", Help: "What the requests served without a generation (attaches, replays, resumes, retries) would have cost, by price table model.",
 		}, []string{"model"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reprise_calls_billed_total", Help: "Calls billed: generations this instance ran that the upstream answered (completed, or failed after their stream began) of models the price table prices per call, by price table model.",
+		}, []string{"model"}),
+		savedCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reprise_calls_saved_total", Help: "Calls the requests served without a generation (attaches, replays, resumes, retries) would have been billed, of models the price table prices per call, by price table model.",
+		}, []string{"model"}),
 		guard: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "reprise_cost_guard_narrowed", Help: "1 while the cost guard narrows upstream retries to connect failures (spend over the hourly ratio or the daily budget).",
 		}),
@@ -57,14 +66,17 @@ func newCost(reg prometheus.Registerer) *costMetrics {
 	for _, to := range []string{"narrowed", "widened"} {
 		c.guards.WithLabelValues(to)
 	}
-	reg.MustRegister(c.tokens, c.estimated, c.cost, c.savedGens, c.savedTokens, c.saved, c.guard, c.guards)
+	reg.MustRegister(c.tokens, c.estimated, c.cost, c.savedGens, c.savedTokens, c.saved, c.calls, c.savedCalls, c.guard, c.guards)
 	return c
 }
 
+var _ engine.CostMetrics = (*Metrics)(nil)
+
 // Billed counts one generation's usage (nil: unknown) of basis (estimated
-// usage is counted in reprise_tokens_estimated_total too) and its cost,
-// priced by the table entry entry (nil: no price known).
-func (m *Metrics) Billed(u *resume.Usage, basis resume.Basis, entry string, cost *float64) {
+// usage is counted in reprise_tokens_estimated_total too), its cost,
+// priced by the table entry entry (nil: no price known), and a call billed
+// when call.
+func (m *Metrics) Billed(u *resume.Usage, basis resume.Basis, entry string, cost *float64, call bool) {
 	if u != nil {
 		addTokens(m.costs.tokens, *u, 1)
 		if basis == resume.Estimated {
@@ -74,13 +86,16 @@ func (m *Metrics) Billed(u *resume.Usage, basis resume.Basis, entry string, cost
 	if cost != nil && entry != "" {
 		m.costs.cost.WithLabelValues(entry).Add(max(*cost, 0))
 	}
+	if call && entry != "" {
+		m.costs.calls.WithLabelValues(entry).Inc()
+	}
 }
 
 // Saved counts the requests by served without a generation, each served
 // one of usage u and cost, priced by the table entry entry (each nil:
-// unknown): reprise_generations_saved_total by kind, and what they did not
-// cost in tokens and money.
-func (m *Metrics) Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *float64) {
+// unknown), a call billed when call: reprise_generations_saved_total by
+// kind, and what they did not cost in tokens, money and calls.
+func (m *Metrics) Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *float64, call bool) {
 	for _, how := range resume.SavedKinds() {
 		if n := by.Count(how); n > 0 {
 			m.costs.savedGens.WithLabelValues(how).Add(float64(n))
@@ -92,6 +107,9 @@ func (m *Metrics) Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *
 	}
 	if cost != nil && entry != "" {
 		m.costs.saved.WithLabelValues(entry).Add(max(*cost, 0) * float64(n))
+	}
+	if call && entry != "" {
+		m.costs.savedCalls.WithLabelValues(entry).Add(float64(n))
 	}
 }
 

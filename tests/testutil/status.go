@@ -42,6 +42,9 @@ type Billed struct {
 	Generations int      `json:"generations"`
 	// UsageBasis: estimated once any generation's usage was.
 	UsageBasis string `json:"usage_basis"`
+	// Calls counts the generations billed a call (a model priced per
+	// call, answered by the upstream).
+	Calls int `json:"calls"`
 }
 
 // Saved is what the requests served without a generation did not cost,
@@ -51,6 +54,8 @@ type Saved struct {
 	By         SavedBy  `json:"by"`
 	Usage      *Usage   `json:"usage"`
 	Cost       *float64 `json:"cost"`
+	// Calls counts those served a generation that was a call billed.
+	Calls int `json:"calls"`
 }
 
 // SavedBy counts the requests served without a generation by kind.

@@ -1,6 +1,7 @@
 // reprise demo page: the network switches, the chat pane and the log. Plain
 // JavaScript modules, no build step, no dependencies.
 import { Session, SSEParser, aheadHint, replayNote, savedDuplicates, savedSummary } from './session.js';
+import { callsSummary } from './session.js';
 import { SpeechPane } from './speech.js';
 
 const $ = (id) => document.getElementById(id);
@@ -133,6 +134,7 @@ function renderChat() {
     note = `Demo price: the server has no price table (--prices), so the page prices the demo model at an illustrative $${demoPrice.input_per_1m} / $${demoPrice.output_per_1m} per million prompt / completion tokens.`;
   }
   text('cost-key', dollars(cost));
+  text('calls', callsSummary(st));
   const perGen = cost != null && st.generation ? cost / st.generation : cost;
   text('cost-naive', perGen == null ? '' : dollars(perGen * naive));
   text('cost-note', note && `${note} A naive client re-POSTs on every drop: one new generation each.`);

@@ -135,6 +135,16 @@ export function savedSummary(saved) {
   return parts.join(', ') + (tokens != null ? ` — ${tokens.toLocaleString('en-US')} tokens` : '');
 }
 
+// callsSummary says how many calls a key was billed and spared, from the
+// status JSON's billed.calls and saved.calls (docs/cost.md), e.g. "calls
+// billed 1, calls saved 3"; '' when the status has no calls (the server's
+// price table does not price the model per call).
+export function callsSummary(st) {
+  const billed = st && st.billed && st.billed.calls;
+  if (!billed) return '';
+  return `calls billed ${billed}, calls saved ${(st.saved && st.saved.calls) || 0}`;
+}
+
 // savedDuplicates is how many of a key's saved requests were duplicates (or
 // retries) a naive client would each have generated again; its resumes are
 // the client's own drops, counted apart.
