@@ -59,8 +59,8 @@ type Transport struct {
 	// NoCancelOnAbort leaves the generation running when the caller
 	// stops before the terminal event (its context is done, or it closes
 	// the body), as a broken connection does. By default the transport
-	// cancels it then (POST {Location}/cancel), so that the same request
-	// again generates anew: a stop is not a drop.
+	// cancels it then (a POST to the Location + /cancel), so that the
+	// same request again generates anew: a stop is not a drop.
 	NoCancelOnAbort bool
 
 	mu     sync.Mutex
