@@ -172,6 +172,56 @@ func TestBrowserDemo(t *testing.T) {
 		t.Logf("replay: %v", time.Since(start).Round(time.Millisecond))
 	})
 
+	// Stop is not a drop: Stop cancels the generation on the server, and
+	// Regenerate (the same prompt, a new key) is a second generation
+	// that the page shows from its first token; a Drop (drop and resume
+	// above) leaves the one generation running.
+	t.Run("stop and regenerate", func(t *testing.T) {
+		start := time.Now()
+		prompt := uniquePrompt(t, "[tokens=100] [delay=20ms]")
+		want := strings.Join(mockllm.Content(prompt, 100, false), "")
+		p.open(t)
+		p.typePrompt(t, prompt)
+		p.click(t, "generate")
+		p.waitJS(t, `+document.getElementById('count').textContent >= 5`, 10*time.Second)
+		first := p.text(t, "key")
+		p.click(t, "stop")
+		p.waitText(t, "conn", "stopped", 5*time.Second)
+		p.waitText(t, "server-state", "cancelled", 5*time.Second)
+		atStop := p.text(t, "output")
+		if !strings.HasPrefix(want, atStop) || atStop == want {
+			p.fail(t, "at the stop: output %q, want a strict prefix of %q", atStop, want)
+		}
+		if !p.logHas(t, "cancelled: the upstream request ends") {
+			p.fail(t, "the log does not show the cancel")
+		}
+		testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+		if gens := e.LLM.Ledger().Generations(prompt); len(gens) != 1 || !gens[0].Aborted || gens[0].Completed {
+			p.fail(t, "upstream generations after the stop: %+v, want one aborted", gens)
+		}
+
+		p.click(t, "regenerate")
+		p.waitText(t, "conn", "done", 10*time.Second)
+		p.expectText(t, "output", want) // from its first token: the stopped text is gone
+		p.expectText(t, "count", "103")
+		if second := p.text(t, "key"); second == first || len(second) != 36 {
+			p.fail(t, "the regenerate's key %q, want a new one (the first %q)", second, first)
+		}
+		if line := p.text(t, "answer"); !strings.HasPrefix(line, "Answer 2 to this prompt") || !strings.Contains(line, first[:8]+"… was cancelled") {
+			p.fail(t, "#answer = %q, want answer 2 and the first key cancelled", line)
+		}
+		p.waitText(t, "server-state", "completed", 5*time.Second)
+		p.expectText(t, "server-generation", "1") // the new key's first
+		testutil.Settled(t, e.LLM.Ledger(), prompt, 2)
+		if gens := e.LLM.Ledger().Generations(prompt); len(gens) != 2 || !gens[0].Aborted || !gens[1].Completed || gens[1].Content != want {
+			p.fail(t, "upstream generations: %+v, want the stopped one aborted and a second one completed", gens)
+		}
+		if st := testutil.WaitState(t, e.URL, first, "cancelled"); st.Generation != 1 {
+			p.fail(t, "the first key's status %+v, want its generation 1 cancelled", st)
+		}
+		t.Logf("stop and regenerate: stopped at %d bytes of text; %v", len(atStop), time.Since(start).Round(time.Millisecond))
+	})
+
 	t.Run("auto-resume", func(t *testing.T) {
 		// 150 tokens take about 2.3 s upstream, so the auto-resume (1 s
 		// after the drop) normally joins the generation while it runs.

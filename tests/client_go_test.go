@@ -2,6 +2,8 @@ package tests
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -205,4 +207,125 @@ func TestRoundTripperSpeech(t *testing.T) {
 		t.Errorf("done %v, %d bytes of PCM, want %d exact", done, len(pcm), len(mockllm.Audio(input, 12)))
 	}
 	checkOnce(t, e, input, link)
+}
+
+// TestRoundTripperStop: Stop is not a drop, under openai-go with the
+// round tripper. A caller that cancels its context mid-stream, or closes
+// the stream (the SDK stops reading), has the transport cancel the
+// generation: the key becomes cancelled, the upstream's generation ends
+// early, and the identical request again (Regenerate) is a second
+// generation. A stream the link cuts is resumed: one generation,
+// completed. A non-streamed request whose context ends before the answer
+// cancels its key too.
+func TestRoundTripperStop(t *testing.T) {
+	t.Parallel()
+	e := newClientEnv(t)
+	const tokens = 200 // 2 s at [delay=10ms]: the caller stops long before the end
+	auth := []string{"Authorization", "Bearer sk-test"}
+	newClient := func(base string) openai.Client {
+		return openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
+			option.WithHTTPClient(&http.Client{Transport: &roundtrip.Transport{}}))
+	}
+	params := func(prompt string) openai.ChatCompletionNewParams {
+		return openai.ChatCompletionNewParams{Model: "mock-1", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}}
+	}
+	// stopAndRegenerate streams prompt, stops after three chunks with
+	// stop, checks the key is cancelled, and sends the identical request
+	// again to its end.
+	stopAndRegenerate := func(t *testing.T, stop func(cancel context.CancelFunc, s interface{ Close() error })) {
+		t.Helper()
+		client := newClient(e.URL)
+		prompt := uniquePrompt(t, "[tokens="+itoa(tokens)+"] [delay=10ms]")
+		ctx, cancel := context.WithCancel(waitCtx(t, 30*time.Second))
+		defer cancel()
+		var resp *http.Response
+		s := client.Chat.Completions.NewStreaming(ctx, params(prompt), option.WithResponseInto(&resp))
+		for n := 0; s.Next(); n++ {
+			if n == 2 {
+				stop(cancel, s)
+			}
+		}
+		_ = s.Close()
+		key := resp.Header.Get("Idempotency-Key")
+		if st := testutil.WaitState(t, e.URL, key, "cancelled", auth...); st.Generation != 1 {
+			t.Errorf("status %+v, want generation 1 cancelled", st)
+		}
+
+		again := client.Chat.Completions.NewStreaming(waitCtx(t, 30*time.Second), params(prompt), option.WithResponseInto(&resp))
+		var acc openai.ChatCompletionAccumulator
+		for again.Next() {
+			acc.AddChunk(again.Current())
+		}
+		if err := again.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := acc.Choices[0].Message.Content, strings.Join(mockllm.Content(prompt, tokens, false), ""); got != want {
+			t.Errorf("regenerated %q, want %q", got, want)
+		}
+		if k := resp.Header.Get("Idempotency-Key"); k == key || k == "" {
+			t.Errorf("the regenerate's key %q, want a new one (the first: %q)", k, key)
+		}
+		testutil.Settled(t, e.LLM.Ledger(), prompt, 2)
+		gens := e.LLM.Ledger().Generations(prompt)
+		if len(gens) != 2 || !gens[0].Aborted || gens[0].Completed || gens[0].Tokens >= tokens || !gens[1].Completed {
+			t.Errorf("upstream generations %+v, want the stopped one aborted early and the regenerated one completed", gens)
+		}
+	}
+
+	t.Run("the caller's context cancelled mid-stream, then regenerate", func(t *testing.T) {
+		t.Parallel()
+		stopAndRegenerate(t, func(cancel context.CancelFunc, _ interface{ Close() error }) { cancel() })
+	})
+	t.Run("the stream closed mid-stream, then regenerate", func(t *testing.T) {
+		t.Parallel()
+		stopAndRegenerate(t, func(_ context.CancelFunc, s interface{ Close() error }) { _ = s.Close() })
+	})
+
+	t.Run("a drop resumes the same generation", func(t *testing.T) {
+		t.Parallel()
+		link := newDropLink(t, e.addr, clientCutBytes, 1)
+		client := newClient(link.URL)
+		prompt := uniquePrompt(t, "[tokens=60]")
+		var resp *http.Response
+		s := client.Chat.Completions.NewStreaming(waitCtx(t, 30*time.Second), params(prompt), option.WithResponseInto(&resp))
+		var acc openai.ChatCompletionAccumulator
+		for s.Next() {
+			acc.AddChunk(s.Current())
+		}
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		if got, want := acc.Choices[0].Message.Content, strings.Join(mockllm.Content(prompt, 60, false), ""); got != want {
+			t.Errorf("content %q, want %q", got, want)
+		}
+		testutil.WaitState(t, e.URL, resp.Header.Get("Idempotency-Key"), "completed", auth...)
+		g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+		if gens := e.LLM.Ledger().Generations(prompt); g.Generations != 1 || len(gens) != 1 || !gens[0].Completed {
+			t.Errorf("upstream ledger %+v %+v, want 1 completed generation", g, gens)
+		}
+		if link.cuts() != 1 {
+			t.Errorf("the link cut %d connections, want 1", link.cuts())
+		}
+	})
+
+	t.Run("not streamed: the caller's context cancelled before the answer", func(t *testing.T) {
+		t.Parallel()
+		client := newClient(e.URL)
+		prompt := uniquePrompt(t, "[tokens="+itoa(tokens)+"] [delay=10ms]")
+		ctx, cancel := context.WithCancel(waitCtx(t, 30*time.Second))
+		go func() {
+			defer cancel()
+			wctx, stop := context.WithTimeout(context.Background(), testutil.WaitTimeout)
+			defer stop()
+			_ = e.LLM.Ledger().WaitStarted(wctx, prompt, 1) // it generates: the answer comes at its end
+		}()
+		if _, err := client.Chat.Completions.New(ctx, params(prompt)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("New: %v, want context.Canceled", err)
+		}
+		testutil.Settled(t, e.LLM.Ledger(), prompt, 1)
+		if gens := e.LLM.Ledger().Generations(prompt); len(gens) != 1 || !gens[0].Aborted || gens[0].Tokens >= tokens {
+			t.Errorf("upstream generations %+v, want one aborted early: the transport cancelled its key", gens)
+		}
+	})
 }

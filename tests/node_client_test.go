@@ -283,3 +283,77 @@ func TestJSPackage(t *testing.T) {
 		t.Errorf("tsc checked %v, want %v", configs, want)
 	}
 }
+
+// stopCase is one case of tests/js/stop.test.mjs, passed in REPRISE_STOP.
+type stopCase struct {
+	Name    string `json:"name"`
+	How     string `json:"how"` // abort, break (the caller stops), drop (the link cuts the stream once)
+	BaseURL string `json:"baseURL"`
+	Prompt  string `json:"prompt"`
+	Want    string `json:"want"`
+	link    *dropLink
+}
+
+// TestJSClientStop: Stop is not a drop, under the npm openai SDK with the
+// helper from the source tree as its fetch (tests/js/stop.test.mjs). A
+// caller that aborts mid-stream, or breaks out of its loop, has the helper
+// cancel the generation: the key becomes cancelled and the upstream's
+// generation ends early; the identical request again (Regenerate) is a
+// second generation. A stream the link cuts is resumed: one generation,
+// completed.
+func TestJSClientStop(t *testing.T) {
+	t.Parallel()
+	node := jsTool(t, "node")
+	dir := jsDir(t)
+	e := newClientEnv(t)
+	const tokens = 200 // 2 s at [delay=10ms]: the caller stops long before the end
+	cases := []*stopCase{
+		{Name: "abort mid-stream, then regenerate", How: "abort"},
+		{Name: "break out of the loop, then regenerate", How: "break"},
+		{Name: "a drop resumes the same generation", How: "drop"},
+	}
+	for _, c := range cases {
+		c.Prompt = uniquePrompt(t, "[tokens="+itoa(tokens)+"] [delay=10ms]")
+		c.Want = strings.Join(mockllm.Content(c.Prompt, tokens, false), "")
+		c.BaseURL = e.URL
+		if c.How == "drop" {
+			c.Prompt = uniquePrompt(t, "[tokens=60]")
+			c.Want = strings.Join(mockllm.Content(c.Prompt, 60, false), "")
+			c.link = newDropLink(t, e.addr, clientCutBytes, 1)
+			c.BaseURL = c.link.URL
+		}
+	}
+	b, err := json.Marshal(cases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := runJS(t, dir, []string{"REPRISE_STOP=" + string(b)}, node, "--test", "--test-reporter=spec", "stop.test.mjs")
+	t.Logf("node --test:\n%s", out)
+	if !strings.Contains(out, "pass "+itoa(len(cases)+1)) { // the cases and their parent
+		t.Errorf("node --test did not run the %d cases", len(cases))
+	}
+	for _, c := range cases {
+		if c.How == "drop" {
+			g := testutil.Settled(t, e.LLM.Ledger(), c.Prompt, 1)
+			gens := e.LLM.Ledger().Generations(c.Prompt)
+			if g.Generations != 1 || g.Requests != 1 || len(gens) != 1 || !gens[0].Completed {
+				t.Errorf("%s: upstream ledger %+v %+v, want 1 request and 1 completed generation", c.Name, g, gens)
+			}
+			if n := c.link.cuts(); n != 1 {
+				t.Errorf("%s: the link cut %d connections, want 1", c.Name, n)
+			}
+			continue
+		}
+		g := testutil.Settled(t, e.LLM.Ledger(), c.Prompt, 2)
+		gens := e.LLM.Ledger().Generations(c.Prompt)
+		if g.Generations != 2 || len(gens) != 2 {
+			t.Fatalf("%s: upstream ledger %+v, want 2 generations (the stopped one and the regenerated one)", c.Name, g)
+		}
+		if !gens[0].Aborted || gens[0].Completed || gens[0].Tokens >= tokens {
+			t.Errorf("%s: the stopped generation %+v, want it aborted early", c.Name, gens[0])
+		}
+		if !gens[1].Completed || gens[1].Tokens != tokens {
+			t.Errorf("%s: the regenerated generation %+v, want it completed", c.Name, gens[1])
+		}
+	}
+}

@@ -14,6 +14,18 @@
 // event once, and the POST is never sent again. Every other request goes
 // to the base transport unchanged.
 //
+// A stop is not a drop. When the caller stops before the terminal event —
+// its request context ends (before the answer, while reading, or while
+// waiting to reconnect), or it closes the body, as an SDK's stream.Close
+// does — the transport cancels the generation: a POST to the Location with
+// /cancel appended to its path (before the answer: /v1/streams/{key}/cancel
+// on the POST's origin), on a context of its own for at most
+// [CancelTimeout], so that the same request again generates anew. A broken
+// connection cancels nothing: it is resumed, and the upstream's generation
+// runs on. [Transport.NoCancelOnAbort] leaves the generation running for a
+// caller that stops, too. The cancel goes where a reconnection would, with
+// what it sends.
+//
 // A reconnection sends the POST's credential (Authorization, x-api-key)
 // again only when the Location has the POST's origin: the same scheme,
 // host and port. A Location on another origin is still resumed, with none

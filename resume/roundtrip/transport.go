@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,9 @@ const (
 	// DefaultMaxDelay caps the wait between reconnections (it doubles
 	// from the retry delay with each one that gets no event).
 	DefaultMaxDelay = 10 * time.Second
+	// CancelTimeout bounds the cancel of a generation the caller stopped
+	// reading: it is sent on a context of its own, the caller's being done.
+	CancelTimeout = 5 * time.Second
 )
 
 // ErrResume is wrapped by the error a resumed body's Read returns when the
@@ -52,6 +56,12 @@ type Transport struct {
 	// MaxDelay caps the wait between reconnections. Default
 	// DefaultMaxDelay (10 s).
 	MaxDelay time.Duration
+	// NoCancelOnAbort leaves the generation running when the caller
+	// stops before the terminal event (its context is done, or it closes
+	// the body), as a broken connection does. By default the transport
+	// cancels it then (a POST to the Location + /cancel), so that the
+	// same request again generates anew: a stop is not a drop.
+	NoCancelOnAbort bool
 
 	mu     sync.Mutex
 	recent map[[32]byte]recentKey // the keys of the last requests, for their SDK retries
@@ -92,8 +102,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Header.Set("Idempotency-Key", key)
 	}
 	resp, err := t.base().RoundTrip(req)
-	if err != nil || resp.StatusCode/100 != 2 || !isEventStream(resp.Header) {
-		return resp, err
+	if err != nil {
+		if req.Context().Err() != nil && !t.NoCancelOnAbort {
+			// The caller stopped before the answer: the generation may have started.
+			t.cancel(req.Context(), keyCancelURL(req.URL, req.Header.Get("Idempotency-Key")), keptHeaders(req.Header, true))
+		}
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header) {
+		return resp, nil
 	}
 	raw := resp.Header.Get("Location")
 	if raw == "" {
@@ -104,8 +121,63 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil //nolint:nilerr // a Location that is no URL: nothing to resume
 	}
 	header := keptHeaders(req.Header, sameOrigin(req.URL, loc))
-	resp.Body = &body{t: t, ctx: req.Context(), cur: resp.Body, url: loc.String(), header: header, delay: t.retryDelay()}
+	b := &body{t: t, ctx: req.Context(), cur: resp.Body, url: loc.String(), header: header, delay: t.retryDelay()}
+	if !t.NoCancelOnAbort {
+		b.cancelURL = locationCancelURL(loc)
+		b.unwatch = context.AfterFunc(b.ctx, b.abandon)
+	}
+	resp.Body = b
 	return resp, nil
+}
+
+// keyCancelURL is the cancel of key on the POST's origin: the streaming
+// path's /v1/… replaced by /v1/streams/{key}/cancel.
+func keyCancelURL(post *url.URL, key string) string {
+	u := *post
+	u.RawQuery, u.Fragment = "", ""
+	esc := streamingPath.ReplaceAllLiteralString(u.EscapedPath(), "/v1/streams/"+url.PathEscape(key)+"/cancel")
+	p, err := url.PathUnescape(esc)
+	if err != nil {
+		return ""
+	}
+	u.Path, u.RawPath = p, esc
+	return u.String()
+}
+
+// locationCancelURL is the cancel of a Location: its path + /cancel, its
+// query (the ?token= capability) kept.
+func locationCancelURL(loc *url.URL) string {
+	u := *loc
+	u.Fragment = ""
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/cancel"
+	if u.RawPath != "" {
+		u.RawPath = strings.TrimSuffix(u.RawPath, "/") + "/cancel"
+	}
+	return u.String()
+}
+
+// cancel asks reprise to cancel a generation, best-effort, on a context
+// of its own (ctx's values, not its end) for at most CancelTimeout; header
+// is what a reconnection would send (keptHeaders). No redirect is
+// followed.
+func (t *Transport) cancel(ctx context.Context, target string, header http.Header) {
+	if target == "" {
+		return
+	}
+	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), CancelTimeout)
+	defer stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, nil)
+	if err != nil {
+		return
+	}
+	req.Header = header.Clone()
+	req.Header.Set("Accept", "application/json")
+	resp, err := t.base().RoundTrip(req)
+	if err != nil {
+		return // the generation runs on, as for a disconnect
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
 }
 
 func (t *Transport) base() http.RoundTripper {
@@ -201,7 +273,9 @@ func port(u *url.URL) string {
 }
 
 // body is a resumed event stream: the POST's answer, then each
-// reconnection's, whole events only.
+// reconnection's, whole events only. A caller that stops before the
+// terminal event — its context done, or Close — cancels the generation
+// (abandon), unless the transport has NoCancelOnAbort.
 type body struct {
 	t      *Transport
 	ctx    context.Context
@@ -215,6 +289,28 @@ type body struct {
 	done   bool // a terminal or final error event was read
 	err    error
 	buf    [4 << 10]byte
+
+	cancelURL string      // the Location's cancel; "" with NoCancelOnAbort
+	unwatch   func() bool // stops watching the caller's context; nil with NoCancelOnAbort
+	over      atomic.Bool // the stream ended by itself: its terminal event, its end, or the helper's error
+	cancelled sync.Once   // the cancel, sent at most once; a second caller waits for the first's
+}
+
+// abandon cancels the generation, unless the stream ended by itself; it
+// returns once reprise answered (or CancelTimeout passed).
+func (b *body) abandon() {
+	if b.cancelURL == "" || b.over.Load() {
+		return
+	}
+	b.cancelled.Do(func() { b.t.cancel(b.ctx, b.cancelURL, b.header) })
+}
+
+// end marks the stream ended by itself: nothing to cancel any more.
+func (b *body) end() {
+	b.over.Store(true)
+	if b.unwatch != nil {
+		b.unwatch()
+	}
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -240,6 +336,7 @@ func (b *body) fill() {
 	}
 	_ = b.cur.Close()
 	if b.done || b.err != nil {
+		b.end()
 		b.cur = io.NopCloser(bytes.NewReader(nil))
 		if b.err == nil {
 			b.err = io.EOF
@@ -248,12 +345,18 @@ func (b *body) fill() {
 	}
 	if cerr := b.ctx.Err(); cerr != nil {
 		b.err = cerr
+		b.abandon() // the caller's stop, not the network's
 		return
 	}
 	b.p.dropPartial() // a cut event is read again whole
 	b.cur, b.err = b.reconnect()
 	if b.cur == nil {
 		b.cur = io.NopCloser(bytes.NewReader(nil))
+		if b.ctx.Err() != nil {
+			b.abandon()
+		} else {
+			b.end() // complete (204), or the helper's error
+		}
 	}
 }
 
@@ -270,6 +373,7 @@ func (b *body) take(chunk []byte) (resume bool) {
 			return true
 		case ev.typ == "reset":
 			b.err = fmt.Errorf("%w: the generation this stream read failed and the key started another", ErrResume)
+			b.end()
 			return false
 		}
 		if ev.isData {
@@ -278,6 +382,7 @@ func (b *body) take(chunk []byte) (resume bool) {
 		b.out = append(b.out, ev.raw...)
 		if ev.final {
 			b.done = true
+			b.end()
 		}
 	}
 	return false
@@ -337,7 +442,11 @@ func (b *body) reconnect() (io.ReadCloser, error) {
 	}
 }
 
+// Close before the terminal event is the caller's stop: it cancels the
+// generation (unless NoCancelOnAbort) and returns once reprise answered.
 func (b *body) Close() error {
+	b.abandon()
+	b.end()
 	if b.err == nil {
 		b.err = errors.New("roundtrip: read on a closed body")
 	}

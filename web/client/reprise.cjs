@@ -17,6 +17,15 @@ Object.defineProperty(exports, "__esModule", { value: true });
 // boundaries, every event exactly once, and the POST is never sent again.
 // Everything else goes to the underlying fetch unchanged.
 //
+// Stop is not a drop. When the caller aborts (its init.signal: before the
+// POST's answer, while reading, or while waiting to reconnect) or cancels
+// the body (what an SDK does when its caller stops iterating) before the
+// terminal event, the helper cancels the generation: POST {Location}/cancel
+// (or, before the answer, /v1/streams/{key}/cancel on the POST's origin),
+// so that the next identical request generates anew. A broken connection
+// cancels nothing: it is resumed. cancelOnAbort: false leaves the
+// generation running for a caller that aborts, as a disconnect does.
+//
 // A reconnection sends the POST's credential (Authorization, x-api-key)
 // again only when the Location has the POST's origin: the same scheme,
 // host and port. A Location on another origin is still resumed, with none
@@ -24,6 +33,10 @@ Object.defineProperty(exports, "__esModule", { value: true });
 // (?token=) is all a reader of the Location needs, and the credential never
 // reaches an origin the caller did not send it to. A redirect answering a
 // reconnection is not followed: it ends the stream with a ResumeError.
+//
+// The cancel goes where a reconnection would, with what it sends: the
+// POST's credential on the POST's origin only, the Location's token
+// elsewhere.
 //
 // A plain ES module, no dependencies: Node 18+, Deno, Bun and browsers.
 // It is also the npm package @reprise-dev/client (package.json here): this
@@ -42,7 +55,11 @@ const TERMINAL = new Set(["response.completed", "response.incomplete", "message_
  * @property {number} [retryDelay] wait before the first reconnection, ms, until the server's retry: field says otherwise (default 1000)
  * @property {number} [maxDelay] the longest wait between reconnections, ms (default 10000)
  * @property {(info: {url: string, lastEventId: string, attempt: number}) => void} [onResume] called before each reconnection
+ * @property {boolean} [cancelOnAbort] cancel the generation when the caller aborts or cancels the body before the terminal event (default true)
  */
+
+/** How long a cancel may take, ms: it is sent without the caller's aborted signal. */
+const CANCEL_TIMEOUT = 5000;
 
 /** The error a resumed stream ends with when it cannot go on. */
 class ResumeError extends Error {
@@ -67,6 +84,7 @@ function createFetch(options = {}) {
     retryDelay: options.retryDelay ?? 1000,
     maxDelay: options.maxDelay ?? 10000,
     onResume: options.onResume,
+    cancelOnAbort: options.cancelOnAbort ?? true,
   };
   const recent = new RecentKeys(64, 10 * 60 * 1000);
 
@@ -83,17 +101,83 @@ function createFetch(options = {}) {
       const retry = Number(headers.get("x-stainless-retry-count") ?? 0) > 0;
       headers.set("Idempotency-Key", recent.key(url, body, retry));
     }
-    const res = await base(input, { ...init, headers });
+    const signal = init.signal ?? (isRequest ? input.signal : null);
+    const postURL = new URL(url, globalThis.location?.href);
+    let res;
+    try {
+      res = await base(input, { ...init, headers });
+    } catch (err) {
+      if (signal?.aborted && opts.cancelOnAbort) {
+        // Aborted before the answer: the generation may have started.
+        await cancelGeneration(base, keyCancelURL(postURL, headers.get("idempotency-key")), keptHeaders(headers, true));
+      }
+      throw err;
+    }
     const location = res.headers.get("location");
     if (!res.ok || !res.body || !location || !isEventStream(res)) {
       return res;
     }
-    const postURL = new URL(url, globalThis.location?.href);
     const resume = new URL(location, postURL);
     const sameOrigin = resume.origin !== "null" && resume.origin === postURL.origin;
-    const body = resumable(res.body, resume.href, keptHeaders(headers, sameOrigin), init.signal, base, opts);
+    const kept = keptHeaders(headers, sameOrigin);
+    const stop = opts.cancelOnAbort ? once(() => cancelGeneration(base, locationCancelURL(resume), kept)) : null;
+    const body = resumable(res.body, resume.href, kept, signal, base, opts, stop);
     return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   };
+}
+
+/**
+ * The cancel of the key the POST sent, on the POST's origin: the
+ * streaming path's /v1/… replaced by /v1/streams/{key}/cancel.
+ * @param {URL} postURL @param {string} key
+ */
+function keyCancelURL(postURL, key) {
+  const u = new URL(postURL);
+  u.pathname = u.pathname.replace(STREAMING, `/v1/streams/${encodeURIComponent(key)}/cancel`);
+  u.search = "";
+  u.hash = "";
+  return u.href;
+}
+
+/** The cancel of a Location: its path + /cancel, its query (the ?token= capability) kept. @param {URL} loc */
+function locationCancelURL(loc) {
+  const u = new URL(loc);
+  u.pathname = u.pathname.replace(/\/$/, "") + "/cancel";
+  u.hash = "";
+  return u.href;
+}
+
+/**
+ * Asks reprise to cancel a generation, best-effort: it resolves, never
+ * rejects, once reprise answered or CANCEL_TIMEOUT passed.
+ * @param {typeof globalThis.fetch} base
+ * @param {string} url
+ * @param {{headers: Headers, credentials: RequestCredentials}} kept what it sends (keptHeaders)
+ * @returns {Promise<void>}
+ */
+async function cancelGeneration(base, url, kept) {
+  const headers = new Headers(kept.headers);
+  headers.set("Accept", "application/json");
+  try {
+    const res = await base(url, {
+      method: "POST",
+      headers,
+      credentials: kept.credentials,
+      redirect: "manual",
+      cache: "no-store",
+      signal: AbortSignal.timeout?.(CANCEL_TIMEOUT),
+    });
+    await res.body?.cancel();
+  } catch {
+    // best-effort: the generation runs on, as for a disconnect
+  }
+}
+
+/** f, called at most once: later calls return the first call's result. @template T @param {() => T} f */
+function once(f) {
+  /** @type {{v: T} | null} */
+  let r = null;
+  return () => (r ??= { v: f() }).v;
 }
 
 /** @param {Response} res */
@@ -165,19 +249,34 @@ function keptHeaders(sent, sameOrigin) {
  * @param {AbortSignal|undefined|null} signal
  * @param {typeof globalThis.fetch} base
  * @param {{maxAttempts: number, retryDelay: number, maxDelay: number, onResume?: Function}} opts
+ * @param {(() => Promise<void>) | null} stop cancels the generation (once), or null when the caller's abort must not
  * @returns {ReadableStream<Uint8Array>}
  */
-function resumable(first, resumeURL, kept, signal, base, opts) {
+function resumable(first, resumeURL, kept, signal, base, opts, stop) {
   const parser = new EventParser();
   let reader = first.getReader();
   let delay = opts.retryDelay;
   let attempt = 0; // reconnections since the last event
   let done = false; // a terminal or final error event was passed on
+  let over = false; // the stream ended by itself: closed, or failed with the helper's error
+
+  /** The caller left before the terminal event: cancel the generation. */
+  const abandon = () => (stop && !done && !over ? stop() : Promise.resolve());
+  /** The stream ended: the caller's abort no longer concerns it. */
+  const finish = () => {
+    over = true;
+    signal?.removeEventListener("abort", abandon);
+  };
+  if (stop && signal) {
+    if (signal.aborted) abandon();
+    else signal.addEventListener("abort", abandon, { once: true });
+  }
 
   /** Opens the next reader, or returns null when the stream is over. */
   async function reconnect() {
     for (;;) {
       if (signal?.aborted) throw signal.reason ?? new DOMException("aborted", "AbortError");
+      if (over) return null;
       attempt++;
       if (attempt > opts.maxAttempts) {
         throw new ResumeError(`reprise: the stream broke and ${opts.maxAttempts} reconnections got no event`);
@@ -202,58 +301,79 @@ function resumable(first, resumeURL, kept, signal, base, opts) {
     }
   }
 
+  /** Passes on the next events, or ends the stream. @param {ReadableStreamDefaultController<Uint8Array>} controller */
+  async function step(controller) {
+    for (;;) {
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch (err) {
+        if (signal?.aborted) throw err;
+        chunk = { done: true, value: undefined, broken: true };
+      }
+      if (over) return; // the caller cancelled the body
+      if (!chunk.done) {
+        const out = [];
+        for (const ev of parser.push(chunk.value)) {
+          if (ev.retry !== undefined) delay = ev.retry;
+          if (ev.type === "error" && !ev.hasId) {
+            // reprise cut this reader (it is shutting down, or its
+            // journal is unavailable): the cursor stays, resume.
+            chunk = { done: true, value: undefined };
+            break;
+          }
+          if (ev.type === "reset") {
+            finish();
+            controller.error(new ResumeError("reprise: the generation this stream read failed; a new one started"));
+            await reader.cancel().catch(() => {});
+            return;
+          }
+          if (ev.isData) attempt = 0;
+          out.push(ev.raw);
+          if (ev.final) done = true;
+        }
+        for (const raw of out) controller.enqueue(raw);
+        if (!chunk.done) {
+          if (out.length > 0) return;
+          continue;
+        }
+        await reader.cancel().catch(() => {});
+      }
+      // The reader ended, cleanly or not.
+      if (done) {
+        finish();
+        controller.close();
+        return;
+      }
+      parser.dropPartial(); // a cut event is read again whole
+      const next = await reconnect();
+      if (over) {
+        await next?.cancel().catch(() => {});
+        return;
+      }
+      if (next === null) {
+        finish();
+        controller.close();
+        return;
+      }
+      reader = next;
+    }
+  }
+
   return new ReadableStream({
     async pull(controller) {
-      for (;;) {
-        let chunk;
-        try {
-          chunk = await reader.read();
-        } catch (err) {
-          if (signal?.aborted) throw err;
-          chunk = { done: true, value: undefined, broken: true };
-        }
-        if (!chunk.done) {
-          const out = [];
-          for (const ev of parser.push(chunk.value)) {
-            if (ev.retry !== undefined) delay = ev.retry;
-            if (ev.type === "error" && !ev.hasId) {
-              // reprise cut this reader (it is shutting down, or its
-              // journal is unavailable): the cursor stays, resume.
-              chunk = { done: true, value: undefined };
-              break;
-            }
-            if (ev.type === "reset") {
-              controller.error(new ResumeError("reprise: the generation this stream read failed; a new one started"));
-              await reader.cancel().catch(() => {});
-              return;
-            }
-            if (ev.isData) attempt = 0;
-            out.push(ev.raw);
-            if (ev.final) done = true;
-          }
-          for (const raw of out) controller.enqueue(raw);
-          if (!chunk.done) {
-            if (out.length > 0) return;
-            continue;
-          }
-          await reader.cancel().catch(() => {});
-        }
-        // The reader ended, cleanly or not.
-        if (done) {
-          controller.close();
-          return;
-        }
-        parser.dropPartial(); // a cut event is read again whole
-        const next = await reconnect();
-        if (next === null) {
-          controller.close();
-          return;
-        }
-        reader = next;
+      try {
+        await step(controller);
+      } catch (err) {
+        if (signal?.aborted) await abandon(); // the caller's abort, not the network's
+        finish();
+        throw err;
       }
     },
     async cancel(reason) {
-      await reader.cancel(reason).catch(() => {});
+      const stopping = abandon();
+      finish();
+      await Promise.all([reader.cancel(reason).catch(() => {}), stopping]);
     },
   });
 }

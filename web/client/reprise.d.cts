@@ -27,14 +27,22 @@ export interface Options {
   maxDelay?: number | undefined;
   /** called before each reconnection */
   onResume?: ((info: ResumeInfo) => void) | undefined;
+  /**
+   * cancel the generation (POST its Location + /cancel) when the caller
+   * aborts its signal or cancels the body before the terminal event, so
+   * that the same request again generates anew; false leaves it running,
+   * as a broken connection does (default true)
+   */
+  cancelOnAbort?: boolean | undefined;
 }
 
 /**
  * Returns a fetch that resumes reprise streams: a streaming POST gets an
  * Idempotency-Key when it has none, and when its event stream breaks
  * before the terminal event the fetch reconnects to the answer's Location
- * with the last Last-Event-ID and goes on. Every other request goes to the
- * wrapped fetch unchanged.
+ * with the last Last-Event-ID and goes on. A caller that aborts or cancels
+ * the body before the terminal event cancels the generation (cancelOnAbort).
+ * Every other request goes to the wrapped fetch unchanged.
  */
 export declare function createFetch(options?: Options): typeof globalThis.fetch;
 

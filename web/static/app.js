@@ -140,8 +140,29 @@ function renderChat() {
   text('cost-note', note && `${note} A naive client re-POSTs on every drop: one new generation each.`);
 
   $('drop').disabled = !s.conn;
+  $('stop').disabled = !s.conn && s.state !== 'dropped';
   $('resume').disabled = !s.location || !!s.conn;
   $('replay').disabled = !s.key || !s.body;
+  $('regenerate').disabled = !s.body || !!s.conn;
+  text('answer', answerLine(s));
+}
+
+// previousState says what became of the key before a Regenerate's.
+const previousState = {
+  cancelled: 'was cancelled (Stop)',
+  in_progress: 'still generating (a Drop leaves it running)',
+  completed: 'completed',
+  failed: 'failed',
+};
+
+// answerLine says which answer to the prompt the pane shows: each
+// Regenerate is a new key and a new generation, however alike the texts
+// (the demo model's are the same for the same prompt).
+export function answerLine(s) {
+  if (!s.key) return '';
+  let line = `Answer ${s.answer} to this prompt · key ${s.key.slice(0, 8)}…`;
+  if (s.previous) line += ` · the previous key ${s.previous.key.slice(0, 8)}… ${previousState[s.previous.state] || s.previous.state || ''}`;
+  return line;
 }
 
 function generate() {
@@ -154,9 +175,20 @@ function generate() {
   }));
 }
 
+// regenerate sends the last prompt again as a new request (a new key): the
+// answer starts over from its first token.
+function regenerate() {
+  if (!chatSession.body) return;
+  chat.text = '';
+  chat.tokens = 0;
+  chatSession.start(chatSession.body);
+}
+
 function init() {
   $('generate').addEventListener('click', generate);
   $('drop').addEventListener('click', () => chatSession.drop('dropped by you — the server keeps generating', false));
+  $('stop').addEventListener('click', () => chatSession.cancel());
+  $('regenerate').addEventListener('click', regenerate);
   $('resume').addEventListener('click', () => chatSession.resume());
   $('replay').addEventListener('click', () => chatSession.replay());
   $('autoresume').addEventListener('change', () => {

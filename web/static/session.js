@@ -200,6 +200,14 @@ export function errorMessage(text, fallback) {
   return (text && String(text).trim()) || fallback || 'error';
 }
 
+// cancelURL is the cancel of a stream: its Location's path + /cancel, the
+// Location's query (a ?token= capability) kept.
+export function cancelURL(loc) {
+  const u = new URL(loc, window.location.href);
+  u.pathname = u.pathname.replace(/\/$/, '') + '/cancel';
+  return u.pathname + u.search;
+}
+
 // withQuery appends name=value to url.
 function withQuery(url, name, value) {
   return url + (url.includes('?') ? '&' : '?') + name + '=' + encodeURIComponent(value);
@@ -228,7 +236,7 @@ export class Session {
     this.location = ''; // resume URL from the Location header
     this.body = ''; // exact JSON body of the generation, reused by Replay
     this.status = null; // the last status JSON
-    this.state = 'idle'; // idle | streaming | resuming | dropped | done | error
+    this.state = 'idle'; // idle | streaming | resuming | dropped | stopped | done | error
     this.error = '';
     this.replayed = '';
     this.request = ''; // what the last POST was: 'generate' | 'replay'
@@ -237,6 +245,9 @@ export class Session {
     this.resumeTimer = 0;
     this.pollTimer = 0;
     this.polling = false;
+    this.answer = 0; // how many keys this body got: Regenerate counts up
+    this.previous = null; // the body's key before this one: {key, state}
+    this.cancelled = ''; // the key a Stop cancelled
     this.clear();
   }
 
@@ -251,10 +262,19 @@ export class Session {
     this.seen = new Set();
   }
 
-  // start begins a new key's generation with body.
+  // start begins a new key's generation with body. The same body again
+  // (Regenerate) is a new request too: a new key, a new generation.
   start(body) {
     this.stop();
     this.stopPolling();
+    if (this.key && body === this.body) {
+      this.answer++;
+      const state = this.cancelled === this.key ? 'cancelled' : (this.status && this.status.state) || '';
+      this.previous = { key: this.key, state };
+    } else {
+      this.answer = 1;
+      this.previous = null;
+    }
     this.key = newKey();
     this.location = '';
     this.body = body;
@@ -333,6 +353,37 @@ export class Session {
     this.log(`${reason} — ${this.position()}${again ? `; auto-resume in ${ms} ms` : ''}`);
     this.poll(); // the server's count, climbing while the client is away
     if (again) this.scheduleResume(ms);
+  }
+
+  // cancel is the user's Stop: the client leaves, as on a Drop, and the
+  // server cancels the generation (POST <Location>/cancel), so the same
+  // prompt again (Regenerate) is answered anew. A Drop only leaves: the
+  // generation runs on, and the same request again would attach to it.
+  async cancel() {
+    if (!this.key || (!this.conn && this.state !== 'dropped')) return;
+    const key = this.key;
+    this.stop();
+    if (!this.location) this.location = '/v1/streams/' + encodeURIComponent(key); // stopped before the answer
+    this.setState('stopped');
+    const url = cancelURL(this.location);
+    this.log(`stopped by you: POST ${url.split('?')[0]} — ${this.position()}`);
+    let msg;
+    try {
+      const res = await fetch(url, { method: 'POST', headers: { Accept: 'application/json' }, cache: 'no-store' });
+      const text = await res.text();
+      if (res.status === 202) {
+        if (key === this.key) this.cancelled = key;
+        msg = `key ${key.slice(0, 8)}… cancelled: the upstream request ends, a Regenerate starts a new generation`;
+      } else {
+        msg = `nothing cancelled: HTTP ${res.status}: ${errorMessage(text, res.statusText)}`;
+      }
+    } catch (e) {
+      msg = `the cancel failed: ${e.message}`;
+    }
+    this.log(msg);
+    if (key !== this.key) return;
+    this.changed();
+    this.startPolling(); // until the status says cancelled
   }
 
   // position is what the client has, for the log.
