@@ -14,10 +14,10 @@ import (
 // disconnect. The running generation of the key — on whichever instance
 // runs it — is cancelled at once: its upstream request ends, the key
 // becomes cancelled (no result; readers get an error event cancelled) and
-// may generate again. It answers 202 with the key's status as it is when
-// the cancel is sent (still in_progress, with the events journaled so far:
-// the cancel takes effect a moment later; poll the status for cancelled);
-// 409 when no generation of the key runs. Access is the reader's: the
+// may generate again. It answers 202 with the key's status once the
+// generation ended (cancelled; or, after cancelWait, as it then is: poll
+// the status), so that the same request sent after the answer generates
+// anew; 409 when no generation of the key runs. Access is the reader's: the
 // creator's credential or the Location's capability.
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	key, err := resume.ParseKey(r.PathValue("key"))
@@ -43,5 +43,13 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.metrics.Decision("cancel")
+	if done, err := s.awaitEnd(r.Context(), id, rec, cancelWait); err == nil {
+		rec = done
+	}
 	writeStatus(w, http.StatusAccepted, s.live(r.Context(), id, rec)) // the record's own count moves only at heartbeats
 }
+
+// cancelWait bounds how long a cancel's answer waits for the generation to
+// end: a client that sends the same request once the cancel answered must
+// find the key cancelled, not attach to the generation being cancelled.
+const cancelWait = 5 * time.Second

@@ -45,7 +45,7 @@ func (s *Server) serveFallback(w http.ResponseWriter, r *http.Request, tenant st
 	h.Set("Location", streamURL(kl.key)+"?token="+s.auth.Capability(tenant, kl.key, time.Now().Add(s.auth.CapabilityTTL())))
 	h.Set("Reprise-Attempts", "0")
 	if rec.State == resume.InProgress {
-		if rec, err = s.awaitEnd(r.Context(), id, rec); err != nil {
+		if rec, err = s.awaitEnd(r.Context(), id, rec, s.cfg.AttachWait); err != nil {
 			if r.Context().Err() == nil {
 				failFor(w, rec, apierr.New(apierr.InProgress))
 			}
@@ -80,11 +80,11 @@ func (s *Server) serveFallback(w http.ResponseWriter, r *http.Request, tenant st
 	return true
 }
 
-// awaitEnd waits, up to AttachWait, for the generation of the record rec
-// (of stream id) to end, and returns its record then; an error when it
-// still runs (or the record could not be read).
-func (s *Server) awaitEnd(ctx context.Context, id string, rec resume.Record) (resume.Record, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.AttachWait)
+// awaitEnd waits, up to wait, for the generation of the record rec (of
+// stream id) to end, and returns its record then; an error when it still
+// runs (or the record could not be read).
+func (s *Server) awaitEnd(ctx context.Context, id string, rec resume.Record, wait time.Duration) (resume.Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	poll := time.NewTicker(50 * time.Millisecond)
 	defer poll.Stop()

@@ -74,10 +74,12 @@ func TestKeylessStopRegenerate(t *testing.T) {
 			t.Fatal(err)
 		}
 		u.Path += "/cancel"
-		if resp := do(t, "POST", u.String(), ""); resp.StatusCode != 202 {
-			t.Fatalf("cancel: %d %s", resp.StatusCode, readBody(t, resp))
+		resp := do(t, "POST", u.String(), "")
+		// The cancel answers once it took effect: a resend after it
+		// cannot attach to the generation being cancelled.
+		if b := readBody(t, resp); resp.StatusCode != 202 || !strings.Contains(b, `"state":"cancelled"`) {
+			t.Fatalf("cancel: %d %s, want 202 with the state cancelled", resp.StatusCode, b)
 		}
-		waitState(t, e, first, "cancelled") // else the resend may attach to the generation being cancelled
 		key, attempts := regenerate(t, e, body, prompt)
 		if attempts != 1 {
 			t.Errorf("the resend made %d upstream attempts, want 1: a new generation (key %s, the first %s)", attempts, key, first)
