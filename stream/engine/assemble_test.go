@@ -218,6 +218,17 @@ var assembleFixtures = []struct {
 			`"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`,
 	},
 	{
+		name:  "chat empty content then a tool call: content null",
+		proto: Chat{},
+		events: evs(
+			`{"id":"c","object":"chat.completion.chunk","created":4,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
+			`{"id":"c","object":"chat.completion.chunk","created":4,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null}]}`,
+			`{"id":"c","object":"chat.completion.chunk","created":4,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"arguments":""}}]},"finish_reason":"tool_calls"}]}`,
+			`[DONE]`,
+		),
+		want: `{"id":"c","object":"chat.completion","created":4,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`,
+	},
+	{
 		name:  "chat refusal, logprobs and reasoning, usage unknown",
 		proto: Chat{},
 		events: evs(
