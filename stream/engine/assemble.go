@@ -9,6 +9,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // ErrAssemble is returned by an Assembler when the events it is given make
@@ -33,27 +35,27 @@ func newObject() *object { return &object{vals: map[string]json.RawMessage{}} }
 // parseObject reads a JSON object, its members in order: a repeated key
 // keeps its first place and its last value.
 func parseObject(data []byte) (*object, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil, assembleError("not a JSON object: %.64q", data)
 	}
 	o := newObject()
-	for dec.More() {
-		tok, err := dec.Token()
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
 		if err != nil {
 			return nil, assembleError("malformed JSON: %v", err)
 		}
-		key, _ := tok.(string) // the decoder gives an object's keys as strings
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
+		key := tok.String() // a name: the decoder reads nothing else here
+		v, err := dec.ReadValue()
+		if err != nil {
 			return nil, assembleError("malformed JSON: %v", err)
 		}
-		o.set(key, v)
+		o.set(key, json.RawMessage(bytes.Clone(v)))
 	}
-	if _, err := dec.Token(); err != nil {
+	if _, err := dec.ReadToken(); err != nil {
 		return nil, assembleError("malformed JSON: %v", err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return nil, assembleError("data after the JSON object: %.64q", data)
 	}
 	return o, nil

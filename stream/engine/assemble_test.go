@@ -441,3 +441,18 @@ func FuzzAssemble(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAssembleChat: assembling a chat stream of 4,000 content chunks
+// (a long answer), per answer.
+func BenchmarkAssembleChat(b *testing.B) {
+	events := make([]journal.Event, 0, 4001)
+	for i := range 4000 {
+		events = append(events, journal.Event{Data: fmt.Appendf(nil, `{"id":"chatcmpl-B","object":"chat.completion.chunk","created":1,"model":"gpt-4o","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":" word%d"},"logprobs":null,"finish_reason":null}],"obfuscation":"abc"}`, i)})
+	}
+	events = append(events, journal.Event{Data: []byte("[DONE]")})
+	for b.Loop() {
+		if _, err := (Chat{}).Assemble(events, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
