@@ -10,7 +10,9 @@
 // What a format's stream looks like — the terminal event, error events,
 // usage, what asks for a stream — lives in one Protocol per format (chat.go,
 // speech.go); the pump is the same for all. A new upstream format is a new
-// Protocol listed in Protocols.
+// Protocol listed in Protocols. A text format is also an Assembler: it
+// builds, from the events of a completed stream, the answer the upstream
+// gives the same request not streamed (assemble*.go).
 //
 // The engine does no HTTP serving and makes no start/attach/replay decision;
 // it reaches the proxy's other parts only through its Config (journal,

@@ -6,6 +6,7 @@ import (
 	"mime"
 	"strings"
 
+	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
 )
@@ -80,6 +81,18 @@ type ModelNamer interface {
 	// whole answer (typ "") names, if it names one. A stream's first
 	// events and its terminal one are asked, until one names it.
 	ResponseModel(typ string, data []byte) (string, bool)
+}
+
+// An Assembler is a Protocol that can give a non-streamed request the answer
+// assembled from a completed streamed generation of the same request: what
+// the upstream would have answered had the request not asked for a stream.
+type Assembler interface {
+	// Assemble returns the format's non-streamed answer (application/json)
+	// built from the events of a completed stream, in order (the journaled
+	// type and data of each), and usage, the generation's usage as recorded
+	// (nil: unknown; the events may carry it too). An error wraps
+	// ErrAssemble.
+	Assemble(events []journal.Event, usage *resume.Usage) ([]byte, error)
 }
 
 // maxModelName bounds the response model reported (an upstream's string,
