@@ -16,17 +16,24 @@ func Fingerprint(path string, body []byte) string {
 	return hash("c14n", path, Canonical(body))
 }
 
+// streamlessFields are what a client's non-streamed fallback of a streamed
+// request may change: whether it streams, and its output token limit
+// (Claude Code halves max_tokens in its fallback).
+var streamlessFields = []string{"stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens"}
+
 // StreamlessFingerprint is Fingerprint of body without its top-level
-// "stream" and "stream_options" members: the same request asked streamed
-// or not (a client that falls back to a non-streamed call after a broken
-// stream sends that). A body that is no JSON object is Fingerprint's.
+// stream fields and output token limit (streamlessFields): the same request
+// asked streamed or not, as a client that falls back to a non-streamed call
+// after a broken stream sends it. A body that is no JSON object is
+// Fingerprint's.
 func StreamlessFingerprint(path string, body []byte) string {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(body, &m) != nil || m == nil {
 		return Fingerprint(path, body)
 	}
-	delete(m, "stream")
-	delete(m, "stream_options")
+	for _, f := range streamlessFields {
+		delete(m, f)
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return Fingerprint(path, body)
@@ -70,4 +77,20 @@ func Canonical(body []byte) []byte {
 		return body
 	}
 	return v
+}
+
+// MaxOutputTokens is a request body's output token limit (max_tokens,
+// max_completion_tokens or max_output_tokens), 0 when it sets none.
+func MaxOutputTokens(body []byte) uint64 {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return 0
+	}
+	for _, f := range streamlessFields[2:] {
+		var n uint64
+		if v, ok := m[f]; ok && json.Unmarshal(v, &n) == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
 }

@@ -115,7 +115,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		return
 	}
 	if kl != nil && kl.fallback {
-		if s.serveFallback(w, r, tenant, kl, proto.(assembler)) {
+		if s.serveFallback(w, r, tenant, kl, proto.(assembler), body) {
 			s.withdraw(out)
 			returned = true
 			return

@@ -18,8 +18,10 @@ import (
 // differs from a streamed one whose client left before its result only by
 // its stream fields is that request's retry (resume.Manager.Claim): it waits
 // (bounded) for the stream's generation and is answered the format's
-// non-streamed answer assembled from the journal — no new generation. The
-// reverse, a streamed retry of a non-streamed request that left, is a new
+// non-streamed answer assembled from the journal — no new generation. It
+// may ask for fewer output tokens (Claude Code's fallback halves
+// max_tokens): the stream's answer serves it if it is no longer than that.
+// The reverse, a streamed retry of a non-streamed request that left, is a new
 // request: a stream cannot be made of a stored answer's events.
 
 // assembler is a format that can answer a non-streamed request from a
@@ -33,7 +35,7 @@ type assembler interface {
 // assembled. It reports false, having written nothing, when that
 // generation left no result (it failed or was cancelled): the request is
 // then a new one.
-func (s *Server) serveFallback(w http.ResponseWriter, r *http.Request, tenant string, kl *keyless, asm assembler) bool {
+func (s *Server) serveFallback(w http.ResponseWriter, r *http.Request, tenant string, kl *keyless, asm assembler, body []byte) bool {
 	id := resume.StreamID(tenant, kl.key)
 	rec, err := s.resume.Get(r.Context(), id)
 	if err != nil {
@@ -55,6 +57,9 @@ func (s *Server) serveFallback(w http.ResponseWriter, r *http.Request, tenant st
 	if rec.State != resume.Completed {
 		return false
 	}
+	if limit := resume.MaxOutputTokens(body); limit > 0 && rec.Usage != nil && uint64(rec.Usage.CompletionTokens) > limit {
+		return false // longer than this request allows: not its answer
+	}
 	s.metrics.Decision("retry")
 	s.metrics.Duplicate(metrics.HowRetry)
 	noteDecision(r, "retry")
@@ -67,15 +72,15 @@ func (s *Server) serveFallback(w http.ResponseWriter, r *http.Request, tenant st
 		s.saved(id, rec, metrics.HowRetry)
 		return true
 	}
-	body, err := s.assembled(r.Context(), journal.Ref{ID: id, Gen: rec.Generation}, rec, asm)
+	answer, err := s.assembled(r.Context(), journal.Ref{ID: id, Gen: rec.Generation}, rec, asm)
 	if err != nil {
 		s.log.Warn("assembling a non-streamed answer from a stream failed", "key", kl.key, "err", err)
 		failFor(w, rec, apierr.New(apierr.Unavailable))
 		return true
 	}
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Content-Length", strconv.Itoa(len(answer)))
 	wroteAnswer(r.Context())
-	writeRaw(w, http.StatusOK, "application/json", body)
+	writeRaw(w, http.StatusOK, "application/json", answer)
 	s.saved(id, rec, metrics.HowRetry)
 	return true
 }

@@ -75,6 +75,13 @@ type agentLink struct {
 
 func newAgentLink(t *testing.T, addr string) *agentLink {
 	t.Helper()
+	return newAgentLinkWith(t, addr, map[string]any{"bytes": agentCutBytes, "times": agentCuts})
+}
+
+// newAgentLinkWith is newAgentLink with the cut toxic's attributes (a
+// cutFirst's: bytes, times, stall).
+func newAgentLinkWith(t *testing.T, addr string, attrs map[string]any) *agentLink {
+	t.Helper()
 	l, err := newToxi().link(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +90,7 @@ func newAgentLink(t *testing.T, addr string) *agentLink {
 	if err := l.add("sniff", sniffType, "upstream", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.addCloser("cut", cutFirstType, "downstream", map[string]any{"bytes": agentCutBytes, "times": agentCuts}); err != nil {
+	if err := l.addCloser("cut", cutFirstType, "downstream", attrs); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.seal(); err != nil {
@@ -170,39 +177,53 @@ func TestAgentClaudeCode(t *testing.T) {
 			e := newEnv(t, c.opts...)
 			link := newAgentLink(t, e.addr)
 			prompt := uniquePrompt(t, fmt.Sprintf("[tokens=%d] [delay=%s]", agentTokens, agentDelay))
-			home := t.TempDir()
-			env := []string{
-				"HOME=" + home,
-				"CLAUDE_CONFIG_DIR=" + filepath.Join(home, ".claude"),
-				"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
-				"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
-				"XDG_DATA_HOME=" + filepath.Join(home, ".local", "share"),
-				"XDG_STATE_HOME=" + filepath.Join(home, ".local", "state"),
-				"ANTHROPIC_BASE_URL=" + link.URL,
-				"ANTHROPIC_API_KEY=" + agentKey,
-				"DISABLE_TELEMETRY=1",
-				"DISABLE_AUTOUPDATER=1",
-				"DISABLE_ERROR_REPORTING=1",
-				"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-			}
+			env := claudeEnv(t, link.URL)
 			if c.optOut {
 				env = append(env, "ANTHROPIC_CUSTOM_HEADERS="+optOutHeader+": off")
 			}
 			stdout, _ := runAgent(t, bin, []string{"-p", prompt, "--output-format", "json"}, t.TempDir(), env)
-			var res struct {
-				Result  string `json:"result"`
-				IsError bool   `json:"is_error"`
-				Subtype string `json:"subtype"`
-			}
-			if err := json.Unmarshal([]byte(stdout), &res); err != nil {
-				t.Fatalf("claude's output is no JSON result: %v\n%s", err, stdout)
-			}
-			if res.IsError || res.Subtype != "success" {
-				t.Errorf("claude's result is an error (%s): %s", res.Subtype, stdout)
-			}
-			checkAgentRun(t, e, link, prompt, res.Result, c)
+			checkAgentRun(t, e, link, prompt, claudeResult(t, stdout), c)
 		})
 	}
+}
+
+// claudeEnv is Claude Code's environment for a run through the link at
+// url: a home of its own, the test tenant's key, nothing sent elsewhere.
+func claudeEnv(t *testing.T, url string) []string {
+	t.Helper()
+	home := t.TempDir()
+	return []string{
+		"HOME=" + home,
+		"CLAUDE_CONFIG_DIR=" + filepath.Join(home, ".claude"),
+		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
+		"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
+		"XDG_DATA_HOME=" + filepath.Join(home, ".local", "share"),
+		"XDG_STATE_HOME=" + filepath.Join(home, ".local", "state"),
+		"ANTHROPIC_BASE_URL=" + url,
+		"ANTHROPIC_API_KEY=" + agentKey,
+		"DISABLE_TELEMETRY=1",
+		"DISABLE_AUTOUPDATER=1",
+		"DISABLE_ERROR_REPORTING=1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	}
+}
+
+// claudeResult reads claude -p's JSON output: its result, which must be a
+// success.
+func claudeResult(t *testing.T, stdout string) string {
+	t.Helper()
+	var res struct {
+		Result  string `json:"result"`
+		IsError bool   `json:"is_error"`
+		Subtype string `json:"subtype"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("claude's output is no JSON result: %v\n%s", err, stdout)
+	}
+	if res.IsError || res.Subtype != "success" {
+		t.Errorf("claude's result is an error (%s): %s", res.Subtype, stdout)
+	}
+	return res.Result
 }
 
 // codexConfigExample is the provider file docs show for Codex; the test
@@ -391,5 +412,64 @@ func TestAgentDocs(t *testing.T) {
 		if block != strings.Join(want, "") {
 			t.Errorf("%s shows the Codex provider\n%s\nwant %s without its comments\n%s", doc, block, codexConfigExample, strings.Join(want, ""))
 		}
+	}
+}
+
+// TestAgentClaudeCodeFallback: Claude Code whose first stream ends
+// cleanly before its first event (a middlebox ended the answer after its
+// head) falls back to the same request without "stream" ("Stream completed
+// without receiving message_start event - triggering non-streaming
+// fallback"). reprise answers that fallback with the Messages answer
+// assembled from the stream's journal: the command succeeds with the whole
+// answer, and the upstream generated once (twice with keyless recognition
+// off).
+func TestAgentClaudeCodeFallback(t *testing.T) {
+	t.Parallel()
+	bin := agentCLI(t, "claude")
+	for _, c := range []agentCase{
+		{name: "served from the journal", want: 1},
+		{name: "keyless retries off", opts: []envOption{withConfig(func(c *proxy.Config) { c.HTTP.KeylessRetryWindow = -1 })}, want: 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, c.opts...)
+			l, err := newToxi().link(e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(l.close)
+			if err := l.add("sniff", sniffType, "upstream", nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.addCloser("end", endAtHeadType, "downstream", map[string]any{"times": 1}); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.seal(); err != nil {
+				t.Fatal(err)
+			}
+			sniff, _ := l.p.Toxics.GetToxic("sniff").Toxic.(*sniffRequests)
+			end, _ := l.p.Toxics.GetToxic("end").Toxic.(*endAtHead)
+			prompt := uniquePrompt(t, fmt.Sprintf("[tokens=%d] [delay=%s]", agentTokens, agentDelay))
+			stdout, _ := runAgent(t, bin, []string{"-p", prompt, "--output-format", "json"}, t.TempDir(), claudeEnv(t, "http://"+l.addr))
+			got := claudeResult(t, stdout)
+			if text := strings.Join(mockllm.Content(prompt, agentTokens, false), ""); got != text {
+				t.Errorf("claude's answer\n%q\nwant the demo model's whole answer\n%q", got, text)
+			}
+			reqs := sniff.requests()
+			logAgentRequests(t, reqs, nil)
+			var streamed []bool
+			for _, r := range reqs {
+				if r.Method == http.MethodPost {
+					var body struct{ Stream bool }
+					_ = json.Unmarshal(r.Body, &body)
+					streamed = append(streamed, body.Stream)
+				}
+			}
+			if len(streamed) != 2 || !streamed[0] || streamed[1] || end.ended.Load() < 1 {
+				t.Fatalf("claude's POSTs streamed %v (answers ended at their head: %d), want a stream, then its non-streamed fallback", streamed, end.ended.Load())
+			}
+			if g := testutil.Settled(t, e.LLM.Ledger(), prompt, c.want); g.Generations != c.want {
+				t.Errorf("upstream ledger %+v, want %d generation(s)", g, c.want)
+			}
+		})
 	}
 }

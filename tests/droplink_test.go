@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,6 +64,62 @@ func (t *cutFirst) Pipe(stub *toxics.ToxicStub) {
 			t.cut = append(t.cut, time.Now())
 			t.mu.Unlock()
 			stub.Close()
+			return
+		}
+	}
+}
+
+// endAtHead is a toxic that ends each of the first Times chunked answers
+// through a link cleanly right after its head: it passes the head, then
+// the chunked body's last chunk (0 CRLF CRLF), and closes the connection.
+// The client reads a complete, empty
+// answer — an event stream that ended before its first event, as a
+// middlebox that times out a quiet answer makes it.
+type endAtHead struct {
+	Times int64        `json:"times"`
+	ended atomic.Int64 // answers it ended, the ones past Times included
+}
+
+type endAtHeadState struct {
+	head    []byte // the head so far, until its blank line
+	passing bool   // past Times, or no chunked answer: passed as it is
+}
+
+const endAtHeadType = "end_at_head"
+
+func init() { toxics.Register(endAtHeadType, new(endAtHead)) }
+
+func (t *endAtHead) NewState() any { return new(endAtHeadState) }
+
+func (t *endAtHead) Pipe(stub *toxics.ToxicStub) {
+	st := stub.State.(*endAtHeadState)
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			if st.passing {
+				stub.Output <- c
+				continue
+			}
+			st.head = append(st.head, c.Data...)
+			i := bytes.Index(st.head, []byte("\r\n\r\n"))
+			if i < 0 {
+				continue
+			}
+			head := st.head[:i+4]
+			chunked := bytes.Contains(bytes.ToLower(head), []byte("transfer-encoding: chunked"))
+			if !chunked || t.ended.Add(1) > t.Times {
+				st.passing = true
+				stub.Output <- &stream.StreamChunk{Timestamp: c.Timestamp, Data: st.head}
+				continue
+			}
+			stub.Output <- &stream.StreamChunk{Timestamp: c.Timestamp, Data: append(append([]byte(nil), head...), "0\r\n\r\n"...)}
+			stub.Close() // the connection ends with it: nothing else on it is answered
 			return
 		}
 	}
