@@ -87,6 +87,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	out, err := s.decide(r, tenant, key, fp, bfp, stream, model, kl)
 	var rc *receipt
 	var t *engine.Tail
+	var fl *flight
 	returned := false
 	if kl != nil {
 		key = kl.key
@@ -94,10 +95,18 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		defer func() {
 			// What a retry can attach to (a generation that started, one
 			// it attached to or replayed, the stream a fallback claimed) is
-			// left behind unless its result reached this client.
-			if (kl.fallback || out.Decision != 0 && (out.Decision != resume.Start || t != nil)) && !rc.delivered(r, returned) {
-				s.leaveBehind(kl)
+			// left behind unless its result reached this client — or a
+			// retry claimed it in flight (flights).
+			leave := func() {
+				if (kl.fallback || out.Decision != 0 && (out.Decision != resume.Start || t != nil)) && !rc.delivered(r, returned) {
+					s.leaveBehind(kl)
+				}
 			}
+			if fl == nil {
+				leave()
+				return
+			}
+			s.flights.done(fl, leave)
 		}()
 	}
 	noteKey(r, key)
@@ -136,6 +145,9 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 			fail(w, r, startError(err))
 			return
 		}
+	}
+	if kl != nil {
+		fl = s.flights.add(kl, r, rc) // a retry may claim it before its handler ends
 	}
 	s.metrics.Decision(out.Decision.String())
 	if kl != nil && kl.retry {

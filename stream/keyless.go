@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/reprise-dev/reprise/resume"
@@ -68,6 +69,14 @@ func (s *Server) keyless(r *http.Request, tenant, fp, sfp string, stream, assemb
 		defer cancel()
 		defer close(k.done)
 		left, ok, err := s.resume.Claim(ctx, k.cid, fp, stream, assembles, s.cfg.KeylessRetryWindow)
+		if err == nil && !ok {
+			// Not in the index (yet): one in flight here whose client is
+			// gone, or, one being left behind right now, the index again.
+			var wait bool
+			if left, ok, wait = s.flights.take(ctx, k, assembles); wait {
+				left, ok, err = s.resume.Claim(ctx, k.cid, fp, stream, assembles, s.cfg.KeylessRetryWindow)
+			}
+		}
 		switch {
 		case err != nil:
 			s.log.Warn("looking up a keyless request's retry failed; it generates afresh", "err", err)
@@ -156,8 +165,8 @@ func (s *Server) leaveBehind(k *keyless) {
 // whole answer — rather than an error of reprise's own (409 in progress, 429
 // too many readers, 503). It rides in the request's context.
 type receipt struct {
-	streamed bool // the answer is an event stream
-	got      bool // the generation's answer was written (a stream to its end)
+	streamed bool        // the answer is an event stream
+	got      atomic.Bool // the generation's answer was written (a stream to its end); read by retries (flights)
 }
 
 type receiptKey struct{}
@@ -180,7 +189,7 @@ func streaming(ctx context.Context) {
 // generation's whole answer (not an event stream) is being written to it.
 func wroteAnswer(ctx context.Context) {
 	if rc, ok := ctx.Value(receiptKey{}).(*receipt); ok && !rc.streamed {
-		rc.got = true
+		rc.got.Store(true)
 	}
 }
 
@@ -191,7 +200,7 @@ func wroteAnswer(ctx context.Context) {
 // response ends: a request the client sends once it has its result is new.
 func (s *Server) gotResult(ctx context.Context, rec *resume.Record) {
 	if rc, ok := ctx.Value(receiptKey{}).(*receipt); ok {
-		rc.got = true
+		rc.got.Store(true)
 		return
 	}
 	if rec.Content == "" || s.cfg.KeylessRetryWindow <= 0 {
@@ -216,7 +225,7 @@ const receivedTimeout = 5 * time.Second
 // of the key it claimed, and its client's next try claims it again.
 func (rc *receipt) delivered(r *http.Request, returned bool) bool {
 	if rc.streamed {
-		return rc.got && !clientReset(r)
+		return rc.got.Load() && !clientReset(r)
 	}
-	return returned && rc.got && r.Context().Err() == nil && !clientReset(r)
+	return returned && rc.got.Load() && r.Context().Err() == nil && !clientReset(r)
 }

@@ -165,6 +165,7 @@ type Server struct {
 	closing      context.Context
 	closeReaders context.CancelFunc
 
+	flights       flights    // keyless requests in flight, for their retries
 	lost          lostChecks // ownerLost's answers, shared by a generation's readers
 	lag           lagGauge   // the journal's lag, measured at most every lagEvery
 	mu            sync.Mutex

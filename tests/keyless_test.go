@@ -477,3 +477,44 @@ func TestKeylessClaimKeptOnlyByResult(t *testing.T) {
 		t.Errorf("ledger %+v after %d conflicts, want 1 generation", g, conflicts)
 	}
 }
+
+// TestKeylessRetryOutrunsTheBookkeeping: a script's call times out and the
+// same call goes out at once — before the proxy has recorded that the first
+// client left (it learns of it as its handler ends, and records it in the
+// index with a write of its own). The retry is decided at its arrival: an
+// identical request in flight whose client is gone is the one it retries.
+// No wait for waitLeft here: each round's retry races the bookkeeping, and
+// each round generates once.
+func TestKeylessRetryOutrunsTheBookkeeping(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	impatient := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 150 * time.Millisecond}}
+	defer impatient.CloseIdleConnections()
+	for round := range 8 {
+		prompt := uniquePrompt(t, "[tokens=20] [delay=40ms] [round="+itoa(round)+"]")
+		body := chatBody(prompt, false)
+		post := func(c *http.Client) (*http.Response, error) {
+			req, err := http.NewRequest("POST", e.URL+chatPath, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			return c.Do(req)
+		}
+		if resp, err := post(impatient); err == nil {
+			_ = resp.Body.Close()
+			t.Fatalf("round %d: the first call was answered (%d) before its timeout", round, resp.StatusCode)
+		}
+		resp, err := post(http.DefaultClient) // at once
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := readBody(t, resp)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(b, `"chat.completion"`) {
+			t.Fatalf("round %d: the retry got %d %s", round, resp.StatusCode, b)
+		}
+		if g := testutil.Settled(t, e.LLM.Ledger(), prompt, 1); g.Generations != 1 {
+			t.Errorf("round %d: ledger %+v, want 1 generation (attempts %s)", round, g, resp.Header.Get("Reprise-Attempts"))
+		}
+	}
+}
