@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"syscall"
 
 	"github.com/reprise-dev/reprise/stream/detach"
 )
@@ -27,13 +28,26 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 // HTTP/1: an HTTP/2 client leaves a stream with RST_STREAM, which cancels
 // the request.
 func clientReset(r *http.Request) bool {
+	rc := rawConn(r)
+	return rc != nil && socketReset(rc)
+}
+
+// clientClosed reports whether r's client closed or reset its connection:
+// an HTTP/1 client that closes its end while it waits for an answer has
+// left (it does not half-close), which TCP knows before net/http's reading
+// goroutine — starved on a busy instance — ends the request's context.
+// Only HTTP/1, as clientReset.
+func clientClosed(r *http.Request) bool {
+	rc := rawConn(r)
+	return rc != nil && socketClosed(rc)
+}
+
+// rawConn is r's connection's socket, nil when it has none to ask (HTTP/2,
+// or a connection reprise does not know).
+func rawConn(r *http.Request) syscall.RawConn {
 	if r.ProtoMajor != 1 {
-		return false
+		return nil
 	}
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
-	rc := detach.RawConn(c)
-	if rc == nil {
-		return false
-	}
-	return socketReset(rc)
+	return detach.RawConn(c)
 }

@@ -84,30 +84,29 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	}) {
 		return
 	}
-	out, err := s.decide(r, tenant, key, fp, bfp, stream, model, kl)
+	var out resume.Outcome
 	var rc *receipt
 	var t *engine.Tail
 	var fl *flight
 	returned := false
 	if kl != nil {
-		key = kl.key
 		r, rc = withReceipt(r)
+		fl = s.flights.add(kl, r, rc) // its retry, should it come now, waits for its decision
 		defer func() {
 			// What a retry can attach to (a generation that started, one
 			// it attached to or replayed, the stream a fallback claimed) is
 			// left behind unless its result reached this client — or a
-			// retry claimed it in flight (flights).
-			leave := func() {
+			// retry claimed it in flight, or it was left as its client went.
+			s.flights.done(fl, func() {
 				if (kl.fallback || out.Decision != 0 && (out.Decision != resume.Start || t != nil)) && !rc.delivered(r, returned) {
 					s.leaveBehind(kl)
 				}
-			}
-			if fl == nil {
-				leave()
-				return
-			}
-			s.flights.done(fl, leave)
+			})
 		}()
+	}
+	out, err = s.decide(r, tenant, key, fp, bfp, stream, model, kl)
+	if kl != nil {
+		key = kl.key
 	}
 	noteKey(r, key)
 	id := resume.StreamID(tenant, key)
@@ -134,6 +133,14 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		noteKey(r, key)
 	}
 	rec := out.Record
+	if kl != nil && out.Decision == resume.Start && (r.Context().Err() != nil || clientClosed(r)) {
+		// A keyless request whose client left while it was decided: nobody
+		// waits for its generation, and nobody can reach it but a retry,
+		// which starts the one it needs. (A client with a key may come back
+		// for it: its generation runs.)
+		s.withdraw(out)
+		return
+	}
 	if out.Decision == resume.Start {
 		// Only a new generation takes one of the tenant's places; attaching
 		// and replaying cost the upstream nothing.
@@ -147,7 +154,9 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		}
 	}
 	if kl != nil {
-		fl = s.flights.add(kl, r, rc) // a retry may claim it before its handler ends
+		// Decided: a retry may claim it before its handler ends; its
+		// client gone, it is left behind at once.
+		s.flights.run(fl, func() { s.leaveBehind(kl) })
 	}
 	s.metrics.Decision(out.Decision.String())
 	if kl != nil && kl.retry {

@@ -9,15 +9,17 @@ import (
 	"github.com/reprise-dev/reprise/resume"
 )
 
-// Keyless requests in flight. A keyless request whose client leaves is
-// left behind in the keyless index by its handler once the handler sees it
-// (leaveBehind) — a write that fails, a context that ends — and that record
-// takes a write to the index. A retry that comes before it (a script's
-// timeout, then the same call at once, on a busy instance) would find
-// nothing and generate again. So the instance keeps its keyless requests in
-// flight by content, and a retry that finds nothing left in the index
-// looks here for one of its content whose client is already gone: it
-// claims that one, and its handler then leaves nothing behind.
+// Keyless requests in flight. A keyless request whose client leaves before
+// its result is left behind in the keyless index (leaveBehind), for its
+// retry — as soon as its request's context ends (net/http ends it when the
+// connection closes), not when its handler, perhaps starved on a busy
+// instance, unwinds. That record still takes a write to the index: a retry
+// that comes before it (a script's timeout, then the same call at once)
+// would find nothing and generate again. So the instance keeps its keyless
+// requests in flight by content, and a retry that finds nothing left in
+// the index looks here for one of its content whose client is already
+// gone: it claims that one, which is then left behind nowhere. A retry on
+// another instance relies on the index alone.
 
 // flights are an instance's keyless requests in flight, by ContentID.
 type flights struct {
@@ -27,22 +29,28 @@ type flights struct {
 
 // flight is one keyless request in flight.
 type flight struct {
-	k     *keyless
-	r     *http.Request // its request: whether its client is gone
-	rc    *receipt      // whether its result was written
-	state atomic.Int32  // flightRunning, then flightClaimed or flightLeaving
-	left  chan struct{} // closed once its handler is done leaving it behind
+	k       *keyless
+	r       *http.Request // its request: whether its client is gone
+	rc      *receipt      // whether its result was written
+	state   atomic.Int32  // flightDeciding, flightRunning, then flightClaimed or flightLeaving
+	decided chan struct{} // closed once it left flightDeciding
+	left    chan struct{} // closed once it is left behind (or found needing nothing)
+	stop    func() bool   // stops the watch on its client (nil while deciding)
+	once    sync.Once     // closes decided
 }
 
 const (
-	flightRunning int32 = iota // its handler runs
-	flightClaimed              // a retry claimed it: its handler leaves nothing behind
-	flightLeaving              // its handler ended: it is in the index if its client left
+	flightDeciding int32 = iota // its key and generation are being decided
+	flightRunning               // decided: its handler serves it
+	flightClaimed               // a retry claimed it: it is left behind nowhere
+	flightLeaving               // left behind as its client went or its handler ended (if it left)
 )
 
-// add registers the keyless request k of r, with its receipt rc.
+// add registers the keyless request k of r, with its receipt rc, while its
+// key and generation are decided: a retry that comes meanwhile waits for
+// that (run) if its client is already gone.
 func (fs *flights) add(k *keyless, r *http.Request, rc *receipt) *flight {
-	f := &flight{k: k, r: r, rc: rc, left: make(chan struct{})}
+	f := &flight{k: k, r: r, rc: rc, decided: make(chan struct{}), left: make(chan struct{})}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.by == nil {
@@ -52,13 +60,32 @@ func (fs *flights) add(k *keyless, r *http.Request, rc *receipt) *flight {
 	return f
 }
 
-// done ends f as its handler ends: unless a retry claimed it, leave runs
-// (leaving it behind when its client left), and f is no longer in flight.
+// run marks f decided: it has a key and a generation to attach to. The
+// moment its client goes (its context ends) before its result, leave runs
+// — the index learns of it then, for a retry on any instance, not when the
+// handler ends — unless a retry here claimed it first.
+func (fs *flights) run(f *flight, leave func()) {
+	f.state.CompareAndSwap(flightDeciding, flightRunning)
+	f.stop = context.AfterFunc(f.r.Context(), func() {
+		if !f.rc.got.Load() {
+			f.leave(leave)
+		}
+	})
+	f.once.Do(func() { close(f.decided) })
+}
+
+// done ends f as its handler ends: unless a retry claimed it or its client
+// was seen leaving, leave runs (leaving it behind when its client left),
+// and f is no longer in flight.
 func (fs *flights) done(f *flight, leave func()) {
-	if f.state.CompareAndSwap(flightRunning, flightLeaving) {
-		leave()
+	if f.stop != nil {
+		f.stop()
 	}
-	close(f.left)
+	f.leave(leave)
+	if f.state.Load() == flightLeaving {
+		<-f.left // left as its client went, perhaps still being written: in flight until the index has it
+	}
+	f.once.Do(func() { close(f.decided) })
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	list := fs.by[f.k.cid]
@@ -75,33 +102,66 @@ func (fs *flights) done(f *flight, leave func()) {
 	}
 }
 
+// leave runs leave once for f, unless a retry claimed it: whoever moves it
+// from running to leaving, as its client goes or as its handler ends.
+func (f *flight) leave(leave func()) {
+	if !f.state.CompareAndSwap(flightRunning, flightLeaving) && !f.state.CompareAndSwap(flightDeciding, flightLeaving) {
+		return
+	}
+	leave()
+	close(f.left)
+}
+
 // take claims, for the keyless request k (of content k.cid, fingerprint
 // k.fp), a request in flight that it retries whose client is gone before
 // its result: of the same fingerprint, or, when fallback, a streamed one
 // for k not streamed. It returns what that request would have left behind.
-// A request whose handler is leaving it behind at that moment is waited
-// for: wait reports that, and the index then holds it.
+// A request being left behind at that moment is waited for: wait reports
+// that, and the index then holds it. Ask the index after take, not before:
+// a request leaves flight only once the index holds it.
 func (fs *flights) take(ctx context.Context, k *keyless, fallback bool) (left resume.Leaving, ok, wait bool) {
 	fs.mu.Lock()
 	list := append([]*flight(nil), fs.by[k.cid]...)
 	fs.mu.Unlock()
+	for i, f := range list {
+		if f.k == k { // what came before k only: what k retries came first, and no two wait for each other
+			list = list[:i]
+			break
+		}
+	}
 	var leaving []*flight
 	for i := len(list) - 1; i >= 0; i-- {
 		f := list[i]
-		if f.k == k || !(f.k.fp == k.fp || fallback && !k.stream && f.k.stream) {
+		if !(f.k.fp == k.fp || fallback && !k.stream && f.k.stream) {
 			continue
 		}
-		switch f.state.Load() {
-		case flightLeaving:
-			leaving = append(leaving, f)
-			continue
-		case flightClaimed:
-			continue
+	look:
+		for {
+			switch f.state.Load() {
+			case flightDeciding:
+				if !f.gone() {
+					break look
+				}
+				select { // its client went while it was decided: its decision first
+				case <-f.decided:
+				case <-ctx.Done():
+					return resume.Leaving{}, false, false
+				}
+			case flightRunning:
+				if !f.gone() {
+					break look
+				}
+				if f.state.CompareAndSwap(flightRunning, flightClaimed) {
+					return f.k.leaving(), true, false
+				}
+				// Left as its client went, a moment ago: look again.
+			case flightLeaving:
+				leaving = append(leaving, f)
+				break look
+			default: // claimed by another retry
+				break look
+			}
 		}
-		if !f.gone() || !f.state.CompareAndSwap(flightRunning, flightClaimed) {
-			continue
-		}
-		return f.k.leaving(), true, false
 	}
 	for _, f := range leaving {
 		select {
@@ -115,7 +175,7 @@ func (fs *flights) take(ctx context.Context, k *keyless, fallback bool) (left re
 
 // gone reports whether f's client left before its result: its request's
 // context ended (net/http ends it when the connection closes) or its
-// client reset the connection, and no result was written to it.
+// client closed or reset the connection, and no result was written to it.
 func (f *flight) gone() bool {
-	return !f.rc.got.Load() && (f.r.Context().Err() != nil || clientReset(f.r))
+	return !f.rc.got.Load() && (f.r.Context().Err() != nil || clientClosed(f.r))
 }

@@ -68,14 +68,13 @@ func (s *Server) keyless(r *http.Request, tenant, fp, sfp string, stream, assemb
 	go func() {
 		defer cancel()
 		defer close(k.done)
-		left, ok, err := s.resume.Claim(ctx, k.cid, fp, stream, assembles, s.cfg.KeylessRetryWindow)
-		if err == nil && !ok {
-			// Not in the index (yet): one in flight here whose client is
-			// gone, or, one being left behind right now, the index again.
-			var wait bool
-			if left, ok, wait = s.flights.take(ctx, k, assembles); wait {
-				left, ok, err = s.resume.Claim(ctx, k.cid, fp, stream, assembles, s.cfg.KeylessRetryWindow)
-			}
+		// One in flight here whose client is gone first; then the index,
+		// which holds the others (once left behind, a request is in flight
+		// no more: in this order none falls between the two looks).
+		left, ok, _ := s.flights.take(ctx, k, assembles)
+		var err error
+		if !ok {
+			left, ok, err = s.resume.Claim(ctx, k.cid, fp, stream, assembles, s.cfg.KeylessRetryWindow)
 		}
 		switch {
 		case err != nil:
