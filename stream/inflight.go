@@ -132,7 +132,7 @@ func (fs *flights) take(ctx context.Context, k *keyless, fallback bool) (left re
 	var leaving []*flight
 	for i := len(list) - 1; i >= 0; i-- {
 		f := list[i]
-		if !(f.k.fp == k.fp || fallback && !k.stream && f.k.stream) {
+		if f.k.fp != k.fp && (!fallback || k.stream || !f.k.stream) { // neither k's fingerprint nor a stream k falls back from
 			continue
 		}
 	look:

@@ -451,7 +451,9 @@ func TestKeylessClaimKeptOnlyByResult(t *testing.T) {
 	}()
 	pollUntil(t, 10*time.Second, "the upstream to start generating", func() bool { return e.LLM.Ledger().Get(prompt).Generations == 1 })
 	cancel()
-	<-first
+	if err := <-first; err == nil {
+		t.Fatal("the first try got its answer before it left")
+	}
 	waitLeft(t, e.URL, 1)
 
 	conflicts := 0

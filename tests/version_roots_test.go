@@ -62,15 +62,15 @@ func (f *rootedFake) stray() []string {
 }
 
 // providerLines reads the README's provider table: each row's upstreams-file line.
-func providerLines(tb *testing.T) []proxy.RouteLine {
-	tb.Helper()
-	readme, err := os.ReadFile(filepath.Join(composeRoot(tb), "README.md"))
+func providerLines(t *testing.T) []proxy.RouteLine {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(composeRoot(t), "README.md"))
 	if err != nil {
-		tb.Fatal(err)
+		t.Fatal(err)
 	}
 	sec := regexp.MustCompile(`(?s)### Any OpenAI-compatible provider.*?\n\| provider \| upstreams-file line \|\n\|---\|---\|\n(.*?)\n\n`).FindSubmatch(readme)
 	if sec == nil {
-		tb.Fatal("README.md: no provider table under \"### Any OpenAI-compatible provider\"")
+		t.Fatal("README.md: no provider table under \"### Any OpenAI-compatible provider\"")
 	}
 	var text strings.Builder
 	for _, row := range regexp.MustCompile("(?m)^\\|[^|]*\\| `([^`]+)` \\|$").FindAllSubmatch(sec[1], -1) {
@@ -79,10 +79,10 @@ func providerLines(tb *testing.T) []proxy.RouteLine {
 	}
 	lines, err := proxy.ParseRoutes(text.String())
 	if err != nil {
-		tb.Fatalf("README.md's provider table: %v", err)
+		t.Fatalf("README.md's provider table: %v", err)
 	}
 	if len(lines) < 10 {
-		tb.Fatalf("README.md's provider table has %d rows, want the 10 providers", len(lines))
+		t.Fatalf("README.md's provider table has %d rows, want the 10 providers", len(lines))
 	}
 	return lines
 }
