@@ -21,8 +21,7 @@ import (
 //
 // It skips without that virtualenv, unless CI is set: then it fails. It
 // fails when pytest fails, or when it ran no test.
-func TestPython(t *testing.T) {
-	t.Parallel()
+func TestPython(t *testing.T) { // not parallel: its timeouts race generations, so it runs before the parallel tests load the box
 	python, err := filepath.Abs(filepath.Join("python", ".venv", "bin", "python"))
 	if err != nil {
 		t.Fatal(err)

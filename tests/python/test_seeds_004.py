@@ -101,6 +101,10 @@ def test_a_chat_stream_cut(either_proxy: Proxy, mock: Mock, cut_link: Callable[.
 # apart) behind a 0.6 s client timeout.
 SLOW = "[tokens=40] [delay=40ms]"
 SHORT_TIMEOUT = 0.6
+# (c): the SDK makes three attempts at most, so its answer takes ~0.8 s
+# (20 tokens, 40 ms apart): still past each attempt's 0.6 s, and done
+# well before the third even on a loaded box.
+MEDIUM = "[tokens=20] [delay=40ms]"
 
 
 def test_b_timeout_with_retry(either_proxy: Proxy, mock: Mock, prompt: Callable[[str], str], record_generations: Record) -> None:
@@ -121,11 +125,12 @@ def test_b_timeout_with_retry(either_proxy: Proxy, mock: Mock, prompt: Callable[
 
 
 def test_c_sdk_retries_timeout(either_proxy: Proxy, mock: Mock, prompt: Callable[[str], str], record_generations: Record) -> None:
-    """(c) The SDK's own retries (max_retries=2) with timeout=0.6: three
-    attempts, ~0.5 s apart. With recognition the retries wait for the first
-    generation; without, each is a generation of its own and the call fails
-    (APITimeoutError) after three."""
-    p = prompt(SLOW)
+    """(c) The SDK's own retries (max_retries=2) with timeout=0.6 against a
+    0.8 s answer: three attempts, ~0.5 s apart. With recognition a retry
+    attaches to the first generation or replays it; without, each attempt is
+    a generation of its own and the call fails (APITimeoutError) after
+    three."""
+    p = prompt(MEDIUM)
     client = openai.OpenAI(api_key="unused", base_url=either_proxy.url + "/v1", max_retries=2, timeout=SHORT_TIMEOUT)
 
     def call() -> str:
@@ -137,7 +142,7 @@ def test_c_sdk_retries_timeout(either_proxy: Proxy, mock: Mock, prompt: Callable
     else:
         with pytest.raises(openai.APITimeoutError):
             call()
-    _generations(mock, either_proxy, p, 1, 3, "(c) SDK max_retries=2, timeout 0.6 s < generation 1.6 s", record_generations)
+    _generations(mock, either_proxy, p, 1, 3, "(c) SDK max_retries=2, timeout 0.6 s < generation 0.8 s", record_generations)
 
 
 def test_whole_answer_cut_inside(either_proxy: Proxy, mock: Mock, cut_link: Callable[..., Link], prompt: Callable[[str], str], record_generations: Record) -> None:
