@@ -264,7 +264,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key stri
 	rec, id := out.Record, resume.StreamID(tenant, key)
 	h := w.Header()
 	h.Set("Idempotency-Key", key)
-	h.Set("Location", streamURL(key)+"?token="+s.auth.Capability(tenant, key, time.Now().Add(s.auth.CapabilityTTL())))
+	h.Set("Location", s.location(tenant, key))
 	switch {
 	case out.Decision == resume.Start && cur.Gen >= rec.Generation:
 		cur = resume.Position{} // a cursor into a key that had no such generation: start over
@@ -440,6 +440,12 @@ func streamed(rec resume.Record) bool {
 }
 
 func streamURL(key string) string { return "/v1/streams/" + url.PathEscape(key) }
+
+// location is the Location of tenant's key: its stream URL with a
+// capability, so that a reader without the credential can read it.
+func (s *Server) location(tenant, key string) string {
+	return streamURL(key) + "?token=" + s.auth.Capability(tenant, key, time.Now().Add(s.auth.CapabilityTTL()))
+}
 
 // serveStart serves the first client of a generation that t follows.
 func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, t *engine.Tail, cur resume.Position) {

@@ -44,7 +44,7 @@ func (s *Server) serveFallback(w http.ResponseWriter, r *http.Request, tenant st
 	}
 	h := w.Header()
 	h.Set("Idempotency-Key", kl.key)
-	h.Set("Location", streamURL(kl.key)+"?token="+s.auth.Capability(tenant, kl.key, time.Now().Add(s.auth.CapabilityTTL())))
+	h.Set("Location", s.location(tenant, kl.key))
 	h.Set("Reprise-Attempts", "0")
 	if rec.State == resume.InProgress {
 		if rec, err = s.awaitEnd(r.Context(), id, rec, s.cfg.AttachWait); err != nil {
