@@ -160,7 +160,7 @@ type Journal struct {
 	lag      lag    // this instance's writers, for Lag
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
-	appendErrors                              atomic.Uint64
+	appendErrors, appendStalls                atomic.Uint64
 	full                                      atomic.Bool // the last write was refused for want of storage (full.go)
 }
 
@@ -171,12 +171,14 @@ type Stats struct {
 	ReadRetries   uint64 // reader gets asked again
 	RecordRetries uint64 // record operations asked again
 	AppendErrors  uint64 // messages that could not be stored (the generation failed)
+	AppendStalls  uint64 // writers that stalled: a message got no answer for the append timeout (Writer.Stalled)
 	ReadsWaiting  uint64 // reader gets waiting for their turn now (Config.MaxReads)
 }
 
 // Stats returns the counts since Open.
 func (j *Journal) Stats() Stats {
 	return Stats{AppendRetries: j.appendRetries.Load(), ReadRetries: j.readRetries.Load(), RecordRetries: j.recordRetries.Load(), AppendErrors: j.appendErrors.Load(),
+		AppendStalls: j.appendStalls.Load(),
 		ReadsWaiting: uint64(max(j.reads.waiting.Load(), 0))}
 }
 

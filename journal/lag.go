@@ -72,10 +72,7 @@ func (w *Writer) waiting(now time.Time) time.Duration {
 		}
 		return max(0, now.Sub(due))
 	}
-	if w.fenceAt.IsZero() {
-		return 0
-	}
-	return now.Sub(w.fenceAt)
+	return 0
 }
 
 func minTime(a, b time.Time) time.Time {

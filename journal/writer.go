@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -29,7 +30,19 @@ const (
 	// tryTimeout bounds one publish attempt; a message sent to a stream
 	// leader that died is never answered.
 	tryTimeout = 3 * time.Second
+	// previewLag is how long the oldest event a writer holds may have waited
+	// for its acknowledgement for events to be shown before they are stored
+	// (AppendShown): a journal that lags longer shows nothing early, so
+	// what a reader may have seen ahead of the journal stays small should
+	// the instance die before it is stored.
+	previewLag = 2 * time.Second
+	// forever is the budget of a message's publish attempts: a writer never
+	// gives up on what it holds (see Writer.Stalled).
+	forever = 100 * 365 * 24 * time.Hour
 )
+
+// ErrStalled is what a stalled writer answers appends with (Writer.Stalled).
+var ErrStalled = errors.New("journal: no append was stored within the journal's append timeout")
 
 // Writer appends the events of one generation as a chain of messages on
 // the generation's subject. Each message carries every event appended
@@ -37,10 +50,15 @@ const (
 // previous message as the subject's last: JetStream then stores a
 // generation in order and without holes, whatever is lost or delayed on
 // the way — a message can only follow the one before it. A publish that
-// fails (a NATS node or the stream leader gone, a reconnect, an election)
-// is tried again until the journal's AppendTimeout; an attempt whose
-// acknowledgement was lost is recognised by the writer's id on the
-// subject's last message.
+// fails (a NATS node or the stream leader gone, a reconnect, an election,
+// an outage of any length) is tried again until JetStream answers; an
+// attempt whose acknowledgement was lost is recognised by the writer's id
+// on the subject's last message. A writer whose message got no answer for
+// the journal's AppendTimeout stalls (Stalled): it takes no more events but
+// those that end the generation (AppendFinal, End), and stores all it
+// holds, in order, once JetStream answers again. So what it was given is
+// stored whole or, should its instance die first, up to a point — never
+// with a hole, nor with another event at an offset it handed out.
 //
 // The first message is the fence: it expects the subject to be empty, so of
 // two writers of one generation the second stores nothing (ErrFenced).
@@ -64,13 +82,15 @@ type Writer struct {
 	room   chan struct{} // the queue shrank
 	done   chan struct{} // the flusher returned
 
+	stalled   chan struct{} // closed once a message waited AppendTimeout (Stalled)
+	stallOnce sync.Once
+
 	next uint64 // offsets given out (the appending goroutine's)
 	base uint64 // the offset written after: 0, or NewWriterAfter's
 
 	mu       sync.Mutex
 	queue    []Event     // appended, not yet stored
 	queuedAt []time.Time // when each of queue was appended (Lag, Config.Linger)
-	fenceAt  time.Time   // when the fence in flight was appended; zero: none
 	qbytes   int
 	ended    bool
 	// note is the note of the event appended noted at offset noteAt
@@ -126,6 +146,7 @@ func (j *Journal) newWriter(ref Ref, sink func(Event)) *Writer {
 		wake:    make(chan struct{}, 1),
 		room:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
+		stalled: make(chan struct{}),
 	}
 	return w
 }
@@ -143,10 +164,45 @@ func (w *Writer) Stored() uint64 {
 
 // Append journals one event; the writer keeps data until it is stored.
 // It fails with the writer's first error, e.g. ErrFenced when another
-// writer already started this generation. It waits while DefaultWindow
-// events are unacknowledged.
+// writer already started this generation, and with ErrStalled once the
+// writer stalled (nothing is appended then). It waits while DefaultWindow
+// events are unacknowledged. The generation's first event, the fence, is
+// stored before Append returns (or the writer stalled: it is stored once
+// JetStream answers).
 func (w *Writer) Append(ctx context.Context, typ string, data []byte) error {
-	return w.add(ctx, Event{Type: typ, Data: data}, nil, "")
+	return w.add(ctx, Event{Type: typ, Data: data}, nil, "", false)
+}
+
+// AppendFinal appends an event the generation's end depends on — the error
+// event that fails it, a whole answer already in memory — like Append, but
+// without waiting for room in the window, and once the writer stalled too:
+// it is stored after everything appended before it once JetStream answers.
+// It fails only with the writer's error.
+func (w *Writer) AppendFinal(ctx context.Context, typ string, data []byte) error {
+	return w.add(ctx, Event{Type: typ, Data: data}, nil, "", true)
+}
+
+// Stalled is closed once a message of the writer got no answer from
+// JetStream for the journal's AppendTimeout (NATS away, its quorum lost):
+// the generation cannot go on being journaled, and should end — only
+// AppendFinal and End append from then on. The writer keeps trying to
+// store what it holds, until JetStream answers or Abort.
+func (w *Writer) Stalled() <-chan struct{} { return w.stalled }
+
+func (w *Writer) stall() {
+	w.stallOnce.Do(func() {
+		w.j.appendStalls.Add(1)
+		close(w.stalled)
+	})
+}
+
+func (w *Writer) isStalled() bool {
+	select {
+	case <-w.stalled:
+		return true
+	default:
+		return false
+	}
 }
 
 // AppendNoted appends like Append, and stores note with the event: the
@@ -161,7 +217,7 @@ func (w *Writer) AppendNoted(ctx context.Context, typ string, data []byte, note 
 	if len(note) > MaxNote || strings.ContainsAny(note, "\r\n") || strings.TrimSpace(note) != note {
 		return fmt.Errorf("%w: a note must be a header value of at most %d bytes", ErrInvalidOption, MaxNote)
 	}
-	return w.add(ctx, Event{Type: typ, Data: data}, nil, note)
+	return w.add(ctx, Event{Type: typ, Data: data}, nil, note, false)
 }
 
 // MaxNote bounds an event's note (AppendNoted).
@@ -169,19 +225,24 @@ const MaxNote = 1024
 
 // AppendShown appends like Append, and calls show with the event (its
 // Offset and Seq set, as sink will get it) once it is queued, before it is
-// stored. show is called on the appending goroutine, with the writer's
-// lock held: it must not block nor call the writer. The generation's first
-// event, the fence, is queued and shown like any other and sent at once;
-// Append stores it before it returns. Either way nothing is sent before it
-// is stored, and a writer it fences (ErrFenced) stores nothing.
+// stored — unless the oldest event the writer holds has waited previewLag
+// already: show is then not called. show is called on the appending
+// goroutine, with the writer's lock held: it must not block nor call the
+// writer. The generation's first event, the fence, is queued and shown like
+// any other and sent at once; Append stores it before it returns. Either
+// way nothing is sent before it is stored, and a writer it fences
+// (ErrFenced) stores nothing.
 func (w *Writer) AppendShown(ctx context.Context, typ string, data []byte, show func(Event)) error {
-	return w.add(ctx, Event{Type: typ, Data: data}, show, "")
+	return w.add(ctx, Event{Type: typ, Data: data}, show, "", false)
 }
 
 // End appends the end marker and waits until every event is stored. It
 // returns the writer's first error.
+//
+// End appends once the writer stalled too, and waits as long as ctx lets
+// it: JetStream may answer again.
 func (w *Writer) End(ctx context.Context, state string) error {
-	if err := w.add(ctx, Event{End: state}, nil, ""); err != nil {
+	if err := w.add(ctx, Event{End: state}, nil, "", true); err != nil {
 		w.Abort()
 		return err
 	}
@@ -235,33 +296,33 @@ func signal(ch chan struct{}) {
 	}
 }
 
-func (w *Writer) add(ctx context.Context, ev Event, show func(Event), note string) error {
+func (w *Writer) add(ctx context.Context, ev Event, show func(Event), note string, final bool) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
-	w.next++
-	ev.Offset = w.next
-	if note != "" {
-		w.mu.Lock()
-		w.note, w.noteAt = note, ev.Offset
-		w.mu.Unlock()
+	if !final && w.isStalled() {
+		return ErrStalled
 	}
+	ev.Offset = w.next + 1
 	first := ev.Offset == w.base+1
-	if first && show == nil {
-		return w.first(ctx, ev) // the fence, stored before Append returns
-	}
 	for {
 		w.mu.Lock()
 		if w.err != nil {
 			w.mu.Unlock()
 			return w.err
 		}
-		if len(w.queue) == 0 || len(w.queue) < DefaultWindow && w.qbytes < windowBytes {
+		if final || len(w.queue) == 0 || len(w.queue) < DefaultWindow && w.qbytes < windowBytes {
+			w.next = ev.Offset
+			if note != "" {
+				w.note, w.noteAt = note, ev.Offset
+			}
+			now := time.Now()
 			ev.Seq = w.seq // the seek hint: the last message stored
-			if show != nil {
+			if show != nil && (len(w.queue) == 0 || now.Sub(w.queuedAt[0]) < previewLag) {
 				show(ev)
 			}
-			if show == nil || first {
+			urgent := show == nil || first
+			if urgent {
 				w.urgent = ev.Offset // waited for; or the fence, sent at once
 			}
 			// The flusher needs waking only when this event changes when the
@@ -269,9 +330,9 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event), note strin
 			// one that fills half a message. Any other lingers behind the
 			// queue's head, whose deadline the flusher already waits for (or
 			// it is sending, and looks again after).
-			wake := len(w.queue) == 0 || show == nil
+			wake := len(w.queue) == 0 || urgent
 			w.queue = append(w.queue, ev)
-			w.queuedAt = append(w.queuedAt, time.Now())
+			w.queuedAt = append(w.queuedAt, now)
 			w.qbytes += ev.Size()
 			w.ended = ev.IsEnd()
 			wake = wake || w.full()
@@ -279,11 +340,16 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event), note strin
 			if wake {
 				signal(w.wake)
 			}
+			if first && show == nil {
+				return w.waitStored(ctx, ev.Offset) // the fence: stored before Append returns
+			}
 			return nil
 		}
 		w.mu.Unlock()
 		select {
 		case <-w.room:
+		case <-w.stalled:
+			return ErrStalled
 		case <-ctx.Done():
 			w.fail(ctx.Err())
 			return ctx.Err()
@@ -291,29 +357,28 @@ func (w *Writer) add(ctx context.Context, ev Event, show func(Event), note strin
 	}
 }
 
-// first stores the writer's first event on its own, expecting the subject
-// to be empty (or to end with the event NewWriterAfter continues): the
-// fence (Append's; AppendShown queues it, and the flusher sends it as the
-// first message, expecting the same). Nothing else is sent before it is
-// stored, so a writer that loses the race stores nothing.
-func (w *Writer) first(ctx context.Context, ev Event) error {
-	w.mu.Lock()
-	w.fenceAt = time.Now()
-	note := w.noteOf(ev.Offset)
-	w.mu.Unlock()
-	seq, err := w.send(ctx, []Event{ev}, w.storedSeq.Load(), note)
-	if err != nil {
-		w.fail(err)
-		return err
+// waitStored waits until the event at offset off is stored, the writer
+// fails or stalls (ErrStalled: the event is stored once JetStream
+// answers), or ctx ends (the writer goes on trying).
+func (w *Writer) waitStored(ctx context.Context, off uint64) error {
+	for {
+		w.mu.Lock()
+		stored, err := w.stored >= off, w.err
+		w.mu.Unlock()
+		switch {
+		case stored:
+			return nil
+		case err != nil:
+			return err
+		}
+		select {
+		case <-w.room:
+		case <-w.stalled:
+			return ErrStalled
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	ev.Seq = seq
-	w.mu.Lock()
-	w.stored, w.seq, w.ended = ev.Offset, seq, ev.IsEnd()
-	w.fenceAt = time.Time{}
-	w.mu.Unlock()
-	w.sink(ev)
-	signal(w.wake)
-	return nil
 }
 
 // flush sends the queue, a message at a time, until the end marker is
@@ -438,13 +503,14 @@ const queueKeep = 256
 
 // send publishes evs as one message carrying note that must follow the
 // message stored at sequence expect (0: the subject must be empty), trying
-// again until the journal's AppendTimeout. It returns the stored message's
-// sequence.
+// again until JetStream answers (or ctx ends); the writer stalls once it
+// has tried for the journal's AppendTimeout. It returns the stored
+// message's sequence.
 func (w *Writer) send(ctx context.Context, evs []Event, expect uint64, note string) (uint64, error) {
 	msg := encode(w.subject, w.id, evs, note)
 	defer bodies.release(msg)
 	first, last := evs[0].Offset, evs[len(evs)-1].Offset
-	t := tries{budget: w.j.cfg.AppendTimeout, each: min(tryTimeout, w.j.cfg.AppendTimeout/4), count: &w.j.appendRetries}
+	t := tries{budget: forever, each: min(tryTimeout, w.j.cfg.AppendTimeout/4), count: &w.j.appendRetries}
 	var seq uint64
 	start := time.Now()
 	err := retry(ctx, t, appendRetryable, func(tctx context.Context) error {
@@ -453,21 +519,33 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64, note stri
 			seq = ack.Sequence
 			return nil
 		}
-		if !isWrongLast(err) {
-			return err
+		if isWrongLast(err) {
+			// Stored by an earlier attempt whose acknowledgement was lost,
+			// or written by another writer; a replica behind the leader may
+			// not show it yet: then ask again.
+			lctx, cancel := context.WithTimeout(ctx, tryTimeout)
+			f, lerr := w.j.lastFrame(lctx, w.ref)
+			cancel()
+			switch {
+			case lerr == nil && f.writer == w.id && f.last() == last:
+				seq = f.seq
+				return nil
+			case lerr == nil && f.writer != w.id:
+				return ErrFenced
+			case lerr == nil && f.last() > last:
+				// A later message of this writer's is stored: this one is
+				// a stale copy.
+				return fmt.Errorf("%w: %w", errRefused, err)
+			}
 		}
-		// Stored by an earlier attempt whose acknowledgement was lost, or
-		// written by another writer; a replica behind the leader may not
-		// show it yet: then ask again.
-		lctx, cancel := context.WithTimeout(ctx, tryTimeout)
-		f, lerr := w.j.lastFrame(lctx, w.ref)
-		cancel()
-		switch {
-		case lerr == nil && f.writer == w.id && f.last() == last:
-			seq = f.seq
-			return nil
-		case lerr == nil && f.writer != w.id:
-			return ErrFenced
+		if time.Since(start) >= w.j.cfg.AppendTimeout {
+			if refusal(err) {
+				// JetStream answers, and keeps refusing the message (it
+				// no longer fits, the subject ends elsewhere): it is not
+				// stored, and trying on changes nothing.
+				return fmt.Errorf("%w: %w", errRefused, err)
+			}
+			w.stall() // no answer: perhaps stored; the writer tries on
 		}
 		return err
 	})
@@ -495,10 +573,23 @@ func (w *Writer) send(ctx context.Context, evs []Event, expect uint64, note stri
 	return seq, nil
 }
 
+// errRefused: a message JetStream refused for good — answered refusals for
+// the append timeout, or a stale copy of a message stored already.
+var errRefused = errors.New("journal: JetStream refused the message")
+
+// refusal reports whether err is JetStream's answer refusing a message, not
+// a sign that it is away: an API error, unless its status says JetStream is
+// unavailable (an election, a quorum lost).
+func refusal(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code != http.StatusServiceUnavailable
+}
+
 // appendRetryable: a message is sent again after anything but a fence, a
-// message too large for the server, a full store, or a closed connection.
+// refusal for good, a message too large for the server, a full store, or a
+// closed connection.
 func appendRetryable(err error) bool {
-	return !errors.Is(err, ErrFenced) && !errors.Is(err, nats.ErrMaxPayload) && !errors.Is(err, nats.ErrConnectionClosed) && !isFull(err)
+	return !errors.Is(err, ErrFenced) && !errors.Is(err, errRefused) && !errors.Is(err, nats.ErrMaxPayload) && !errors.Is(err, nats.ErrConnectionClosed) && !isFull(err)
 }
 
 // Unanswered reports whether an append that failed with err may have been

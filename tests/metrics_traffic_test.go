@@ -194,6 +194,7 @@ func TestMetricsTraffic(t *testing.T) {
 		{"reprise_resume_first_event_seconds", nil, 2}, // SSE and WebSocket
 		{"reprise_upstream_breaker_open", nil, 0},
 		{"reprise_journal_errors_total", nil, 0},
+		{"reprise_journal_stalls_total", nil, 0},
 	} {
 		if got := series(t, e.reg, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -21,13 +21,14 @@ import (
 // TestNATSStallSettlesLateAppends: NATS stops answering (every byte held,
 // as when its server is paused) while a generation's last message is on
 // its way — its content and the upstream's [DONE] — for longer than the
-// journal's append timeout. The writer gives up; when NATS answers again,
-// the held message is stored after all. The journal and the record must
-// then agree: a journal whose readers get [DONE] belongs to a completed
-// key, which replays instead of generating again, and a failed key's
-// journal holds no [DONE]. (Before, the key was recorded failed
+// journal's append timeout. The writer stalls and holds on to what it was
+// given; when NATS answers again, all of it is stored. The journal and the
+// record must then agree: a journal whose readers get [DONE] belongs to a
+// completed key, which replays instead of generating again, and a failed
+// key's journal holds no [DONE]. (Before, the key was recorded failed
 // journal_failure while its journal replayed [DONE]; its next request
-// generated and billed a second answer.)
+// generated and billed a second answer.) Here the upstream had sent
+// everything before the stall: the key completes.
 func TestNATSStallSettlesLateAppends(t *testing.T) {
 	t.Parallel()
 	natsURL, g := pausableNATS(t)
@@ -75,23 +76,24 @@ func TestNATSStallSettlesLateAppends(t *testing.T) {
 	if done != (st.State == "completed") {
 		t.Fatalf("the key is %s (%s) but its journal replays [DONE]: %v", st.State, st.Error, done)
 	}
+	if st.State != "completed" || len(replay) != tokens+2 {
+		t.Fatalf("the key is %s (%s) and replays %d events; want completed, with all %d", st.State, st.Error, len(replay), tokens+2)
+	}
 	again := do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key)
 	evs := readEvents(t, again, -1)
-	if st.State == "completed" {
-		if again.Header.Get("Idempotent-Replayed") != "true" || !hasDone(evs) || calls.Load() != 1 {
-			t.Errorf("the completed key's duplicate: replayed %q, [DONE] %v, upstream calls %d; want a replay and 1 call",
-				again.Header.Get("Idempotent-Replayed"), hasDone(evs), calls.Load())
-		}
+	if again.Header.Get("Idempotent-Replayed") != "true" || !hasDone(evs) || calls.Load() != 1 {
+		t.Errorf("the completed key's duplicate: replayed %q, [DONE] %v, upstream calls %d; want a replay and 1 call",
+			again.Header.Get("Idempotent-Replayed"), hasDone(evs), calls.Load())
 	}
 }
 
-// settleAfterGiveUp waits for url's writer to give up on the stalled
-// journal, lets NATS answer again (g), and returns key's status once it
-// settled: completed or failed.
+// settleAfterGiveUp waits for url's writer to stall on the journal, lets
+// NATS answer again (g), and returns key's status once it settled:
+// completed or failed.
 func settleAfterGiveUp(t *testing.T, url, key string, g *pauseGate) keyStatus {
 	t.Helper()
-	pollUntil(t, 20*time.Second, "the writer to give up on the stalled journal", func() bool {
-		return appendErrors(t, url) >= 1
+	pollUntil(t, 20*time.Second, "the writer to stall on the journal", func() bool {
+		return metricValue(t, url, "reprise_journal_stalls_total ") >= 1
 	})
 	g.release()
 	var st keyStatus
@@ -103,10 +105,10 @@ func settleAfterGiveUp(t *testing.T, url, key string, g *pauseGate) keyStatus {
 	return st
 }
 
-// appendErrors is reprise_journal_errors_total{op="append"} on url's /metrics.
-func appendErrors(tb testing.TB, url string) float64 {
+// metricValue is the value of series (its name and labels, then a space) on
+// url's /metrics.
+func metricValue(tb testing.TB, url, series string) float64 {
 	tb.Helper()
-	const series = `reprise_journal_errors_total{op="append"} `
 	for line := range strings.Lines(readBody(tb, do(tb, "GET", url+"/metrics", ""))) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series); ok {
 			f, err := strconv.ParseFloat(v, 64)
@@ -166,15 +168,14 @@ func TestNATSStallUnansweredStart(t *testing.T) {
 
 // TestNATSStallSealAfterLastMessage: NATS stops answering while a
 // generation's message before its [DONE] is on its way; the upstream's
-// [DONE] comes after, queued behind it. The writer gives up; when NATS
-// answers again the held message is stored, and the seal stores the
-// journal_failure reason and the end marker right after it — at the very
-// offsets the writer's [DONE] and end marker would have had. That end is
-// the seal's, not the writer's: the key is failed, no reader is shown the
-// [DONE] that was never stored, and its journal replays the failure.
-// (Before, the coinciding offset was taken for the writer's own end: the
-// owner's readers got [DONE] and the record said completed while every
-// replay ended with journal_failure.)
+// [DONE] comes after, queued behind it, before the append timeout. The
+// writer stalls and holds both; when NATS answers again the held message,
+// then [DONE] and the end marker are stored: the key is completed, the
+// owner's reader gets [DONE] only then, and every id names one event for
+// the reader and the replay alike. (Before, the writer gave up and a seal
+// stored the journal_failure reason at [DONE]'s offset — and earlier
+// still, the owner's readers got [DONE] and the record said completed
+// while every replay ended with journal_failure.)
 func TestNATSStallSealAfterLastMessage(t *testing.T) {
 	t.Parallel()
 	natsURL, g := pausableNATS(t)
@@ -249,8 +250,8 @@ func TestNATSStallSealAfterLastMessage(t *testing.T) {
 	replay := readEvents(t, do(t, "GET", a.URL+"/v1/streams/"+key, "", "Accept", "text/event-stream"), -1)
 	t.Logf("the key is %s (%s); the owner's reader got %d events ([DONE] %v), the journal replays %d ([DONE] %v)",
 		st.State, st.Error, len(shown), hasDone(shown), len(replay), hasDone(replay))
-	if hasDone(shown) != hasDone(replay) || hasDone(replay) != (st.State == "completed") {
-		t.Fatalf("the key is %s (%s), its reader got [DONE]: %v, its journal replays [DONE]: %v", st.State, st.Error, hasDone(shown), hasDone(replay))
+	if !hasDone(shown) || !hasDone(replay) || st.State != "completed" {
+		t.Fatalf("the key is %s (%s), its reader got [DONE]: %v, its journal replays [DONE]: %v; want completed, [DONE] for both", st.State, st.Error, hasDone(shown), hasDone(replay))
 	}
 	byID := map[string]event{}
 	for _, ev := range append(shown, replay...) {
@@ -261,30 +262,57 @@ func TestNATSStallSealAfterLastMessage(t *testing.T) {
 	}
 }
 
-// TestNATSStallUnsettledReasonHasNoID: NATS stops answering before a
-// generation's first event is stored, for longer than the writer and then
-// the seal try. Nothing is known of the journal — the held message may
-// still be stored — so the reason the owner's readers get carries no id:
-// their cursor stays where it was, and a resume reads what the journal
-// holds once settled. (Before, the reason took offset 1, id 1-1-0, while
-// the journal, once NATS answered, held the upstream's first event there.)
-// The upstream's first event is shown before it is stored (its fence): the
-// reason comes after it, and leaves the reader's cursor on it.
-func TestNATSStallUnsettledReasonHasNoID(t *testing.T) {
+// TestNATSStallCutsTheUpstreamAndHoldsReaders: NATS stops answering after
+// a generation's first event was shown, for longer than the journal's
+// append timeout, and the upstream goes on streaming. The writer stalls:
+// the upstream call is cut at its next event (it can no longer be
+// journaled) and the generation fails with journal_failure — but its
+// reader is told nothing it would have to take back: it waits, and once
+// NATS answers again it gets the failure under the id the journal stored
+// it at, after every event it was shown, which the journal holds too. A
+// replay gives the same events under the same ids; the key is failed, and
+// its next request generates afresh. (Before, the owner's reader was told
+// journal_failure while the journal's outcome was unknown — and a key so
+// failed was found completed later, its [DONE] stored at the reason's id.)
+func TestNATSStallCutsTheUpstreamAndHoldsReaders(t *testing.T) {
 	t.Parallel()
 	natsURL, g := pausableNATS(t)
-	called, start := make(chan struct{}), make(chan struct{})
+	more, cut := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		n := calls.Add(1)
 		w.Header().Set("Content-Type", "text/event-stream")
-		_ = http.NewResponseController(w).Flush()
-		close(called)
+		rc := http.NewResponseController(w)
+		chunk := func(s string) string {
+			return `data: {"id":"c` + strconv.Itoa(int(n)) + `","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + s + `"}}]}` + "\n\n"
+		}
+		_, _ = io.WriteString(w, chunk("first"))
+		_ = rc.Flush()
+		if n > 1 {
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+			return
+		}
 		select {
-		case <-start:
+		case <-more:
 		case <-r.Context().Done():
 			return
 		}
-		_, _ = io.WriteString(w, `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"first"}}]}`+"\n\n"+"data: [DONE]\n\n")
+		for i := 0; ; i++ { // streams on until reprise hangs up
+			if _, err := io.WriteString(w, chunk(fmt.Sprintf("more%d", i))); err != nil {
+				break
+			}
+			if rc.Flush() != nil {
+				break
+			}
+			select {
+			case <-r.Context().Done():
+				close(cut)
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		close(cut)
 	}))
 	t.Cleanup(up.Close)
 	a := startInstance(t, "A", []string{natsURL}, up.URL, instanceOptions{
@@ -292,41 +320,70 @@ func TestNATSStallUnsettledReasonHasNoID(t *testing.T) {
 		configure: func(c *proxy.Config) { c.Journal.AppendTimeout = time.Second },
 	})
 	t.Cleanup(g.release)
-	evs := make(chan []event, 1)
+	key := "k-stall-cut"
+	body := chatBody(uniquePrompt(t, ""), true)
+	resp := do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key)
+	first, evs := make(chan struct{}), make(chan []event, 1)
 	go func() {
-		resp, err := send(waitCtx(t, 60*time.Second), "POST", a.URL+chatPath, chatBody(uniquePrompt(t, ""), true), "Idempotency-Key", "k-stall-unsettled")
-		if err != nil {
-			evs <- nil
-			return
-		}
 		defer resp.Body.Close()
 		var got []event
 		for ev, err := range sse.Read(resp.Body, nil) {
 			if err != nil {
 				break
 			}
-			got = append(got, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data})
+			if got = append(got, event{ID: ev.LastEventID, Type: ev.Type, Data: ev.Data}); len(got) == 1 {
+				close(first)
+			}
 		}
 		evs <- got
 	}()
 	select {
-	case <-called:
+	case <-first:
 	case <-time.After(testutil.WaitTimeout):
-		t.Fatal("the upstream was not called")
+		t.Fatal("no first event")
 	}
+	pollUntil(t, testutil.WaitTimeout, "the first event stored", func() bool {
+		st, _ := testutil.GetStatus(t, a.URL, key)
+		return st.Events >= 1
+	})
 	g.hold()
-	close(start)
+	close(more)
+	select {
+	case <-cut:
+	case <-time.After(time.Minute):
+		t.Fatal("the upstream call was not cut once the journal stalled")
+	}
+	select {
+	case got := <-evs:
+		t.Fatalf("the owner's reader ended while NATS was held: %+v", got)
+	default:
+	}
+	g.release()
 	var got []event
 	select {
 	case got = <-evs:
 	case <-time.After(time.Minute):
-		t.Fatal("the owner's reader got no end")
+		t.Fatal("the owner's reader got no end once NATS answered again")
 	}
-	if len(got) != 2 || got[0].Type != "" || got[1].Type != "error" || !strings.Contains(got[1].Data, "journal_failure") {
-		t.Fatalf("the owner's reader got %+v, want the first event, then an error event, journal_failure", got)
+	last := got[len(got)-1]
+	if last.Type != "error" || !strings.Contains(last.Data, "journal_failure") || last.ID == "" {
+		t.Fatalf("the owner's reader ended with %+v; want the stored error event, journal_failure, with its id", last)
 	}
-	// ID is the reader's last event id: an event without one leaves it.
-	if got[0].ID == "" || got[1].ID != got[0].ID {
-		t.Errorf("the reason for an unsettled journal moved the cursor from %q to %q: it carries an id", got[0].ID, got[1].ID)
+	st := testutil.WaitState(t, a.URL, key, "failed")
+	replay := readEvents(t, do(t, "GET", a.URL+"/v1/streams/"+key, "", "Accept", "text/event-stream"), -1)
+	if len(replay) != len(got) {
+		t.Fatalf("the reader got %d events, the replay %d: every event shown is stored", len(got), len(replay))
+	}
+	for i := range got {
+		if got[i] != replay[i] {
+			t.Fatalf("event %d: the reader got %+v, the replay %+v", i+1, got[i], replay[i])
+		}
+	}
+	if st.Error != "journal_failure" || st.Events != len(replay) {
+		t.Errorf("record %+v; want failed journal_failure with the %d events stored", st, len(replay))
+	}
+	again := readEvents(t, do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key), -1)
+	if !hasDone(again) || calls.Load() != 2 {
+		t.Errorf("the failed key's next request: [DONE] %v, upstream calls %d; want a generation of its own", hasDone(again), calls.Load())
 	}
 }

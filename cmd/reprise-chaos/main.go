@@ -45,7 +45,8 @@
 // results, whose client's result a replay did not give again, the ids seen
 // naming two different events, the keys still in_progress, and the
 // recovery time. A key with two answers or an answer not replayed, an id
-// naming two events, or a key stuck in_progress also exits 1.
+// naming two events (an event shown, then superseded by the break's error,
+// included), or a key stuck in_progress also exits 1.
 package main
 
 import (

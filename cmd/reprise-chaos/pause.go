@@ -170,8 +170,13 @@ type pauseReport struct {
 	Recovery time.Duration
 }
 
-// bad reports whether the pause broke an invariant.
-func (pr pauseReport) bad() bool { return pr.TwoAnswers+pr.Denied+pr.Clashes+pr.Stuck > 0 }
+// bad reports whether the pause broke an invariant: a key with two
+// answers, or whose answer a replay denied, an id naming two events (an
+// event shown and then superseded by the break's error among them), or a
+// key left in progress.
+func (pr pauseReport) bad() bool {
+	return pr.TwoAnswers+pr.Denied+pr.Clashes+pr.Superseded+pr.Stuck > 0
+}
 
 // keyState is one key's account once the load is over.
 type keyState struct {

@@ -42,7 +42,7 @@ func (p *pump) media(ctx context.Context, w *journal.Writer, resp *http.Response
 	buf := make([]byte, size)
 	var total int64
 	fail := func(e apierr.Error) resume.Result {
-		_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
+		_ = w.AppendFinal(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 		return resume.Result{State: resume.Failed, Status: resp.StatusCode, ContentType: ct, Error: e.Code}
 	}
 	for {

@@ -129,19 +129,29 @@ func (p *pump) run(ctx context.Context) {
 }
 
 // end appends the end marker and records the result. The end marker may
-// meet a NATS failover: the writer keeps trying for the journal's
-// AppendTimeout.
+// meet a NATS outage of any length: the writer stores what it holds, the
+// end marker last, once JetStream answers again, and only then is the
+// result recorded — until then the key stays in progress, its readers
+// wait (or get "unavailable" from the journal elsewhere), and nobody can
+// take it over, for nobody sees the store answer. The wait ends early
+// only when the lease is lost (another instance sealed the generation),
+// or the journal's AppendTimeout after the engine gave up on its
+// generations (Shutdown): what the journal holds is then settled, by this
+// instance or, should it be gone, by whoever finds its lease lapsed.
 func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) resume.Result {
-	endCtx, endCancel := context.WithTimeout(context.WithoutCancel(ctx), p.e.cfg.Journal.AppendTimeout()+10*time.Second)
-	defer endCancel()
+	waitCtx, waitCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer waitCancel()
+	go p.bound(waitCtx, waitCancel)
 	end := journal.EndCompleted
 	if res.State != resume.Completed {
 		end = journal.EndFailed
 	}
-	err := w.End(endCtx, end)
+	err := w.End(waitCtx, end)
 	res.Events = countEvents(w.Appended())
+	endCtx, endCancel := context.WithTimeout(context.WithoutCancel(ctx), p.e.cfg.Journal.AppendTimeout()+10*time.Second)
+	defer endCancel()
 	switch {
-	case errors.Is(err, journal.ErrFenced):
+	case errors.Is(err, journal.ErrFenced), err != nil && lost(p.g.Lease):
 		// Another instance found the lease run out (renewals were lost)
 		// and sealed the generation with owner_lost right after the last
 		// event stored: readers here end the same way.
@@ -179,6 +189,35 @@ func (p *pump) end(ctx context.Context, w *journal.Writer, res resume.Result) re
 	p.attemptUsage(res)
 	p.log.Debug("generation ended", "gen", p.g.Ref.Gen, "state", res.State, "events", res.Events, "code", res.Error)
 	return res
+}
+
+// bound cancels the end marker's wait (cancel) once p's lease is lost, or
+// the journal's AppendTimeout after the engine stopped its generations; it
+// returns when ctx ends.
+func (p *pump) bound(ctx context.Context, cancel context.CancelFunc) {
+	select {
+	case <-p.g.Lease.Lost():
+		cancel()
+	case <-p.e.pumpCtx.Done():
+		t := time.NewTimer(p.e.cfg.Journal.AppendTimeout())
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	case <-ctx.Done():
+	}
+}
+
+// lost reports whether l is lost.
+func lost(l *resume.Lease) bool {
+	select {
+	case <-l.Lost():
+		return true
+	default:
+		return false
+	}
 }
 
 // Outcomes of a generation, as Metrics.GenerationEnded reports them.
@@ -315,7 +354,7 @@ func (p *pump) refuse(ctx context.Context, w *journal.Writer, err error, attempt
 	if len(body) == 0 {
 		body, ct = e.BodyIn(p.shape()), "application/json"
 	}
-	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
+	_ = w.AppendFinal(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	p.answer(&Head{Status: ce.Status, ContentType: ct, Body: body, Attempts: attempts, RetryAfter: ce.RetryAfter, Upstream: p.up.Name, Code: ce.Code})
 	return resume.Result{State: resume.Failed, Status: ce.Status, ContentType: ct, Error: e.Code}
 }
@@ -441,7 +480,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 	}
 	e := p.streamError(ctx, streamCtx, w, err)
 	p.log.Warn("upstream stream ended without its terminal event", "events", n, "err", err, "code", e.Code)
-	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
+	_ = w.AppendFinal(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	res := resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code, Usage: usage}
 	if est, ok := p.g.Protocol.(Estimator); ok {
 		// The upstream bills what it generated before the stream broke,
@@ -475,7 +514,10 @@ func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, er
 	switch {
 	case errors.Is(w.Err(), journal.ErrFenced):
 		return apierr.New(apierr.OwnerLost) // sealed by another instance: see end
-	case w.Err() != nil:
+	case w.Err() != nil, errors.Is(err, journal.ErrStalled):
+		// The journal refused the stream, or stopped answering for its
+		// append timeout: the upstream call is cut (it cannot be stored),
+		// and the generation is stored as failed once JetStream answers.
 		return apierr.New(apierr.JournalFailure)
 	case errors.As(err, &failed):
 		return failed.e
@@ -515,7 +557,9 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 	size := max(min(chunkSize, p.e.cfg.Journal.MaxEventSize()-len(TypeBody)), 1) // each chunk one message
 	for off := 0; off < len(body) || off == 0; off += size {
 		chunk := body[off:min(off+size, len(body))]
-		if err := w.Append(ctx, TypeBody, chunk); err != nil {
+		// The whole answer is in memory: it is stored whole, through an
+		// outage too, once JetStream answers (the record waits for it).
+		if err := w.AppendFinal(ctx, TypeBody, chunk); err != nil && !errors.Is(err, journal.ErrStalled) {
 			break
 		}
 		if len(body) == 0 {
@@ -540,7 +584,7 @@ func (p *pump) result(ctx context.Context, w *journal.Writer, resp *http.Respons
 // event.
 func (p *pump) reject(ctx context.Context, w *journal.Writer, e apierr.Error, attempts int) resume.Result {
 	body := e.BodyIn(p.shape())
-	_ = w.Append(context.WithoutCancel(ctx), TypeError, body)
+	_ = w.AppendFinal(context.WithoutCancel(ctx), TypeError, body)
 	p.answer(&Head{Status: e.Status, ContentType: "application/json", Body: body, Attempts: attempts, Upstream: p.up.Name})
 	return resume.Result{State: resume.Failed, Status: e.Status, ContentType: "application/json", Error: e.Code}
 }

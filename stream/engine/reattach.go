@@ -271,7 +271,7 @@ func (p *pump) resume(ctx context.Context, w *journal.Writer, bg Backgrounder, i
 		p.cancelBackground(ctx)
 	}
 	e := apierr.New(apierr.OwnerLost)
-	_ = w.Append(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
+	_ = w.AppendFinal(context.WithoutCancel(ctx), TypeError, e.BodyIn(p.shape()))
 	return resume.Result{State: resume.Failed, Status: http.StatusOK, ContentType: "text/event-stream", Error: e.Code}
 }
 

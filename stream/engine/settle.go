@@ -90,7 +90,9 @@ func (p *pump) settle(ctx context.Context, w *journal.Writer, res resume.Result)
 	}
 	if err != nil {
 		p.log.Error("settling the journal of a generation whose writer gave up failed; its lease is left to run out", "gen", p.g.Ref.Gen, "err", err)
-		p.tail.unsettled(reason)
+		// Its outcome is unknown until the journal answers: readers here
+		// are told so, as readers of a journal that does not answer are.
+		p.tail.unsettled(apierr.New(apierr.Unavailable).BodyIn(p.shape()))
 		return settled{res: failed}
 	}
 	// The events stored late are the writer's unacknowledged ones up to

@@ -185,6 +185,10 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 		Help:        "JetStream operations that failed for good (the generation failed), by operation.",
 		ConstLabels: prometheus.Labels{"op": "append"},
 	}, func() float64 { return float64(stats().AppendErrors) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "reprise_journal_stalls_total",
+		Help: "Generations whose journal stalled: a message got no answer from JetStream for --journal-timeout; the generation failed (journal_failure), and what it held is stored once JetStream answers.",
+	}, func() float64 { return float64(stats().AppendStalls) }))
 	return m
 }
 
