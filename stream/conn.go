@@ -14,7 +14,8 @@ type connKey struct{}
 // ConnContext is the http.Server's ConnContext reprise serves with: it
 // keeps each connection in its requests' contexts, so that a keyless
 // request's answer counts as received only if its client did not reset
-// the connection (delivered).
+// the connection (delivered) and, on Linux, once its client's TCP
+// acknowledged it (received.go).
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }

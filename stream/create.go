@@ -93,15 +93,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		r, rc = withReceipt(r)
 		fl = s.flights.add(kl, r, rc) // its retry, should it come now, waits for its decision
 		defer func() {
-			// What a retry can attach to (a generation that started, one
-			// it attached to or replayed, the stream a fallback claimed) is
-			// left behind unless its result reached this client — or a
-			// retry claimed it in flight, or it was left as its client went.
-			s.flights.done(fl, func() {
-				if (kl.fallback || out.Decision != 0 && (out.Decision != resume.Start || t != nil)) && !rc.delivered(r, returned) {
-					s.leaveBehind(kl)
-				}
-			})
+			s.finishKeyless(w, r, fl, kl.fallback || out.Decision != 0 && (out.Decision != resume.Start || t != nil), returned)
 		}()
 	}
 	out, err = s.decide(r, tenant, key, fp, bfp, stream, model, kl)
@@ -527,11 +519,18 @@ func startError(err error) apierr.Error {
 	return apierr.New(apierr.ShuttingDown)
 }
 
+// writeRaw writes a whole answer: status, content type and body, with its
+// length (a keyless answer is flushed before its handler ends, to be marked
+// on its connection — received.go — and the length keeps it one piece,
+// not chunks).
 func writeRaw(w http.ResponseWriter, status int, ct string, body []byte) {
 	if ct == "" {
 		ct = "application/json"
 	}
 	w.Header().Set("Content-Type", ct)
+	if status >= http.StatusOK && status != http.StatusNoContent && status != http.StatusNotModified {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body) //nolint:gosec // an API answer (the upstream's, or one assembled from its events) under its own content type, never HTML reprise makes
 }

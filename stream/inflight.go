@@ -31,7 +31,7 @@ type flights struct {
 type flight struct {
 	k       *keyless
 	r       *http.Request // its request: whether its client is gone
-	rc      *receipt      // whether its result was written
+	rc      *receipt      // whether its result was written, and reached its client
 	state   atomic.Int32  // flightDeciding, flightRunning, then flightClaimed or flightLeaving
 	decided chan struct{} // closed once it left flightDeciding
 	left    chan struct{} // closed once it is left behind (or found needing nothing)
@@ -139,7 +139,7 @@ func (fs *flights) take(ctx context.Context, k *keyless, fallback bool) (left re
 		for {
 			switch f.state.Load() {
 			case flightDeciding:
-				if !f.gone() {
+				if gone, _ := f.gone(); !gone {
 					break look
 				}
 				select { // its client went while it was decided: its decision first
@@ -148,7 +148,16 @@ func (fs *flights) take(ctx context.Context, k *keyless, fallback bool) (left re
 					return resume.Leaving{}, false, false
 				}
 			case flightRunning:
-				if !f.gone() {
+				gone, known := f.gone()
+				if !known { // its answer was written: whether it reached its client first
+					select {
+					case <-f.rc.verdict:
+						continue look
+					case <-ctx.Done():
+						return resume.Leaving{}, false, false
+					}
+				}
+				if !gone {
 					break look
 				}
 				if f.state.CompareAndSwap(flightRunning, flightClaimed) {
@@ -175,7 +184,24 @@ func (fs *flights) take(ctx context.Context, k *keyless, fallback bool) (left re
 
 // gone reports whether f's client left before its result: its request's
 // context ended (net/http ends it when the connection closes) or its
-// client closed or reset the connection, and no result was written to it.
-func (f *flight) gone() bool {
-	return !f.rc.got.Load() && (f.r.Context().Err() != nil || clientClosed(f.r))
+// client closed or reset the connection, and no result was written to it;
+// or its result was written and did not reach it (the verdict: its
+// client's TCP did not acknowledge it). known is false while that verdict
+// is to come for a result written to a client that is gone, or whose
+// handler ended: wait for f.rc.verdict, then ask again. A result being
+// written to a client still there is not gone.
+func (f *flight) gone() (gone, known bool) {
+	select {
+	case <-f.rc.verdict:
+		return !f.rc.received, true
+	default:
+	}
+	left := f.r.Context().Err() != nil || clientClosed(f.r)
+	switch {
+	case !f.rc.got.Load():
+		return left, true
+	case !left && !f.rc.ended.Load():
+		return false, true
+	}
+	return false, false
 }

@@ -20,7 +20,9 @@ func TestFlightsTake(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		r := httptest.NewRequest("POST", "/v1/chat/completions", nil).WithContext(ctx)
 		k := &keyless{cid: "c1", fp: fp, stream: stream, key: "key-" + fp}
-		f := fs.add(k, r, &receipt{streamed: stream})
+		rc := newReceipt()
+		rc.streamed = stream
+		f := fs.add(k, r, rc)
 		fs.run(f, func() { left.Add(1) })
 		return f, cancel
 	}
@@ -34,14 +36,36 @@ func TestFlightsTake(t *testing.T) {
 	}
 	delivered, cancelDelivered := newFlight("a", true, &none)
 	delivered.rc.got.Store(true)
+	delivered.rc.decide(true)
 	cancelDelivered()
 	if _, ok, wait := fs.take(context.Background(), retry, false); ok || wait {
-		t.Fatalf("a request whose result was written was claimed (ok %v, wait %v)", ok, wait)
+		t.Fatalf("a request whose result reached its client was claimed (ok %v, wait %v)", ok, wait)
 	}
 	fs.done(delivered, func() {})
 	fs.done(here, func() {})
 	if n := none.Load(); n != 0 {
 		t.Fatalf("a request whose client is there, or got its result, was left behind %d times", n)
+	}
+
+	// A result written whole whose handler ended: whether it reached its
+	// client is told by its TCP, later. The retry waits for that, and
+	// claims it when it did not.
+	unacked, cancelUnacked := newFlight("a", true, &none)
+	unacked.rc.got.Store(true)
+	unacked.rc.ended.Store(true)
+	cancelUnacked()
+	taken := make(chan bool, 1)
+	go func() {
+		_, ok, _ := fs.take(context.Background(), retry, false)
+		taken <- ok
+	}()
+	unacked.rc.decide(false)
+	if !<-taken {
+		t.Fatal("a request whose written result its client's TCP did not acknowledge was not claimed")
+	}
+	fs.done(unacked, func() { none.Add(1) })
+	if n := none.Load(); n != 0 {
+		t.Fatal("a request claimed by a retry was left behind too")
 	}
 
 	claimed, waited := 0, 0

@@ -162,17 +162,37 @@ func (s *Server) leaveBehind(k *keyless) {
 // receipt is what a keyless request's handler learns of its answer: whether
 // the generation's answer was written — an event stream to its end, or a
 // whole answer — rather than an error of reprise's own (409 in progress, 429
-// too many readers, 503). It rides in the request's context.
+// too many readers, 503), and then whether it reached its client: on
+// Linux, over HTTP/1, once its client's TCP acknowledged its last byte
+// (received.go). It rides in the request's context.
 type receipt struct {
 	streamed bool        // the answer is an event stream
 	got      atomic.Bool // the generation's answer was written (a stream to its end); read by retries (flights)
+	// ended is set once the handler ended with its answer written and its
+	// client there: the verdict comes once its client's TCP acknowledged
+	// the answer, or could not.
+	ended atomic.Bool
+	// verdict is closed once it is known whether the answer reached its
+	// client: received says.
+	verdict  chan struct{}
+	received bool // written before verdict is closed
+}
+
+// newReceipt returns a receipt of an answer not written yet.
+func newReceipt() *receipt { return &receipt{verdict: make(chan struct{})} }
+
+// decide tells the receipt's verdict. Called once, as the handler ends or,
+// when the client's TCP is asked, once it answered.
+func (rc *receipt) decide(received bool) {
+	rc.received = received
+	close(rc.verdict)
 }
 
 type receiptKey struct{}
 
 // withReceipt returns r carrying a fresh receipt.
 func withReceipt(r *http.Request) (*http.Request, *receipt) {
-	rc := &receipt{}
+	rc := newReceipt()
 	return r.WithContext(context.WithValue(r.Context(), receiptKey{}, rc)), rc
 }
 
@@ -216,10 +236,11 @@ func (s *Server) gotResult(ctx context.Context, rec *resume.Record) {
 // received a result.
 const receivedTimeout = 5 * time.Second
 
-// delivered reports whether a keyless request's result reached its client:
-// an event stream written to its end, or the generation's whole answer
-// written by a handler that returned with its client still there — and,
-// either way, a connection its client did not reset (clientReset). An
+// delivered reports whether a keyless request's result was handed to its
+// client: an event stream written to its end, or the generation's whole
+// answer written by a handler that returned with its client still there —
+// and, either way, a connection its client did not reset (clientReset).
+// Whether it reached the client is then up to its TCP (received.go). An
 // error of reprise's own is no result: a retry that got one keeps nothing
 // of the key it claimed, and its client's next try claims it again.
 func (rc *receipt) delivered(r *http.Request, returned bool) bool {

@@ -360,12 +360,14 @@ func TestKeylessTimeoutStory(t *testing.T) {
 	// The timeout bounds the wait for the answer's head, which a
 	// non-streamed answer sends with its body: a client timed out before
 	// anything was written. (One that times out while reading an answer
-	// written whole got it, as far as the proxy can tell.)
+	// written whole got it, as far as the proxy can tell: its TCP
+	// acknowledged it.)
 	client := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 200 * time.Millisecond}}
 	defer client.CloseIdleConnections()
 	// Once the answer is near, the script waits for it: a try that timed
 	// out just as its answer was written whole would have got it as far as
-	// the proxy can tell (and its retry would be a new request) — a race
+	// the proxy can tell (its TCP acknowledged it before the client closed:
+	// its retry would be a new request) — a race
 	// of the box's load, not this story. Half the tokens written leaves
 	// 10 of them, 500 ms, against a 200 ms timeout.
 	patient := &http.Client{Timeout: 30 * time.Second}

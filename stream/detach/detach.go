@@ -138,13 +138,14 @@ func (d *Group) Go(c *Conn, serve func(ctx context.Context, w http.ResponseWrite
 }
 
 // Track serves, in a goroutine of its own, a response on a connection
-// taken over by someone else (a WebSocket its library hijacked), so that
-// Close ends it too: Close waits for serve to return and, once Close's own
-// context ends, cuts it by ending ctx, the Group's (one for all, so a
-// reader pays nothing for it). serve must then return promptly: it closes
-// its connection, which ends any goroutine reading it. False, and serve is
-// not run, once Close has begun: then the caller serves the response
-// itself.
+// taken over by someone else (a WebSocket its library hijacked), or the
+// end of one that outlives its handler (the wait for a client's TCP to
+// acknowledge an answer), so that Close ends it too: Close waits for serve
+// to return and, once Close's own context ends, cuts it by ending ctx, the
+// Group's (one for all, so a reader pays nothing for it). serve must then
+// return promptly: it closes its connection, which ends any goroutine
+// reading it. False, and serve is not run, once Close has begun: then the
+// caller serves the response itself.
 func (d *Group) Track(serve func(ctx context.Context)) bool {
 	if !d.add() {
 		return false

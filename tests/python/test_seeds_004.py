@@ -147,10 +147,12 @@ def test_c_sdk_retries_timeout(either_proxy: Proxy, mock: Mock, prompt: Callable
 
 def test_whole_answer_cut_inside(either_proxy: Proxy, mock: Mock, cut_link: Callable[..., Link], prompt: Callable[[str], str], record_generations: Record) -> None:
     """A non-streamed answer (~950 bytes) cut inside its body, after reprise
-    wrote it whole: the link (a middlebox) took it into its socket, so when
-    reprise's handler ended the connection was alive and the answer counted
-    as given (docs/retries.md, "What it cannot see"). The retry is then a
-    new generation, with recognition or without."""
+    wrote it whole: the link (a middlebox) took it into its socket, and its
+    TCP acknowledged it, so the answer counted as received — reprise's peer
+    is the middlebox, not the client (docs/retries.md, "What it cannot
+    see"). The retry is then a new generation, with recognition or without.
+    A tail lost where the client's own TCP is the peer is not acknowledged,
+    and its retry replays (tests/keyless_tailcut_test.go)."""
     p = prompt("[tokens=60]")
     link = cut_link(either_proxy.url, cut_after=500, times=1)
     client = openai.OpenAI(api_key="unused", base_url=link.url + "/v1", max_retries=0, timeout=60.0)
