@@ -5,8 +5,12 @@
 // It owns the key record {state, fingerprint, generation, owner, lease}. All
 // decisions are atomic across reprise instances: a record is created with a
 // create-if-absent and changed only by compare-and-set on its revision. The
-// instance that starts a generation holds a lease and heartbeats it; a
-// generation whose lease ran out is failed, and the key may generate afresh
+// instance that starts a generation holds a lease and heartbeats it; an
+// owner whose lease ran out by its own clock cannot tell a takeover from an
+// outage until the store answers it, so it is told (Lease.Lapse) and holds
+// its generation until the lease is renewed or found lost (Lease.Renewed;
+// see Lease). A generation whose lease lapsed (contact.go) is failed, and
+// the key may generate afresh
 // — unless the Salvager finds it whole (the owner died after storing it),
 // then it is completed, or an Adopter (SetAdopter) can continue it, then it
 // is taken over: the same generation, under this instance's lease. A finished generation whose journal the TTL has

@@ -15,10 +15,30 @@ import (
 // Lease is an owner's claim on one generation. It heartbeats until Finish;
 // Lost is closed once another owner took the key over (renewals that fail
 // while the store is away lose nothing: see contact.go).
+//
+// A lease also runs out by its owner's clock: once no renewal was stored
+// for a whole lease, another instance that sees the store may take the key
+// over at any moment, and the owner cannot know whether it has until the
+// store answers it again. An owner whose store is away (a NATS outage, for
+// everyone or only for it) and one that was paused (SIGSTOP, a VM frozen)
+// look alike from inside. So the owner holds what it does with its lease:
+// it reads nothing more from its upstream (Lapse, Renewed), and reads on
+// once a renewal is stored, or stops the upstream call at once when it
+// finds the takeover. An upstream that waits for its reader then
+// generates no more than the connection's buffers take, and the woken or
+// reconnected owner bills no whole second answer; through an outage that
+// nobody could take over in, the generation only waits.
 type Lease struct {
 	m      *Manager
 	id     string
 	events atomic.Uint64
+
+	// until is the lease's end as last stored (unix ns, its owner's clock);
+	// lapsed the end of the latest lease that ran out (by the clock, before
+	// the renewal after it), 0 for none; reported the last Lapse reported.
+	until, lapsed, reported atomic.Int64
+	rmu                     sync.Mutex
+	renewed                 chan struct{} // closed and replaced at every renewal stored
 
 	mu   sync.Mutex
 	rec  Record
@@ -34,8 +54,9 @@ type Lease struct {
 }
 
 func (m *Manager) hold(id string, rec Record, rev uint64) *Lease {
-	l := &Lease{m: m, id: id, rec: rec, rev: rev, lost: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
+	l := &Lease{m: m, id: id, rec: rec, rev: rev, lost: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}), renewed: make(chan struct{})}
 	l.events.Store(rec.Events) // an adopted generation has some already
+	l.until.Store(rec.LeaseUntil.UnixNano())
 	go l.heartbeat()
 	return l
 }
@@ -55,7 +76,27 @@ func (l *Lease) SetEvents(n uint64) { l.events.Store(n) }
 
 func (l *Lease) heartbeat() {
 	defer close(l.stopped)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.stop: // Finish or Abandon: a renewal under way is given up
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	every := l.m.cfg.Lease / 3
+	// A renewal that fails once the lease ran out by the clock is tried
+	// again at once, not at the next tick: the owner holds its generation
+	// until it knows (Lapse), and the store's first answer after an outage
+	// or a pause tells it.
+	again := retrypolicy.NewBuilder[any]().
+		HandleIf(func(_ any, err error) bool {
+			return err != nil && !errors.Is(err, ErrFenced) && ctx.Err() == nil && l.ranOut()
+		}).
+		WithBackoff(every/10, every/2).
+		WithMaxAttempts(-1).
+		Build()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -64,15 +105,7 @@ func (l *Lease) heartbeat() {
 			return
 		case <-t.C:
 		}
-		// Half a lease for one renewal: a slow store (a loaded machine, the
-		// backlog after an outage) still gets it in before the lease runs
-		// out; the next tick waits for it.
-		ctx, cancel := context.WithTimeout(context.Background(), l.m.cfg.Lease/2)
-		err := l.update(ctx, func(r *Record) {
-			r.LeaseUntil = l.m.cfg.Now().Add(l.m.cfg.Lease)
-			r.Events = l.events.Load()
-		})
-		cancel()
+		err := failsafe.With(again).WithContext(ctx).Run(func() error { return l.renew(ctx) })
 		// A renewal that fails (the store away) loses nothing: the owner
 		// keeps its generation and renews once the store is back — nobody
 		// judges its lease lapsed without seeing the store answer for a
@@ -80,6 +113,86 @@ func (l *Lease) heartbeat() {
 		if errors.Is(err, ErrFenced) {
 			l.markLost()
 			return
+		}
+	}
+}
+
+// renew stores the lease's renewal (and the events counted so far).
+func (l *Lease) renew(ctx context.Context) error {
+	// Half a lease for one renewal: a slow store (a loaded machine, the
+	// backlog after an outage) still gets it in before the lease runs
+	// out; the next tick waits for it.
+	ctx, cancel := context.WithTimeout(ctx, l.m.cfg.Lease/2)
+	defer cancel()
+	var at time.Time
+	err := l.update(ctx, func(r *Record) {
+		at = l.m.cfg.Now()
+		r.LeaseUntil = at.Add(l.m.cfg.Lease)
+		r.Events = l.events.Load()
+	})
+	if err == nil {
+		l.renewedAt(at)
+	}
+	return err
+}
+
+// renewedAt records a renewal stored, written at at: the lease runs to a
+// lease after it. A lease that had run out by then lapsed (Lapse).
+func (l *Lease) renewedAt(at time.Time) {
+	if old := l.until.Load(); at.UnixNano() >= old {
+		l.lapsed.Store(old)
+	}
+	l.until.Store(at.Add(l.m.cfg.Lease).UnixNano())
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	close(l.renewed)
+	l.renewed = make(chan struct{})
+}
+
+// ranOut reports whether the lease has run out by its owner's clock: no
+// renewal stored for a whole lease.
+func (l *Lease) ranOut() bool { return l.m.cfg.Now().UnixNano() >= l.until.Load() }
+
+// Lapse reports whether the lease ran out by its owner's clock since the
+// last call — it has now, or it had when the renewal after it was stored —
+// and since when (the end of the lease that ran out). From then on another
+// instance may have taken the key over: the owner reads nothing more from
+// its upstream until Renewed tells it the lease is its own again.
+func (l *Lease) Lapse() (since time.Time, ok bool) {
+	if until := l.until.Load(); l.m.cfg.Now().UnixNano() >= until {
+		l.lapsed.Store(until)
+	}
+	if v := l.lapsed.Load(); v != 0 && l.reported.Swap(v) != v {
+		return time.Unix(0, v), true
+	}
+	return time.Time{}, false
+}
+
+// Renewed waits while the lease has run out by its owner's clock: it
+// returns nil once a renewal is stored (at once when the lease runs),
+// ErrFenced when the lease is lost or ended (Finish, Abandon), or ctx's
+// error.
+func (l *Lease) Renewed(ctx context.Context) error {
+	for {
+		l.rmu.Lock()
+		renewed := l.renewed
+		l.rmu.Unlock()
+		select {
+		case <-l.lost:
+			return ErrFenced
+		default:
+		}
+		if !l.ranOut() {
+			return nil
+		}
+		select {
+		case <-renewed:
+		case <-l.lost:
+			return ErrFenced
+		case <-l.stopped:
+			return ErrFenced
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

@@ -136,10 +136,14 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 	if out.Decision == resume.Start {
 		// Only a new generation takes one of the tenant's places; attaching
 		// and replaying cost the upstream nothing.
-		t, err = s.engine.Start(engine.Generation{
+		g := engine.Generation{
 			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto, Model: model,
 			Stream: stream, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body, Header: r.Header.Clone(),
-		})
+		}
+		if fl != nil {
+			g.Reachable = fl.reachable // a keyless generation's retry finds it only through the index
+		}
+		t, err = s.engine.Start(g)
 		if err != nil {
 			fail(w, r, startError(err))
 			return

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -180,6 +181,26 @@ func (fs *flights) take(ctx context.Context, k *keyless, fallback bool) (left re
 		}
 	}
 	return resume.Leaving{}, false, len(leaving) > 0
+}
+
+// reachable reports whether anyone can be waiting for the generation the
+// keyless request f started, once its lease ran out at since (the owner
+// cut off from the store, or paused: engine.Generation.Reachable): its
+// client is still here, or a retry here claimed it, or the keyless index
+// held it before since — a retry elsewhere then found it and attached,
+// rather than starting another. A request whose client left and that the
+// index did not hold in time is no longer: its retry, if it came, found
+// nothing and started the generation it needed.
+func (f *flight) reachable(since time.Time) bool {
+	switch f.state.Load() {
+	case flightClaimed:
+		return true
+	case flightLeaving:
+		at := f.k.leftAt.Load()
+		return at != 0 && at < since.UnixNano()
+	}
+	gone, known := f.gone()
+	return !gone || !known // an answer written, its receipt not yet known: perhaps received
 }
 
 // gone reports whether f's client left before its result: its request's

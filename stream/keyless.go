@@ -50,6 +50,9 @@ type keyless struct {
 	done    chan struct{}  // closed once the claim answered
 	claimed resume.Leaving // the request claimed (Key "" for none); read after done
 	settled bool
+	// leftAt is when the keyless index stored what the request left
+	// behind (unix ns; 0: not stored): from then on its retry finds it.
+	leftAt atomic.Int64
 }
 
 // keyless starts deciding the key of a request that came without one: of
@@ -156,6 +159,7 @@ func (s *Server) leaveBehind(k *keyless) {
 		s.log.Warn("remembering a keyless request whose client left failed; its retry will generate again", "err", err)
 		return
 	}
+	k.leftAt.Store(time.Now().UnixNano())
 	s.metrics.KeylessLeft()
 }
 

@@ -454,6 +454,14 @@ type Generation struct {
 	Query  string
 	Body   []byte
 	Header http.Header
+	// Reachable, when set, is asked once the generation's lease ran out by
+	// its owner's clock at since (resume.Lease.Lapse; held.go), and again
+	// when it is renewed: false cancels the generation instead of holding
+	// it, as nobody can be waiting for it (a keyless request's client that
+	// left while its retry could not find it). nil: the generation is held
+	// and reads on once renewed — a request with its key finds it, and a
+	// takeover ends it.
+	Reachable func(since time.Time) bool
 }
 
 // Start runs g in a pump of its own and returns its tail. It refuses

@@ -48,6 +48,12 @@ func (p *pump) media(ctx context.Context, w *journal.Writer, resp *http.Response
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
+			if herr := p.held(ctx); herr != nil { // held.go: the lease ran out
+				if e, ok := heldError(herr); ok {
+					return fail(e)
+				}
+				return fail(apierr.New(p.stopCode(ctx)))
+			}
 			total += int64(n)
 			if total > maxResult {
 				return fail(apierr.New(apierr.UpstreamBody))

@@ -439,6 +439,9 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()
 		defer idle.Reset(idleTimeout)
+		if err := p.held(ctx); err != nil { // held.go: the lease ran out
+			return err
+		}
 		if in.Content {
 			content++
 		}
@@ -511,6 +514,9 @@ func (p *pump) preview(ev journal.Event) { p.tail.preview(ev) }
 func (p *pump) streamError(ctx, streamCtx context.Context, w *journal.Writer, err error) apierr.Error {
 	var failed *failure
 	var named *reservedEvent
+	if e, ok := heldError(err); ok {
+		return e
+	}
 	switch {
 	case errors.Is(w.Err(), journal.ErrFenced):
 		return apierr.New(apierr.OwnerLost) // sealed by another instance: see end
