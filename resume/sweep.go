@@ -63,7 +63,8 @@ type SweepConfig struct {
 	Settled func(id string, rec Record)
 	// Failed, when set, is told of each key a sweep could not look at
 	// (the next sweep tries it again), and of a watch that could not be
-	// opened (id ""; the next sweep opens it again).
+	// opened (id ""; each sweep tries again, and tells only of the first
+	// failure of a run).
 	Failed func(id string, err error)
 }
 
@@ -125,6 +126,7 @@ func (s *Sweeper) Held() int {
 func (s *Sweeper) run(ctx context.Context) {
 	defer close(s.done)
 	var watching <-chan struct{} // nil while no watch runs
+	told := false                // of the watch's last failure
 	t := time.NewTimer(0)        // the first sweep opens the watch at once
 	defer t.Stop()
 	for {
@@ -141,10 +143,10 @@ func (s *Sweeper) run(ctx context.Context) {
 		}
 		if watching == nil {
 			w, err := s.cfg.Records.WatchRecords(ctx, s.seen)
-			if err != nil && ctx.Err() == nil {
+			if err != nil && ctx.Err() == nil && !told {
 				s.failed("", err)
 			}
-			watching = w
+			watching, told = w, err != nil
 		}
 		s.sweep(ctx)
 		t.Reset(s.cfg.Every)

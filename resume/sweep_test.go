@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/journal"
+	"github.com/reprise-dev/reprise/journal/journaltest"
 	"github.com/reprise-dev/reprise/resume"
 )
 
@@ -336,4 +337,36 @@ func TestSweepConfig(t *testing.T) {
 	}
 	cancel()
 	s.Stop()
+}
+
+// TestSweepTellsOfAWatchFailureOnce: a watch that ends (its connection
+// closed) is opened again by each sweep; a run of failures to open it is
+// told of once, and the sweeps go on.
+func TestSweepTellsOfAWatchFailureOnce(t *testing.T) {
+	t.Parallel()
+	nc := journaltest.Connect(t, journaltest.Server(t, ""))
+	store := journaltest.Open(t, nc, journal.Config{Memory: true})
+	ls := lookStore{Store: store, looks: make(chan struct{}, 1)}
+	m, err := resume.New(resume.Config{Store: ls, Owner: "owner-b", Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var watchFailures atomic.Int32
+	s, err := m.Sweep(context.Background(), resume.SweepConfig{Records: store, Every: 10 * time.Millisecond,
+		Failed: func(id string, err error) {
+			if id == "" {
+				watchFailures.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	waitLooks(t, ls, 2)
+	nc.Close()
+	eventually(t, "the watch's failure to be told of", func() bool { return watchFailures.Load() > 0 })
+	waitLooks(t, ls, 5) // five sweeps more, each trying the watch again
+	if n := watchFailures.Load(); n != 1 {
+		t.Fatalf("told of %d watch failures, want 1", n)
+	}
 }
