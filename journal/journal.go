@@ -149,6 +149,9 @@ type Journal struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	kv     jetstream.KeyValue
+	// watchKV is the bucket on the events' connection: a watch of every
+	// record (WatchRecords) never queues lease renewals behind it.
+	watchKV jetstream.KeyValue
 	// maxFrame bounds a message's packed events: the server's max_payload
 	// holds the headers too.
 	maxFrame int
@@ -241,12 +244,13 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
+	watchKV := kv
 	if cfg.Records != nil {
 		if kv, err = recordsOn(ctx, cfg.Records, cfg.Bucket); err != nil {
 			return nil, err
 		}
 	}
-	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload()), maxEvent: eventLimit(nc.MaxPayload())}
+	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, watchKV: watchKV, maxFrame: frameLimit(nc.MaxPayload()), maxEvent: eventLimit(nc.MaxPayload())}
 	j.live = &hub{j: j, topics: map[string]*topic{}}
 	j.reads = newLanes(cfg.MaxReads)
 	j.direct = directSubject(js.Options().APIPrefix, cfg.Stream)

@@ -76,3 +76,47 @@ func readRetryable(err error) bool {
 func writeRetryable(err error) bool {
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
+
+// WatchRecords calls seen, from one goroutine and in the bucket's order,
+// with every record the bucket holds (its id, value and revision), then
+// with every change to one as it is stored (value nil: deleted or
+// purged), until ctx ends or the watch does (its connection closed); the
+// channel it returns is closed after seen's last call. It reads on the
+// events' connection, not on Config.Records': every instance hears every
+// record write, and the owners' lease renewals must not queue behind them.
+// The watch is an ordered consumer, remade where it was after a lost
+// message or a reconnect. A record removed by the TTL is not told of.
+func (j *Journal) WatchRecords(ctx context.Context, seen func(id string, value []byte, rev uint64)) (<-chan struct{}, error) {
+	w, err := j.watchKV.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("journal: watch records: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			// The watch's delivery blocks while its channel is full: it
+			// ends (and closes the channel) once drained.
+			_ = w.Stop()
+			for range w.Updates() {
+			}
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				switch {
+				case !ok:
+					return
+				case e == nil: // every record held at the start was told of
+				case e.Operation() == jetstream.KeyValuePut:
+					seen(e.Key(), e.Value(), e.Revision())
+				default:
+					seen(e.Key(), nil, e.Revision())
+				}
+			}
+		}
+	}()
+	return done, nil
+}

@@ -13,12 +13,16 @@
 // the key may generate afresh
 // — unless the Salvager finds it whole (the owner died after storing it),
 // then it is completed, or an Adopter (SetAdopter) can continue it, then it
-// is taken over: the same generation, under this instance's lease. A finished generation whose journal the TTL has
+// is taken over: the same generation, under this instance's lease. Whoever
+// looks at the key decides so; a Sweeper (Manager.Sweep) looks, in the
+// background, at every key whose lease ran out, so that one nobody reads
+// is settled too. A finished generation whose journal the TTL has
 // begun to remove (Config.Kept says so) is gone with its key: not found to
 // readers, and a new generation to the next request. Every write that starts a generation carries a
 // random attempt id, so a write whose answer was lost in a failover is
 // recognised as applied rather than failed or taken for someone else's.
 //
 // resume does no HTTP and does not read or write events; it stores records
-// through the small Store interface (package journal implements it).
+// through the small Store interface, and learns of them through Records
+// (package journal implements both).
 package resume

@@ -380,46 +380,53 @@ func newAttempt() string {
 // (contact.go) is marked failed (Error OwnerLost) before it is returned — or completed,
 // when the Salvager finds the generation whole.
 func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
+	rec, _, err := m.look(ctx, id)
+	return rec, err
+}
+
+// look is Get; settled reports whether this look found the lease lapsed
+// and settled the generation itself (adopted, completed or failed it).
+func (m *Manager) look(ctx context.Context, id string) (rec Record, settled bool, err error) {
 	for range maxCAS {
 		val, rev, found, err := m.cfg.Store.Get(ctx, id)
 		if err != nil {
-			return Record{}, err
+			return Record{}, false, err
 		}
 		if !found {
-			return Record{}, ErrNotFound
+			return Record{}, false, ErrNotFound
 		}
 		rec, err := decode(val)
 		if err != nil {
-			return Record{}, fmt.Errorf("resume: corrupt record: %w", err)
+			return Record{}, false, fmt.Errorf("resume: corrupt record: %w", err)
 		}
 		now := m.cfg.Now()
 		if !m.lapsed(id, rec, rev, now) {
 			if m.gone(ctx, id, rec) {
-				return Record{}, ErrNotFound
+				return Record{}, false, ErrNotFound
 			}
-			return rec, nil
+			return rec, false, nil
 		}
 		if adopted, ok, err := m.adopt(ctx, id, rec, rev, now); errors.Is(err, errRaced) {
 			continue
 		} else if err != nil {
-			return Record{}, err
+			return Record{}, false, err
 		} else if ok {
-			return adopted, nil
+			return adopted, true, nil
 		}
 		rec, attached, err := m.expire(ctx, id, rec, now)
 		if err != nil {
-			return Record{}, err
+			return Record{}, false, err
 		}
 		if _, ok, err := m.cfg.Store.Update(ctx, id, rec.encode(), rev); err != nil {
-			return Record{}, err
+			return Record{}, false, err
 		} else if ok {
 			if rec.State == Completed {
 				m.salvager.Salvaged(ctx, id, rec, attached)
 			}
-			return rec, nil
+			return rec, true, nil
 		}
 	}
-	return Record{}, ErrContended
+	return Record{}, false, ErrContended
 }
 
 // gone reports whether rec's finished generation is no longer whole in

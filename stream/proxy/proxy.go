@@ -164,6 +164,7 @@ type Proxy struct {
 
 	stopCancels func() // stops listening for cancels asked elsewhere
 	stopShare   func() // stops the cost guard's exchange with the fleet
+	sweeper     *resume.Sweeper
 
 	serving  sync.WaitGroup
 	stopOnce sync.Once
@@ -316,6 +317,29 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		}()
 		p.stopShare = func() { stop(); <-done }
 	}
+	// Keys whose owner died are settled though nobody reads them: their
+	// status and the cost view are right within a lease and a sweep.
+	logger := cfg.Logger
+	p.sweeper, err = rm.Sweep(context.Background(), resume.SweepConfig{
+		Records: j,
+		Settled: func(id string, rec resume.Record) {
+			if rec.State != resume.InProgress { // adopted: the engine tells of it
+				logger.Info("a generation whose owner was lost was settled", "key_id", id, "gen", rec.Generation, "state", rec.State)
+			}
+		},
+		Failed: func(id string, err error) {
+			if id == "" {
+				logger.Warn("the records watch could not be opened: keys whose owner died are settled only when read", "err", err)
+				return
+			}
+			logger.Debug("a key whose owner's lease ran out could not be settled yet", "key_id", id, "err", err)
+		},
+	})
+	if err != nil {
+		stopCancels()
+		p.stopShare()
+		return nil, err
+	}
 	p.hs = &http.Server{
 		Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: cfg.MaxHeaderBytes, TLSConfig: cfg.TLS,
@@ -379,15 +403,17 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	return err
 }
 
-// Shutdown stops the instance within ctx. It stops taking connections,
-// refuses new generations (503 shutting_down) and lets the running ones
-// finish journaling; then readers end on their own as their generations
-// end. When ctx ends first, what is left is cut: generations still running
+// Shutdown stops the instance within ctx. It stops sweeping for keys whose
+// owner died (other instances sweep on; a key nobody else sweeps is settled
+// by its next reader), stops taking connections, refuses new generations
+// (503 shutting_down) and lets the running ones finish journaling; then
+// readers end on their own as their generations end. When ctx ends first, what is left is cut: generations still running
 // are cancelled (they end failed, proxy_shutdown, and record so in the
 // background, bounded by the journal's timeouts: a later Shutdown waits for
 // them), connections are closed, and ctx's error is returned. It is
 // idempotent.
 func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.sweeper.Stop() // nothing is adopted or settled here any more
 	p.stopOnce.Do(func() {
 		go func() {
 			// Stop accepting and close idle connections; active ones end
