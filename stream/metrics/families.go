@@ -12,7 +12,7 @@ func Families() []string {
 		"reprise_upstream_retries_total", "reprise_retry_outcomes_total", "reprise_upstream_first_byte_seconds",
 		"reprise_client_first_token_seconds", "reprise_resume_first_event_seconds", "reprise_journal_append_seconds",
 		"reprise_generations_shed_total", "reprise_journal_lag_seconds", "reprise_results_cache_bytes",
-		"reprise_journal_retries_total", "reprise_journal_errors_total", "reprise_upstream_breaker_open",
+		"reprise_journal_retries_total", "reprise_journal_errors_total", "reprise_journal_stalls_total", "reprise_upstream_breaker_open",
 		"reprise_upstream_retry_budget_used_ratio",
 		// cost.go: reprise_cost_total and reprise_cost_saved_total have a
 		// series per price table entry once one is priced.
