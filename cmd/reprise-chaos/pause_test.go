@@ -177,18 +177,20 @@ type pauseCase struct {
 // pauses) with short streams, which were all sent before the writers
 // stalled, and with streams that go on past it, whose upstream calls the
 // stall cuts; then the outages of the issue at the defaults, past the
-// journal timeout (30 s) and three times past the lease (10 s).
+// journal timeout (30 s) and three times past the lease (10 s). A key's
+// budget spans both pauses: a long stream in flight through the first,
+// regenerated, and refused (503) through the second needs over 4 minutes.
 var pauseCases = []pauseCase{
 	{name: "brief", flags: []string{"--lease", "1s", "--journal-timeout", "1s"}, pauses: "2500ms", gap: "1s", seed: "11",
 		load: []string{"--runs", "60", "--concurrency", "20", "--max-tokens", "40", "--max-delay", "10ms", "--run-timeout", "90s"}},
 	{name: "brief, streams past the stall", flags: []string{"--lease", "1s", "--journal-timeout", "1s"}, pauses: "2500ms", gap: "1s", seed: "12",
 		load: []string{"--runs", "40", "--concurrency", "20", "--min-tokens", "20", "--max-tokens", "40", "--max-delay", "200ms", "--run-timeout", "90s"}},
 	{name: "45s and 90s, seed 11", pauses: "45s,90s", gap: "10s", seed: "11", long: true,
-		load: []string{"--runs", "300", "--concurrency", "150", "--run-timeout", "4m"}},
+		load: []string{"--runs", "300", "--concurrency", "150", "--run-timeout", "8m"}},
 	{name: "45s and 90s, seed 12", pauses: "45s,90s", gap: "10s", seed: "12", long: true,
-		load: []string{"--runs", "300", "--concurrency", "150", "--run-timeout", "4m"}},
+		load: []string{"--runs", "300", "--concurrency", "150", "--run-timeout", "8m"}},
 	{name: "45s and 90s, seed 13, streams past the stall", pauses: "45s,90s", gap: "10s", seed: "13", long: true,
-		load: []string{"--runs", "300", "--concurrency", "150", "--min-tokens", "40", "--max-tokens", "100", "--max-delay", "600ms", "--run-timeout", "4m"}},
+		load: []string{"--runs", "300", "--concurrency", "150", "--min-tokens", "40", "--max-tokens", "100", "--max-delay", "600ms", "--run-timeout", "8m"}},
 }
 
 // TestNATSPause plays the NATS-pause fault: two reprise binaries on a
