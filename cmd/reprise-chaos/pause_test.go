@@ -217,7 +217,9 @@ func TestNATSPause(t *testing.T) {
 	}
 }
 
+// playPause plays pc against two fresh instances and checks what it found.
 func playPause(t *testing.T, pc pauseCase) {
+	t.Helper()
 	natsURL, nats := startNATS(t)
 	_, upstream := fakeUpstream(t)
 	// One secret: a key names the same stream on both instances.
@@ -234,7 +236,7 @@ func playPause(t *testing.T, pc pauseCase) {
 	}
 	var table strings.Builder
 	printPauses(&table, out.Pauses, nats.Pid)
-	t.Logf("%v\n%s", out.Summary.Line(), table.String())
+	t.Logf("%v\n%s", out.Line(), table.String())
 
 	want := len(strings.Split(pc.pauses, ","))
 	if len(out.Pauses) != want+1 {
