@@ -78,7 +78,9 @@ type Config struct {
 	// turn, so a thousand long replays queue instead of flooding the
 	// connection. Reads that have brought little so far (a resume's first
 	// events, a short replay) take turns in a lane of their own, as wide:
-	// they do not wait behind long replays. Default DefaultMaxReads (16).
+	// they do not wait behind long replays. In each lane the turns go
+	// round the tenants whose readers wait (Read's For). Default
+	// DefaultMaxReads (16).
 	MaxReads int
 	// Records, when set, is the connection the key records (Get, Create,
 	// Update: the resume decisions and the owners' lease renewals) go
@@ -177,7 +179,7 @@ type Stats struct {
 // Stats returns the counts since Open.
 func (j *Journal) Stats() Stats {
 	return Stats{AppendRetries: j.appendRetries.Load(), ReadRetries: j.readRetries.Load(), RecordRetries: j.recordRetries.Load(), AppendErrors: j.appendErrors.Load(),
-		ReadsWaiting: uint64(max(j.reads.waiting.Load(), 0))}
+		ReadsWaiting: uint64(j.reads.waiting())}
 }
 
 // Ref names one generation of one stream id.
@@ -246,7 +248,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	}
 	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, maxFrame: frameLimit(nc.MaxPayload()), maxEvent: eventLimit(nc.MaxPayload())}
 	j.live = &hub{j: j, topics: map[string]*topic{}}
-	j.reads = newLanes(cfg.MaxReads)
+	if j.reads, err = newLanes(cfg.MaxReads); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
 	j.direct = directSubject(js.Options().APIPrefix, cfg.Stream)
 	j.lag.writers, j.lag.bySubject = map[*Writer]struct{}{}, map[string]*Writer{}
 	if err := j.hearWatches(); err != nil {

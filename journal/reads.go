@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
 
-	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/reprise-dev/reprise/fair"
 )
 
 // Batched gets take turns. Each reader asks the stream for its messages
@@ -23,55 +22,43 @@ import (
 // Config.MaxReads batched gets in flight, the others wait their turn,
 // and each reply fits the subscription made for it.
 //
-// Fairness: the short reads first. A reader's first get (one message: a
-// resume's first event), and its gets while about headBytes or less of
-// its generation is left to read (the server says how many messages
-// follow each one it sends; their size is guessed at the average of
-// those read: a short replay, a reader caught up with a live generation),
-// take their turns in a lane of their own, as wide, and ask for at most
-// headBytes: a short replay does not queue behind long ones, and the
-// lane's gets stay small however many readers start together.
+// Fairness, first by size: a reader's first get (one message: a resume's
+// first event), and its gets while about headBytes or less of its
+// generation is left to read (the server says how many messages follow
+// each one it sends; their size is guessed at the average of those read:
+// a short replay, a reader caught up with a live generation), take their
+// turns in a lane of their own, as wide, and ask for at most headBytes:
+// a short replay does not queue behind long ones, and the lane's gets
+// stay small however many readers start together. Then by tenant (For):
+// in each lane the turns go round the tenants whose readers wait (package
+// fair), so one tenant's thousand replays starting together, whose first
+// gets all take the short lane, do not hold up another's.
 const (
 	// headBytes is the most a read may have left for its gets to take the
 	// short reads' lane, and the most one of them asks for.
 	headBytes = 64 << 10
-	// turnWait is how long a get waits for its turn before it asks again
-	// (at the back of the queue, its failure clock not started: a busy
-	// instance is not a journal outage).
-	turnWait = 10 * time.Second
 )
 
 // DefaultMaxReads is Config.MaxReads's default.
 const DefaultMaxReads = 16
 
-// lanes hold the turns of an instance's batched gets.
+// lanes hold the turns of an instance's batched gets. A turn counts until
+// it is given back: the bound is the connection's, not the CPU's.
 type lanes struct {
-	head, long bulkhead.Bulkhead[any]
-	waiting    atomic.Int64 // gets waiting for their turn
+	head, long *fair.Scheduler
 }
 
-func newLanes(n int) *lanes {
-	return &lanes{head: bulkhead.New[any](uint(n)), long: bulkhead.New[any](uint(n))}
+func newLanes(n int) (*lanes, error) {
+	head, err := fair.New(fair.Config{Turns: n, Quantum: -1})
+	if err != nil {
+		return nil, err
+	}
+	long, err := fair.New(fair.Config{Turns: n, Quantum: -1})
+	return &lanes{head: head, long: long}, err
 }
 
-// turn waits for a get's turn in the short reads' lane or the long ones';
-// release gives the turn back. It fails with bulkhead.ErrFull after
-// turnWait, or with ctx's error.
-func (l *lanes) turn(ctx context.Context, short bool) (release func(), err error) {
-	b := l.long
-	if short {
-		b = l.head
-	}
-	if !b.TryAcquirePermit() {
-		l.waiting.Add(1)
-		err = b.AcquirePermitWithMaxWait(ctx, turnWait)
-		l.waiting.Add(-1)
-		if err != nil {
-			return nil, err
-		}
-	}
-	return b.ReleasePermit, nil
-}
+// waiting is how many gets wait for their turn now.
+func (l *lanes) waiting() int { return l.head.Waiting() + l.long.Waiting() }
 
 // batchRequest is a direct get of a batch (the server's JSApiMsgGetRequest).
 type batchRequest struct {
