@@ -15,7 +15,7 @@ var ErrInvalidOption = errors.New("fair: invalid option")
 // DefaultQuantum is Config.Quantum's default: far longer than a batch
 // takes to write (tens of microseconds), far shorter than a reader
 // notices.
-const DefaultQuantum = 10 * time.Millisecond
+const DefaultQuantum = 5 * time.Millisecond
 
 // Config configures a Scheduler.
 type Config struct {
@@ -26,7 +26,7 @@ type Config struct {
 	// blocked on a slow client, or descheduled) no longer holds others
 	// up — the next waiter takes a turn of its own. 0 takes the default;
 	// negative: a turn counts until it is given back. Default
-	// DefaultQuantum (10 ms).
+	// DefaultQuantum (5 ms).
 	Quantum time.Duration
 }
 

@@ -102,7 +102,7 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, tenant string,
 			if q != nil {
 				n = min(n, readBatch)
 				if !q.TryWait() {
-					if unflushed { // what was written reaches the client meanwhile
+					if unflushed { // out of turn: a slow client holds up no turn, and what was written reaches it meanwhile
 						if err := out.flush(); err != nil {
 							return err
 						}
@@ -239,7 +239,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant stri
 			return ctx.Err()
 		}
 		if !r.live && !q.TryWait() { // a batch of what was stored: in its turn
-			if unflushed { // what was written reaches the client meanwhile
+			if unflushed { // out of turn: a slow client holds up no turn, and what was written reaches it meanwhile
 				if err := out.flush(); err != nil {
 					return err
 				}
