@@ -16,7 +16,7 @@
 //     them in turn, so every step of another request waited behind all of
 //     them, and a 50-event replay that takes milliseconds alone took
 //     seconds beside them. A replay takes a turn per batch of events; the
-//     turns are as many as the Go scheduler's processors, and one held
+//     turns are one fewer than the Go scheduler's processors, and one held
 //     longer than Config.Quantum (its writer blocked on a slow client,
 //     not using the CPU) stops counting: the next waiter goes;
 //   - the journal's batched gets (journal): an instance has a bounded

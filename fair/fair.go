@@ -19,8 +19,13 @@ const DefaultQuantum = 5 * time.Millisecond
 
 // Config configures a Scheduler.
 type Config struct {
-	// Turns is how many turns may be held at once. Default (0):
-	// runtime.GOMAXPROCS, the goroutines that can run at once.
+	// Turns is how many turns may be held at once. Default (0): one
+	// less than runtime.GOMAXPROCS (the goroutines that can run at
+	// once), and at least one. The processor left over runs what takes
+	// no turns: on a runtime whose every processor always has a holder
+	// ready to run, a goroutine the network wakes (a new request, a
+	// reply) waits for the runtime's look at the network, up to 10 ms,
+	// at each step.
 	Turns int
 	// Quantum is how long a turn counts: one held longer (its holder
 	// blocked on a slow client, or descheduled) no longer holds others
@@ -52,7 +57,7 @@ func New(cfg Config) (*Scheduler, error) {
 		return nil, fmt.Errorf("%w: negative turns", ErrInvalidOption)
 	}
 	if cfg.Turns == 0 {
-		cfg.Turns = runtime.GOMAXPROCS(0)
+		cfg.Turns = max(1, runtime.GOMAXPROCS(0)-1)
 	}
 	if cfg.Quantum == 0 {
 		cfg.Quantum = DefaultQuantum

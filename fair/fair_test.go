@@ -3,6 +3,7 @@ package fair
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -269,14 +270,14 @@ func TestNilSchedulerTakesNoTurns(t *testing.T) {
 }
 
 // TestNewRejectsNegativeTurns: negative turns are ErrInvalidOption; zero
-// takes GOMAXPROCS.
+// takes one turn fewer than GOMAXPROCS, at least one.
 func TestNewRejectsNegativeTurns(t *testing.T) {
 	if _, err := New(Config{Turns: -1}); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("New(Turns: -1) = %v, want ErrInvalidOption", err)
 	}
 	s, err := New(Config{})
-	if err != nil || s.turns < 1 || s.quantum != DefaultQuantum {
-		t.Errorf("New(Config{}) = %+v, %v: want GOMAXPROCS turns and the default quantum", s, err)
+	if err != nil || s.turns != max(1, runtime.GOMAXPROCS(0)-1) || s.quantum != DefaultQuantum {
+		t.Errorf("New(Config{}) = %+v, %v: want GOMAXPROCS-1 turns (at least 1) and the default quantum", s, err)
 	}
 }
 

@@ -105,7 +105,8 @@ type Settings struct {
 	// readers (package fair): one tenant's bulk replays do not set
 	// another's latency. A reader takes turns until it has caught up with
 	// its generation; what it then follows live it writes as it comes.
-	// 0 takes the default, negative disables. Default: GOMAXPROCS.
+	// 0 takes the default, negative disables. Default: GOMAXPROCS less
+	// one, at least one (fair.Config.Turns).
 	ReplayTurns int
 }
 
