@@ -90,6 +90,15 @@ type Config struct {
 	// while the events are behind. Open does not close it. Default: the
 	// journal's connection.
 	Records *nats.Conn
+	// ShortReads, when set, is the connection the gets of the short
+	// reads' lane (MaxReads: a reader's first, a short replay's) go
+	// over. On a connection of their own their replies do not queue
+	// behind the long reads' (up to MaxReads of 1 MiB each, in the
+	// client's buffers and the server's writing to one connection): a
+	// small replay beside thousands of long ones waited tens to hundreds
+	// of milliseconds there. Open does not close it. Default: the
+	// journal's connection.
+	ShortReads *nats.Conn
 }
 
 // DefaultLinger is Config.Linger's default: about two tokens of a

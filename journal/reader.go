@@ -281,7 +281,7 @@ func (r *Reader) get(ctx context.Context) (evs []unread, n int, err error) {
 			batch, size = 2, 2*(r.j.maxFrame+frameRoom)
 		}
 	}
-	n, err = r.j.getBatch(gctx, r.subject, r.next, batch, size, func(m *nats.Msg, seq, pending uint64) {
+	n, err = r.j.getBatch(gctx, r.j.readConn(short), r.subject, r.next, batch, size, func(m *nats.Msg, seq, pending uint64) {
 		r.got++
 		r.bytes += len(m.Data)
 		r.seq, r.next, r.pending = seq, seq+1, pending

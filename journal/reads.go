@@ -32,7 +32,9 @@ import (
 // stay small however many readers start together. Then by tenant (For):
 // in each lane the turns go round the tenants whose readers wait (package
 // fair), so one tenant's thousand replays starting together, whose first
-// gets all take the short lane, do not hold up another's.
+// gets all take the short lane, do not hold up another's. And the short
+// lane's gets may have a connection of their own (Config.ShortReads),
+// whose replies do not queue behind the long ones'.
 const (
 	// headBytes is the most a read may have left for its gets to take the
 	// short reads' lane, and the most one of them asks for.
@@ -71,35 +73,44 @@ type batchRequest struct {
 // errBatchStatus is a batched get the server answered with an error status.
 var errBatchStatus = errors.New("journal: read: batch refused")
 
-// getBatch asks the stream for up to n messages of subject from seq on, at
-// most maxBytes of them (the server sends at least one), and calls each
-// with every message in order, its sequence, and how many of subject's
-// messages follow it. It returns the number of messages got and
+// readConn is the connection a get of the short reads' lane (short) or
+// the long ones' goes over (Config.ShortReads).
+func (j *Journal) readConn(short bool) *nats.Conn {
+	if short && j.cfg.ShortReads != nil {
+		return j.cfg.ShortReads
+	}
+	return j.nc
+}
+
+// getBatch asks the stream, over nc, for up to n messages of subject from
+// seq on, at most maxBytes of them (the server sends at least one), and
+// calls each with every message in order, its sequence, and how many of
+// subject's messages follow it. It returns the number of messages got and
 // nil at the batch's end (0: none is stored from seq on); on an error
-// after some messages, those were given to each. No answer before ctx ends
-// is errNoAnswer.
+// after some messages, those were given to each. No answer before ctx
+// ends is errNoAnswer.
 //
 // The reply comes on an inbox of its own, not under the connection's
 // request inbox (whose wildcard subscription would get every message a
 // second time), subscribed with pending limits that fit the whole batch:
 // none of it is dropped as a slow consumer's.
-func (j *Journal) getBatch(ctx context.Context, subject string, seq uint64, n, maxBytes int, each func(m *nats.Msg, seq, pending uint64)) (int, error) {
+func (j *Journal) getBatch(ctx context.Context, nc *nats.Conn, subject string, seq uint64, n, maxBytes int, each func(m *nats.Msg, seq, pending uint64)) (int, error) {
 	req, err := json.Marshal(batchRequest{Seq: seq, NextBy: subject, Batch: n, MaxBytes: maxBytes})
 	if err != nil {
 		return 0, fmt.Errorf("journal: read: %w", err)
 	}
-	inbox := j.nc.NewInbox()
-	sub, err := j.nc.SubscribeSync(inbox)
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return 0, fmt.Errorf("journal: read: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	// The batch and its end-of-batch, in messages; in bytes, what the
 	// server sends before it stops past maxBytes, and its headers.
-	if err := sub.SetPendingLimits(n+1, 2*(maxBytes+int(j.nc.MaxPayload()))); err != nil {
+	if err := sub.SetPendingLimits(n+1, 2*(maxBytes+int(nc.MaxPayload()))); err != nil {
 		return 0, fmt.Errorf("journal: read: %w", err)
 	}
-	if err := j.nc.PublishRequest(j.direct, inbox, req); err != nil {
+	if err := nc.PublishRequest(j.direct, inbox, req); err != nil {
 		return 0, fmt.Errorf("journal: read: %w", err)
 	}
 	got := 0

@@ -85,6 +85,7 @@ type stack struct {
 	emb    *journal.Embedded // nil with stackConfig.natsURLs
 	nc     *nats.Conn
 	rc     *nats.Conn // the key records' (journal.Config.Records)
+	sc     *nats.Conn // the short reads' (journal.Config.ShortReads)
 	js     jetstream.JetStream
 	rep    *proxy.Proxy
 	reg    *prometheus.Registry
@@ -155,6 +156,9 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	if s.rc, err = connect("reprise-bench-records"); err != nil {
 		return nil, err
 	}
+	if s.sc, err = connect("reprise-bench-short"); err != nil {
+		return nil, err
+	}
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		return nil, err
 	}
@@ -167,8 +171,8 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	instance := func(reg prometheus.Registerer, turns int) (*proxy.Proxy, string, error) {
 		p, err := proxy.New(ctx, proxy.Config{
 			NATS:         s.nc,
-			Journal:      journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), LingerAlone: cmp.Or(cfg.lingerAlone, -1), Records: s.rc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
-			Owner:        "bench-" + resume.NewKey()[3:11],                                                                                                                           // default lease
+			Journal:      journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), LingerAlone: cmp.Or(cfg.lingerAlone, -1), Records: s.rc, ShortReads: s.sc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
+			Owner:        "bench-" + resume.NewKey()[3:11],                                                                                                                                             // default lease
 			Upstream:     upURL,
 			Policy:       classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
 			HTTP:         stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders, ReplayTurns: turns},
@@ -392,6 +396,9 @@ func (s *stack) close() {
 	}
 	if s.rc != nil {
 		s.rc.Close()
+	}
+	if s.sc != nil {
+		s.sc.Close()
 	}
 	if s.nc != nil {
 		s.nc.Close()
