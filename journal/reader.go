@@ -22,12 +22,13 @@ import (
 const (
 	// getBatch and getBytes bound one batched get: a long replay takes a
 	// round trip per getBatch messages or getBytes bytes (Config.MaxReads
-	// of them in flight on an instance). A reader's first get asks for one
-	// message, or two when it seeks by a hint (the hint names a message
-	// stored before the one holding the events after the cursor, most
-	// often the one just before): a resume's first event comes at once,
-	// before the bulk; a get in the short reads' lane asks for at most
-	// headBytes (reads.go).
+	// of them in flight on an instance). A resume's first get asks for
+	// one message, or two when it seeks by a hint (the hint names a
+	// message stored before the one holding the events after the cursor,
+	// most often the one just before): its first event comes at once,
+	// before the bulk. A get in the short reads' lane asks for at most
+	// headBytes (reads.go), a reader's first from the start too: a short
+	// replay comes whole in one round trip.
 	getBatch = 256
 	getBytes = 1 << 20
 	// getTimeout bounds one batched get.
@@ -276,9 +277,11 @@ func (r *Reader) get(ctx context.Context) (evs []unread, n int, err error) {
 		size = headBytes
 	}
 	if r.got == 0 {
-		batch = 1
-		if r.check { // by a hint: its message, and the one after
+		switch {
+		case r.check: // by a hint: its message, and the one after
 			batch, size = 2, 2*(r.j.maxFrame+frameRoom)
+		case r.after > 0: // a resume without a hint: the first message alone
+			batch = 1
 		}
 	}
 	n, err = r.j.getBatch(gctx, r.j.readConn(short), r.subject, r.next, batch, size, func(m *nats.Msg, seq, pending uint64) {
