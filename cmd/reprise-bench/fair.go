@@ -22,9 +22,13 @@ import (
 // replay's latencies (ms) alone and beside the bulk, and the bulk's own.
 type fairCell struct {
 	alone, beside []float64
-	bulkWall      time.Duration // from starting the bulk client process to its end
-	bulkEvents    int64
-	bulkErrs      int
+	// steady are the samples of beside that began once every bulk
+	// replay was attached: none of A's requests was still arriving (their
+	// handlers, record reads and first gets take no turns).
+	steady     []float64
+	bulkWall   time.Duration // from starting the bulk client process to its end
+	bulkEvents int64
+	bulkErrs   int
 	// afterBulk counts the small replays beside the bulk that ended after
 	// more than half of the bulk replays had ended: finished with the bulk
 	// rather than beside it.
@@ -140,9 +144,10 @@ func (b *bench) fairRun(exe string, bulkLocs []string, smallLoc string) (*fairCe
 		return nil, err
 	}
 	// The child says "running" once half the replays have their answer's
-	// headers (reprise took them as readers), "half" once half of them
-	// ended, and "done <events> <failed> [first error]" at the end.
-	running, half := make(chan struct{}), make(chan struct{})
+	// headers (reprise took them as readers), "attached" once all have,
+	// "half" once half of them ended, and "done <events> <failed> [first
+	// error]" at the end.
+	running, attached, half := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var done string
 	read := make(chan error, 1)
 	go func() {
@@ -151,6 +156,8 @@ func (b *bench) fairRun(exe string, bulkLocs []string, smallLoc string) (*fairCe
 			switch l := sc.Text(); {
 			case l == "running":
 				close(running)
+			case l == "attached":
+				close(attached)
 			case l == "half":
 				close(half)
 			case strings.HasPrefix(l, "done "):
@@ -165,12 +172,21 @@ func (b *bench) fairRun(exe string, bulkLocs []string, smallLoc string) (*fairCe
 		return nil, fmt.Errorf("bulk client process ended before its replays ran: %w", err)
 	}
 	for len(c.beside) < o.fairSamples {
+		steady := false
+		select {
+		case <-attached:
+			steady = true
+		default:
+		}
 		d, err := b.fairSmallOnce(smallLoc)
 		if err != nil {
 			cancel()
 			return nil, errors.Join(fmt.Errorf("small replay beside the bulk: %w", err), <-read)
 		}
 		c.beside = append(c.beside, ms(d))
+		if steady {
+			c.steady = append(c.steady, ms(d))
+		}
 		select {
 		case <-half:
 			c.afterBulk++
@@ -215,8 +231,8 @@ func (b *bench) fairSmallOnce(loc string) (time.Duration, error) {
 // fairChild is the fair phase's bulk client process: it replays the keys
 // at --fair-child-urls (in turn) --fair-bulk times at once, each to its
 // end, and prints "running" once half of them have their answer's
-// headers, "half" once half of them ended, and "done <events> <failed>
-// [first error]".
+// headers, "attached" once all have, "half" once half of them ended, and
+// "done <events> <failed> [first error]".
 func fairChild(o options) error {
 	raiseNoFile()
 	urls := strings.Split(o.fairChildURLs, ",")
@@ -240,8 +256,11 @@ func fairChild(o options) error {
 			var once sync.Once
 			attached := func() {
 				once.Do(func() {
-					if started.Add(1) == halfway {
+					switch started.Add(1) {
+					case halfway:
 						tell("running")
+					case int64(o.fairBulk):
+						tell("attached")
 					}
 				})
 			}
@@ -296,7 +315,8 @@ var fairPaths = []string{"memory", "journal"}
 // run's percentiles, and the totals.
 type fairFigures struct {
 	alone50, alone99, beside50, beside99 float64
-	samples, afterBulk, errs             int
+	steady50, steady99                   float64 // of fairCell.steady
+	samples, steadies, afterBulk, errs   int
 	rate                                 float64 // the bulk's events/s
 }
 
@@ -306,25 +326,31 @@ func (r *fairResult) figures(name string) (fairFigures, bool) {
 		return fairFigures{}, false
 	}
 	var f fairFigures
-	var a50, a99, b50, b99, rates []float64
+	var a50, a99, b50, b99, s50, s99, rates []float64
 	for _, c := range cells {
 		a50, a99 = append(a50, percentile(c.alone, 50)), append(a99, percentile(c.alone, 99))
 		b50, b99 = append(b50, percentile(c.beside, 50)), append(b99, percentile(c.beside, 99))
+		if len(c.steady) > 0 {
+			s50, s99 = append(s50, percentile(c.steady, 50)), append(s99, percentile(c.steady, 99))
+		}
+		f.steadies += len(c.steady)
 		rates = append(rates, float64(c.bulkEvents)/c.bulkWall.Seconds())
 		f.samples += len(c.beside)
 		f.afterBulk += c.afterBulk
 		f.errs += c.bulkErrs
 	}
 	f.alone50, f.alone99, f.beside50, f.beside99, f.rate = median(a50), median(a99), median(b50), median(b99), median(rates)
+	f.steady50, f.steady99 = median(s50), median(s99)
 	return f, true
 }
 
 // summary is the summary line's figures: the worse path's p99 beside the
-// bulk with turns, and, read from JetStream, the ratio of that p99
-// without turns to with. (Read from memory, the bulk without turns is
-// often over before B's first replay: its ratio says little.)
-func (r *fairResult) summary() (p99, ratio float64) {
-	p99, ratio = math.NaN(), math.NaN()
+// bulk with turns, of all samples and of those once all of it was
+// attached, and, read from JetStream, the ratio of the first without
+// turns to with. (Read from memory, the bulk without turns is often over
+// before B's first replay: its ratio says little.)
+func (r *fairResult) summary() (p99, steady99, ratio float64) {
+	p99, steady99, ratio = math.NaN(), math.NaN(), math.NaN()
 	for _, path := range fairPaths {
 		fair, ok1 := r.figures(fairCellName("fair", path))
 		unfair, ok2 := r.figures(fairCellName("unfair", path))
@@ -334,19 +360,22 @@ func (r *fairResult) summary() (p99, ratio float64) {
 		if math.IsNaN(p99) || fair.beside99 > p99 {
 			p99 = fair.beside99
 		}
+		if math.IsNaN(steady99) || fair.steady99 > steady99 {
+			steady99 = fair.steady99
+		}
 		if path == "journal" {
 			ratio = unfair.beside99 / fair.beside99
 		}
 	}
-	return p99, ratio
+	return p99, steady99, ratio
 }
 
 // report writes the fair phase's table.
 func (r *fairResult) report(w io.Writer, o options) {
 	fmt.Fprintf(w, "\nFair replays: tenant B replays a %d-event key again and again beside tenant A's %d replays of %d-event keys (%d keys; A's clients in a process of their own), on an instance whose replays take turns by tenant (reprise's default) and on one without (--replay-turns -1), in the same run; %d runs, medians of per-run values:\n\n",
 		o.fairSmall, o.fairBulk, o.fairEvents, o.fairKeys, o.runs)
-	fmt.Fprintln(w, "| keys read from | replays | B alone p50 / p99 (ms) | B beside A p50 / p99 (ms) | samples beside A (ended after half of A) | A's events/s | target (p99 beside) | |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| keys read from | replays | B alone p50 / p99 (ms) | B beside A p50 / p99 (ms) | samples beside A (ended after half of A) | of which once all of A was attached: p50 / p99 (ms; samples) | A's events/s | target (p99 once all of A was attached) | |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, path := range fairPaths {
 		from := "memory (the instance ran them)"
 		if path == "journal" {
@@ -357,7 +386,7 @@ func (r *fairResult) report(w io.Writer, o options) {
 			if !ok {
 				continue
 			}
-			how, target, met := "in turns by tenant", fmt.Sprintf("≤ %d", fairTarget), verdict(x.beside99, fairTarget, true)
+			how, target, met := "in turns by tenant", fmt.Sprintf("≤ %d", fairTarget), verdict(x.steady99, fairTarget, true)
 			if inst == "unfair" {
 				how, target, met = "without turns", "", ""
 			}
@@ -365,12 +394,13 @@ func (r *fairResult) report(w io.Writer, o options) {
 			if x.errs > 0 {
 				errs = fmt.Sprintf(" (%d failed)", x.errs)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s / %s | %s / %s | %d (%d) | %s%s | %s | %s |\n", from, how,
-				f(x.alone50, 3), f(x.alone99, 3), f(x.beside50, 1), f(x.beside99, 1), x.samples, x.afterBulk, kev(x.rate), errs, target, met)
+			fmt.Fprintf(w, "| %s | %s | %s / %s | %s / %s | %d (%d) | %s / %s (%d) | %s%s | %s | %s |\n", from, how,
+				f(x.alone50, 3), f(x.alone99, 3), f(x.beside50, 1), f(x.beside99, 1), x.samples, x.afterBulk,
+				f(x.steady50, 1), f(x.steady99, 1), x.steadies, kev(x.rate), errs, target, met)
 		}
 	}
-	fmt.Fprintln(w, "\nA sample that ended after half of A's replays had (in parentheses) ends the samples of its run: B waited for the bulk.")
-	if p99, ratio := r.summary(); !math.IsNaN(ratio) {
-		fmt.Fprintf(w, "B's p99 beside A, read from JetStream, without turns ÷ with: ×%s; with turns, at worst %s ms.\n", f(ratio, 1), f(p99, 1))
+	fmt.Fprintln(w, "\nA sample that ended after half of A's replays had (in parentheses) ends the samples of its run: B waited for the bulk. Samples taken while A's requests still arrived meet their handlers, record reads and first gets, which take no turns.")
+	if p99, steady99, ratio := r.summary(); !math.IsNaN(ratio) {
+		fmt.Fprintf(w, "B's p99 beside A, read from JetStream, without turns ÷ with: ×%s; with turns, at worst %s ms (%s ms once all of A was attached).\n", f(ratio, 1), f(p99, 1), f(steady99, 1))
 	}
 }

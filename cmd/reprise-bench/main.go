@@ -13,7 +13,7 @@
 //
 // It prints a markdown table and, last, one summary line:
 //
-//	bench: throughput_ratio=… ttft_overhead_p50_ms=… ttft_overhead_p99_ms=… resume_p99_ms=… replay_events_per_s=… replay_post_events_per_s=… rss_per_client_kb=… … fair_beside_p99_ms=… fair_unfair_p99_ratio=…
+//	bench: throughput_ratio=… ttft_overhead_p50_ms=… ttft_overhead_p99_ms=… resume_p99_ms=… replay_events_per_s=… replay_post_events_per_s=… rss_per_client_kb=… … fair_beside_p99_ms=… fair_attached_p99_ms=… fair_unfair_p99_ratio=…
 //
 // See BENCHMARKS.md for the method, the targets and the results.
 package main

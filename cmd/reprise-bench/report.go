@@ -116,15 +116,15 @@ func (m *mixResult) merge(o *mixResult) {
 type summary struct {
 	ratio, ttft50, ttft99, resume99, replay, replayPost, rss float64
 	mix50, mix99, mixCPU                                     float64 // the first mix's (200 streams by default)
-	fair99, fairRatio                                        float64 // fairResult.summary
+	fair99, fairSteady99, fairRatio                          float64 // fairResult.summary
 	ratioS, rssN                                             int
 }
 
 func (b *bench) summary() summary {
 	s := summary{ratio: math.NaN(), ttft50: math.NaN(), ttft99: math.NaN(), resume99: math.NaN(), replay: math.NaN(), replayPost: math.NaN(), rss: math.NaN(),
-		mix50: math.NaN(), mix99: math.NaN(), mixCPU: math.NaN(), fair99: math.NaN(), fairRatio: math.NaN()}
+		mix50: math.NaN(), mix99: math.NaN(), mixCPU: math.NaN(), fair99: math.NaN(), fairSteady99: math.NaN(), fairRatio: math.NaN()}
 	if b.res.fair != nil {
-		s.fair99, s.fairRatio = b.res.fair.summary()
+		s.fair99, s.fairSteady99, s.fairRatio = b.res.fair.summary()
 	}
 	if len(b.o.mixStreams) > 0 {
 		m := b.res.mix[b.o.mixStreams[0]]
@@ -327,8 +327,8 @@ func (b *bench) report(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s replay_post_events_per_s=%s rss_per_client_kb=%s mix_added_p50_ms=%s mix_added_p99_ms=%s mix_cpu_ratio=%s fair_beside_p99_ms=%s fair_unfair_p99_ratio=%s %s\n",
-		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.replayPost, 0), f(s.rss, 1), f(s.mix50, 3), f(s.mix99, 3), f(s.mixCPU, 2), f(s.fair99, 1), f(s.fairRatio, 1), o.natsSummary())
+	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s replay_post_events_per_s=%s rss_per_client_kb=%s mix_added_p50_ms=%s mix_added_p99_ms=%s mix_cpu_ratio=%s fair_beside_p99_ms=%s fair_attached_p99_ms=%s fair_unfair_p99_ratio=%s %s\n",
+		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.replayPost, 0), f(s.rss, 1), f(s.mix50, 3), f(s.mix99, 3), f(s.mixCPU, 2), f(s.fair99, 1), f(s.fairSteady99, 1), f(s.fairRatio, 1), o.natsSummary())
 }
 
 // journalSetup says what reprise journals on, for the report's header.
