@@ -78,7 +78,9 @@ type Config struct {
 	// turn, so a thousand long replays queue instead of flooding the
 	// connection. Reads that have brought little so far (a resume's first
 	// events, a short replay) take turns in a lane of their own, as wide:
-	// they do not wait behind long replays. Default DefaultMaxReads (16).
+	// they do not wait behind long replays. In each lane the turns go
+	// round the tenants whose readers wait (Read's For). Default
+	// DefaultMaxReads (16).
 	MaxReads int
 	// Records, when set, is the connection the key records (Get, Create,
 	// Update: the resume decisions and the owners' lease renewals) go
@@ -88,6 +90,15 @@ type Config struct {
 	// while the events are behind. Open does not close it. Default: the
 	// journal's connection.
 	Records *nats.Conn
+	// ShortReads, when set, is the connection the gets of the short
+	// reads' lane (MaxReads: a reader's first, a short replay's) go
+	// over. On a connection of their own their replies do not queue
+	// behind the long reads' (up to MaxReads of 1 MiB each, in the
+	// client's buffers and the server's writing to one connection): a
+	// small replay beside thousands of long ones waited tens to hundreds
+	// of milliseconds there. Open does not close it. Default: the
+	// journal's connection.
+	ShortReads *nats.Conn
 }
 
 // DefaultLinger is Config.Linger's default: about two tokens of a
@@ -182,7 +193,7 @@ type Stats struct {
 func (j *Journal) Stats() Stats {
 	return Stats{AppendRetries: j.appendRetries.Load(), ReadRetries: j.readRetries.Load(), RecordRetries: j.recordRetries.Load(), AppendErrors: j.appendErrors.Load(),
 		AppendStalls: j.appendStalls.Load(),
-		ReadsWaiting: uint64(max(j.reads.waiting.Load(), 0))}
+		ReadsWaiting: uint64(j.reads.waiting())}
 }
 
 // Ref names one generation of one stream id.
@@ -252,7 +263,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	}
 	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, watchKV: watchKV, maxFrame: frameLimit(nc.MaxPayload()), maxEvent: eventLimit(nc.MaxPayload())}
 	j.live = &hub{j: j, topics: map[string]*topic{}}
-	j.reads = newLanes(cfg.MaxReads)
+	if j.reads, err = newLanes(cfg.MaxReads); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
 	j.direct = directSubject(js.Options().APIPrefix, cfg.Stream)
 	j.lag.writers, j.lag.bySubject = map[*Writer]struct{}{}, map[string]*Writer{}
 	if err := j.hearWatches(); err != nil {

@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
-	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/reprise-dev/reprise/fair"
 )
 
 // A Reader reads the stored part of a generation by batched direct gets
@@ -21,12 +22,13 @@ import (
 const (
 	// getBatch and getBytes bound one batched get: a long replay takes a
 	// round trip per getBatch messages or getBytes bytes (Config.MaxReads
-	// of them in flight on an instance). A reader's first get asks for one
-	// message, or two when it seeks by a hint (the hint names a message
-	// stored before the one holding the events after the cursor, most
-	// often the one just before): a resume's first event comes at once,
-	// before the bulk; a get in the short reads' lane asks for at most
-	// headBytes (reads.go).
+	// of them in flight on an instance). A resume's first get asks for
+	// one message, or two when it seeks by a hint (the hint names a
+	// message stored before the one holding the events after the cursor,
+	// most often the one just before): its first event comes at once,
+	// before the bulk. A get in the short reads' lane asks for at most
+	// headBytes (reads.go), a reader's first from the start too: a short
+	// replay comes whole in one round trip.
 	getBatch = 256
 	getBytes = 1 << 20
 	// getTimeout bounds one batched get.
@@ -65,15 +67,29 @@ type Reader struct {
 	pending uint64    // messages of the generation after the last one read, as the stream said then
 	failing time.Time // when the current run of failed gets began
 	retry   retrypolicy.RetryPolicy[any]
+	tenant  string       // whose turns its gets take (For)
+	head    *fair.Stream // its turns in the short reads' lane, once it took one
+	long    *fair.Stream // in the long reads' lane
 }
+
+// A ReadOption configures a Reader.
+type ReadOption func(*Reader)
+
+// For has a Reader's gets take their turns (reads.go) as tenant's: the
+// turns go round the tenants whose readers wait. Without it, a reader's
+// turns are those of the tenant "".
+func For(tenant string) ReadOption { return func(r *Reader) { r.tenant = tenant } }
 
 // Read starts reading ref's events after offset after. hint, when non-zero,
 // is the event's Event.Seq, a stream sequence at or before the message
 // holding the event at offset after: reading then starts there instead of
 // at the generation's first event. A wrong hint costs time, never
 // correctness.
-func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64) (*Reader, error) {
+func (j *Journal) Read(_ context.Context, ref Ref, after, hint uint64, opts ...ReadOption) (*Reader, error) {
 	r := &Reader{j: j, ref: ref, subject: ref.subject(), after: after, next: 1, gets: true, from: after, fromSeq: hint}
+	for _, o := range opts {
+		o(r)
+	}
 	if hint > 0 && after > 0 {
 		r.next, r.check, r.hint = hint, true, hint
 	}
@@ -142,6 +158,11 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 // returned. Once Next has returned an event, Next then returns at once
 // (offsets are contiguous from there: nothing held is skipped).
 func (r *Reader) Buffered() bool { return len(r.buf) > 0 || len(r.more) > 0 }
+
+// Live reports whether the reader has caught up with what was stored and
+// follows the generation as it is written (its instance's topic), rather
+// than reading what was stored before it came.
+func (r *Reader) Live() bool { return !r.gets && r.live != nil }
 
 // fromStart drops a wrong hint: the generation is read from its first event.
 func (r *Reader) fromStart() {
@@ -238,16 +259,17 @@ func (r *Reader) getRetrying(ctx context.Context) (evs []unread, n int, err erro
 
 // get reads the messages stored from r.next on, up to a batch, and returns
 // them and how many it read (0: none is stored yet). It waits for its turn
-// among the instance's gets first (lanes); getTimeout bounds the get itself.
+// among the instance's gets first (lanes, For); getTimeout bounds the get
+// itself.
 func (r *Reader) get(ctx context.Context) (evs []unread, n int, err error) {
 	// A read's size is unknown until its first message says how many
 	// follow; the bytes left are guessed at the average of those read.
 	short := r.got == 0 || r.pending*uint64(r.bytes/r.got) <= headBytes
-	release, err := r.j.reads.turn(ctx, short)
-	if err != nil {
+	q := r.lane(short)
+	if err := q.Wait(ctx); err != nil {
 		return nil, 0, err
 	}
-	defer release()
+	defer q.Done()
 	gctx, cancel := context.WithTimeout(ctx, getTimeout)
 	defer cancel()
 	batch, size := getBatch, getBytes
@@ -255,12 +277,14 @@ func (r *Reader) get(ctx context.Context) (evs []unread, n int, err error) {
 		size = headBytes
 	}
 	if r.got == 0 {
-		batch = 1
-		if r.check { // by a hint: its message, and the one after
+		switch {
+		case r.check: // by a hint: its message, and the one after
 			batch, size = 2, 2*(r.j.maxFrame+frameRoom)
+		case r.after > 0: // a resume without a hint: the first message alone
+			batch = 1
 		}
 	}
-	n, err = r.j.getBatch(gctx, r.subject, r.next, batch, size, func(m *nats.Msg, seq, pending uint64) {
+	n, err = r.j.getBatch(gctx, r.j.readConn(short), r.subject, r.next, batch, size, func(m *nats.Msg, seq, pending uint64) {
 		r.got++
 		r.bytes += len(m.Data)
 		r.seq, r.next, r.pending = seq, seq+1, pending
@@ -278,14 +302,28 @@ func (r *Reader) get(ctx context.Context) (evs []unread, n int, err error) {
 	return nil, 0, err
 }
 
+// lane is the reader's turns in the short reads' lane or the long ones'.
+func (r *Reader) lane(short bool) *fair.Stream {
+	if short {
+		if r.head == nil {
+			r.head = r.j.reads.head.Stream(r.tenant)
+		}
+		return r.head
+	}
+	if r.long == nil {
+		r.long = r.j.reads.long.Stream(r.tenant)
+	}
+	return r.long
+}
+
 // getRetry is how a Reader rides out a NATS failover: a get that failed is
 // asked again after a pause that grows with the time since the failures
 // began (50 ms in the first second, doubling each second to 800 ms from
-// the fifth on), until readRetry has passed. A get that waited turnWait
-// for its turn, or whose reply the connection dropped, is not a failure
-// of the journal but of a busy instance: it is asked again (at once, or
-// after 50 ms) without starting the run of failures, so a long queue
-// delays a reader and never fails it.
+// the fifth on), until readRetry has passed. A get whose reply the
+// connection dropped is not a failure of the journal but of a busy
+// instance: it is asked again after 50 ms without starting the run of
+// failures. (A get waits for its turn as long as its reader's context
+// lets it: a long queue delays a reader and never fails it.)
 func (r *Reader) getRetry() retrypolicy.RetryPolicy[any] {
 	return retrypolicy.NewBuilder[any]().
 		HandleIf(func(_ any, err error) bool { return err != nil && !errors.Is(err, context.Canceled) }).
@@ -299,27 +337,18 @@ func (r *Reader) getRetry() retrypolicy.RetryPolicy[any] {
 		AbortIf(func(any, error) bool { return !r.failing.IsZero() && time.Since(r.failing) > readRetry }).
 		WithMaxAttempts(-1).
 		WithDelayFunc(func(a failsafe.ExecutionAttempt[any]) time.Duration {
-			switch {
-			case errors.Is(a.LastError(), bulkhead.ErrFull):
-				return 0 // it waited already
-			case r.failing.IsZero():
+			if r.failing.IsZero() {
 				return 50 * time.Millisecond
 			}
 			return 50 * time.Millisecond << min(time.Since(r.failing)/time.Second, 4)
 		}).
-		OnRetryScheduled(func(e failsafe.ExecutionScheduledEvent[any]) {
-			if !errors.Is(e.LastError(), bulkhead.ErrFull) {
-				r.j.readRetries.Add(1)
-			}
-		}).
+		OnRetryScheduled(func(failsafe.ExecutionScheduledEvent[any]) { r.j.readRetries.Add(1) }).
 		Build()
 }
 
 // busy reports whether a get failed for want of the instance's room, not
-// the journal's: no turn in time, or its reply dropped by the connection.
-func busy(err error) bool {
-	return errors.Is(err, bulkhead.ErrFull) || errors.Is(err, nats.ErrSlowConsumer)
-}
+// the journal's: its reply dropped by the connection.
+func busy(err error) bool { return errors.Is(err, nats.ErrSlowConsumer) }
 
 // hintWrong reports whether nothing follows the hint because the hint does
 // not name the message holding this generation's event at offset after (a

@@ -62,11 +62,6 @@ func benchCtx(tb testing.TB) context.Context {
 	return ctx
 }
 
-func eventsPerSecond(b *testing.B, n int, elapsed time.Duration) {
-	b.Helper()
-	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
-}
-
 // BenchmarkSSEWrite writes journaled events to a client through go-sse:
 // flushing after every event (a live reader woken per event) and every 64.
 func BenchmarkSSEWrite(b *testing.B) {
@@ -95,7 +90,10 @@ func BenchmarkSSEWrite(b *testing.B) {
 
 // BenchmarkReplay serves a completed 20,000-event generation from the
 // journal to a client that takes everything (followJournal into the SSE
-// writer), without HTTP. ns/op is per replay; events/s is reported.
+// writer), without HTTP, each time twice: taking a turn per batch (as
+// reprise runs) and without. Alone, a replay's turns must cost it no more
+// than an uncontended check: turns/no-turns, the rate with turns over the
+// rate without, stays near 1. ns/op is per pair of replays.
 func BenchmarkReplay(b *testing.B) {
 	const n = 20_000
 	j := journaltest.New(b, journal.Config{}) // file storage, as cmd/reprise runs it
@@ -112,20 +110,38 @@ func BenchmarkReplay(b *testing.B) {
 	if err := w.End(ctx, journal.EndCompleted); err != nil {
 		b.Fatal(err)
 	}
+	// Each iteration replays both ways, in alternating order: a busy box's
+	// drift falls on both alike.
 	b.ReportAllocs()
-	var total time.Duration
+	var took [2]time.Duration // no turns, turns
+	scheduler := s.turns
+	i := 0
 	for b.Loop() {
-		sw, dw := newBenchSSE(b)
-		start := time.Now()
-		if err := s.followJournal(ctx, sw, ref, apierr.OpenAI, 0, 0); err != nil {
-			b.Fatal(err)
+		for k := range 2 {
+			turns := (i+k)%2 == 1
+			sw, dw := newBenchSSE(b)
+			s.turns = nil
+			if turns {
+				s.turns = scheduler
+			}
+			start := time.Now()
+			if err := s.followJournal(ctx, sw, "bench", ref, apierr.OpenAI, 0, 0); err != nil {
+				b.Fatal(err)
+			}
+			if turns {
+				took[1] += time.Since(start)
+			} else {
+				took[0] += time.Since(start)
+			}
+			if dw.n < int64(n*len(benchFrame)) {
+				b.Fatalf("wrote %d bytes for %d events", dw.n, n)
+			}
 		}
-		total += time.Since(start)
-		if dw.n < int64(n*len(benchFrame)) {
-			b.Fatalf("wrote %d bytes for %d events", dw.n, n)
-		}
+		i++
 	}
-	eventsPerSecond(b, n*b.N, total)
+	b.ReportMetric(float64(n*b.N)/took[0].Seconds(), "events/s-no-turns")
+	b.ReportMetric(float64(n*b.N)/took[1].Seconds(), "events/s-turns")
+	b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "turns/no-turns")
 }
 
 // benchServer is a Server on j whose upstream is never called.

@@ -26,21 +26,23 @@ type eventWriter interface {
 
 // follow writes rec's current generation to out, after cur, then follows it
 // live until its end marker. A cursor in an older generation gets a reset
-// first. The caller has validated cur.Gen <= rec.Generation.
+// first. The caller has validated cur.Gen <= rec.Generation. What was
+// stored before the reader caught up it writes a batch per turn of
+// tenant's (replayTurns); what it follows live, as it comes.
 //
 // rec goes by pointer down to where an idle reader waits (followTail,
 // followJournal): each copy of a Record (~400 bytes) on the way is stack the
 // reader keeps while it waits, and the runtime halves an idle goroutine's
 // stack only while it uses less than a quarter of it.
-func (s *Server) follow(ctx context.Context, out eventWriter, id string, rec *resume.Record, cur resume.Position) error {
-	err := s.followFrom(ctx, out, id, rec, cur)
+func (s *Server) follow(ctx context.Context, out eventWriter, tenant, id string, rec *resume.Record, cur resume.Position) error {
+	err := s.followFrom(ctx, out, tenant, id, rec, cur)
 	if err == nil {
 		s.gotResult(ctx, rec)
 	}
 	return err
 }
 
-func (s *Server) followFrom(ctx context.Context, out eventWriter, id string, rec *resume.Record, cur resume.Position) error {
+func (s *Server) followFrom(ctx context.Context, out eventWriter, tenant, id string, rec *resume.Record, cur resume.Position) error {
 	ref := journal.Ref{ID: id, Gen: rec.Generation}
 	var after, hint uint64
 	switch {
@@ -52,7 +54,7 @@ func (s *Server) followFrom(ctx context.Context, out eventWriter, id string, rec
 		}
 	}
 	if t, source := s.tail(ref, rec.State); t != nil && after <= t.Last() { // a tail behind the cursor was taken over: see fitCursor
-		return s.followTail(ctx, out, ref, t, after, source)
+		return s.followTail(ctx, out, tenant, ref, t, after, source)
 	}
 	if rec.State == resume.InProgress {
 		// A generation running elsewhere: its reader here is cut when this
@@ -62,7 +64,7 @@ func (s *Server) followFrom(ctx context.Context, out eventWriter, id string, rec
 		defer cut()
 		defer context.AfterFunc(s.closing, cut)()
 	}
-	return s.followJournal(ctx, out, ref, engine.ShapeOf(rec.Path), after, hint)
+	return s.followJournal(ctx, out, tenant, ref, engine.ShapeOf(rec.Path), after, hint)
 }
 
 // tail is the tail of ref's generation on this instance, and the source
@@ -83,37 +85,47 @@ func eventID(ref journal.Ref, ev journal.Event) string {
 	return resume.Position{Gen: ref.Gen, Offset: ev.Offset, Seq: ev.Seq}.String()
 }
 
-func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Ref, t *engine.Tail, after uint64, source string) error {
+// followTail writes a generation from this instance's tail of it (one it
+// runs, or a result kept here). What the tail holds when the reader comes
+// goes out a batch per turn of tenant's; once the reader has caught up, it
+// takes none: it follows live.
+func (s *Server) followTail(ctx context.Context, out eventWriter, tenant string, ref journal.Ref, t *engine.Tail, after uint64, source string) error {
 	defer s.metrics.Reader(source)()
+	q := s.turns.Stream(tenant) // nil once caught up
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
-	first := true
+	first, unflushed := true, false
 	for {
 		evs, changed := t.Since(after)
-		for _, ev := range evs {
-			if ev.IsEnd() {
-				return out.flush()
+		for len(evs) > 0 {
+			n := len(evs)
+			if q != nil {
+				n = min(n, readBatch)
+				if !q.TryWait() {
+					if unflushed { // out of turn: a slow client holds up no turn, and what was written reaches it meanwhile
+						if err := out.flush(); err != nil {
+							return err
+						}
+					}
+					if err := q.Wait(ctx); err != nil {
+						return err
+					}
+				}
 			}
-			id := eventID(ref, ev)
-			if ev.Type == engine.TypeError && t.Unplaced(ev) { // the type first: no lock per event
-				id = "" // its place in the journal is not known yet
-			}
-			if err := out.send(id, ev); err != nil {
+			end, err := sendTail(out, ref, t, evs[:n], &after, &first)
+			q.Done()
+			if end || err != nil {
 				return err
 			}
-			after = ev.Offset
-			if first { // a resume's first missed event goes out at once, before the backlog
+			evs, unflushed = evs[n:], true
+			if len(evs) == 0 {
 				if err := out.flush(); err != nil {
 					return err
 				}
-				first = false
+				unflushed = false
 			}
 		}
-		if len(evs) > 0 {
-			if err := out.flush(); err != nil {
-				return err
-			}
-		}
+		q = nil // caught up: what comes next is live
 		select {
 		case <-changed:
 		case <-ctx.Done():
@@ -126,6 +138,32 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 	}
 }
 
+// sendTail writes evs, events of t after *after, to out, and moves *after
+// on; the first event of a reader (*first) is flushed at once. end
+// reports the generation's end marker: out is flushed then.
+func sendTail(out eventWriter, ref journal.Ref, t *engine.Tail, evs []journal.Event, after *uint64, first *bool) (end bool, err error) {
+	for _, ev := range evs {
+		if ev.IsEnd() {
+			return true, out.flush()
+		}
+		id := eventID(ref, ev)
+		if ev.Type == engine.TypeError && t.Unplaced(ev) { // the type first: no lock per event
+			id = "" // its place in the journal is not known yet
+		}
+		if err := out.send(id, ev); err != nil {
+			return false, err
+		}
+		*after = ev.Offset
+		if *first { // a resume's first missed event goes out at once, before the backlog
+			if err := out.flush(); err != nil {
+				return false, err
+			}
+			*first = false
+		}
+	}
+	return false, nil
+}
+
 // followJournal reads a generation from JetStream: a completed one, or one
 // running on another instance. A reading goroutine feeds this one, which
 // owns the connection and selects over events, the idle tick and the
@@ -135,9 +173,15 @@ func (s *Server) followTail(ctx context.Context, out eventWriter, ref journal.Re
 // more than the reader got (its reads stalled, on a NATS node that
 // died): then it reads on from the journal afresh, and gets the
 // generation's own end.
-// Errors it writes itself are in shape, the key's format's.
-func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal.Ref, shape apierr.Shape, after, hint uint64) error {
-	rd, err := s.journal.Read(ctx, ref, after, hint)
+// Errors it writes itself are in shape, the key's format's. What it reads
+// of what was stored goes out a batch per turn of tenant's, and its gets
+// take their turns as tenant's; what it reads live goes out as it comes.
+func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant string, ref journal.Ref, shape apierr.Shape, after, hint uint64) error {
+	q := s.turns.Stream(tenant)
+	if q == nil {
+		tenant = "" // no turns by tenant: the gets' in the order they come
+	}
+	rd, err := s.journal.Read(ctx, ref, after, hint, journal.For(tenant))
 	if err != nil {
 		return err
 	}
@@ -178,7 +222,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 					// The journal holds more than this reader got: its reads
 					// stalled (its NATS node died, say). Read on afresh.
 					stop()
-					if rd, err = s.journal.Read(ctx, ref, after, 0); err != nil {
+					if rd, err = s.journal.Read(ctx, ref, after, 0, journal.For(tenant)); err != nil {
 						return err
 					}
 					events, stop = feed(ctx, rd)
@@ -194,31 +238,55 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, ref journal
 		if !ok {
 			return ctx.Err()
 		}
-		for _, ev := range r.evs {
-			if ev.IsEnd() {
-				return out.flush()
-			}
-			lost = nil
-			if err := out.send(eventID(ref, ev), ev); err != nil {
-				return err
-			}
-			after = ev.Offset
-			sent++
-			unflushed = true
-			// The first event goes out at once (resume latency); a backlog
-			// goes out as the writer's buffer fills, and whatever is left
-			// when the reader idles (nothing read ahead: flushed above).
-			if sent == 1 {
+		if !r.live && !q.TryWait() { // a batch of what was stored: in its turn
+			if unflushed { // out of turn: a slow client holds up no turn, and what was written reaches it meanwhile
 				if err := out.flush(); err != nil {
 					return err
 				}
 				unflushed = false
 			}
+			if err := q.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		n, end, err := sendJournal(out, ref, r.evs, &after, &sent)
+		q.Done()
+		if n > 0 {
+			lost, unflushed = nil, sent > 1 // the first was flushed
+		}
+		if end || err != nil {
+			return err
 		}
 		if r.err != nil {
 			return readFailed(ctx, out, ref, shape, after, r.err)
 		}
 	}
+}
+
+// sendJournal writes evs, events read from the journal after *after, to
+// out, moves *after on and counts them in *sent; n is how many it wrote.
+// The first event goes out at once (resume latency); a backlog goes out as
+// the writer's buffer fills, and whatever is left when the reader idles
+// (followJournal). end reports the generation's end marker: out is flushed
+// then.
+func sendJournal(out eventWriter, ref journal.Ref, evs []journal.Event, after *uint64, sent *int) (n int, end bool, err error) {
+	for _, ev := range evs {
+		if ev.IsEnd() {
+			return n, true, out.flush()
+		}
+		if err := out.send(eventID(ref, ev), ev); err != nil {
+			return n, false, err
+		}
+		*after = ev.Offset
+		*sent++
+		n++
+		if *sent == 1 {
+			if err := out.flush(); err != nil {
+				return n, false, err
+			}
+		}
+	}
+	return n, false, nil
 }
 
 // idleTick is how often an idle journal reader pings its client and looks
@@ -280,10 +348,12 @@ func (s *Server) stalled(ctx context.Context, ref journal.Ref, after uint64) (bo
 
 // journalRead is one result of the reading goroutine: the events read
 // without waiting (at most readBatch), then the error that ended the
-// reading, if any.
+// reading, if any. live reports that the reader had caught up with what
+// was stored (journal.Reader.Live): the events came as they were written.
 type journalRead struct {
-	evs []journal.Event
-	err error
+	evs  []journal.Event
+	err  error
+	live bool
 }
 
 // feed reads rd in a goroutine of its own, so that the connection's
@@ -316,7 +386,7 @@ func feed(ctx context.Context, rd *journal.Reader) (events <-chan journalRead, s
 					break
 				}
 			}
-			bufs[i] = r.evs
+			bufs[i], r.live = r.evs, rd.Live()
 			select {
 			case ch <- r:
 			case <-rctx.Done():

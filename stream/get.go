@@ -264,7 +264,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 					return // a detached connection always streams
 				}
 				if err == nil {
-					err = s.follow(ctx, timed(out), id, &rec, cur)
+					err = s.follow(ctx, timed(out), tenant, id, &rec, cur)
 				}
 				switch {
 				case out.failed:
@@ -278,11 +278,11 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 			}, release)
 			return
 		}
-		if serveLater(r, func() { s.serveSSEHere(w, r, id, &rec, cur, release) }) {
+		if serveLater(r, func() { s.serveSSEHere(w, r, tenant, id, &rec, cur, release) }) {
 			return
 		}
 	}
-	s.serveSSEHere(w, r, id, &rec, cur, release)
+	s.serveSSEHere(w, r, tenant, id, &rec, cur, release)
 }
 
 // serveSSEHere answers with an event stream on net/http's response w
@@ -291,7 +291,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id str
 // written by functions of their own), so that with what waits under it
 // the reader's stack stays under a quarter of 16 KiB and the runtime
 // halves it.
-func (s *Server) serveSSEHere(w http.ResponseWriter, r *http.Request, id string, rec *resume.Record, cur resume.Position, release func()) {
+func (s *Server) serveSSEHere(w http.ResponseWriter, r *http.Request, tenant, id string, rec *resume.Record, cur resume.Position, release func()) {
 	defer release()
 	bw := batched(w)
 	defer bw.FlushError() //nolint:errcheck // gives the buffer back; a write error was seen already
@@ -301,7 +301,7 @@ func (s *Server) serveSSEHere(w http.ResponseWriter, r *http.Request, id string,
 		return
 	}
 	streaming(r.Context())
-	s.endSSE(r, out, rec.Path, s.follow(r.Context(), s.timed(r)(out), id, rec, cur))
+	s.endSSE(r, out, rec.Path, s.follow(r.Context(), s.timed(r)(out), tenant, id, rec, cur))
 }
 
 // noStreaming answers that w cannot stream.
@@ -380,7 +380,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id stri
 	out := s.timed(r)(&wsWriter{conn: conn, timeout: s.cfg.WriteTimeout})
 	serve := func(ctx context.Context) {
 		defer release()
-		s.followWS(ctx, conn, out, id, &rec, cur)
+		s.followWS(ctx, conn, out, tenant, id, &rec, cur)
 	}
 	if !s.detached.Track(serve) {
 		serve(r.Context()) // Close has begun: the handler serves it, as before
@@ -389,7 +389,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id stri
 
 // followWS writes rec's generation after cur to out on conn, then a close
 // frame, and closes conn; it returns once conn's reading goroutine has.
-func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWriter, id string, rec *resume.Record, cur resume.Position) {
+func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWriter, tenant, id string, rec *resume.Record, cur resume.Position) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	left := make(chan struct{})
@@ -412,7 +412,7 @@ func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWr
 		_ = conn.Close()
 		<-left
 	}()
-	err := s.follow(ctx, out, id, rec, cur)
+	err := s.follow(ctx, out, tenant, id, rec, cur)
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "end of stream")
 	if err != nil {
 		msg = websocket.FormatCloseMessage(websocket.CloseGoingAway, "stream interrupted")

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/cors"
 
+	"github.com/reprise-dev/reprise/fair"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream/apierr"
@@ -98,6 +99,15 @@ type Settings struct {
 	// event of every event stream: EventSource and the client helpers wait
 	// this long before they resume. Default DefaultSSERetry (1 s).
 	SSERetry time.Duration
+	// ReplayTurns is how many batches of stored events (readBatch, 64)
+	// this instance's readers write at once; the others wait their turn,
+	// given in rotation to the tenants that wait, then to each tenant's
+	// readers (package fair): one tenant's bulk replays do not set
+	// another's latency. A reader takes turns until it has caught up with
+	// its generation; what it then follows live it writes as it comes.
+	// 0 takes the default, negative disables. Default: GOMAXPROCS less
+	// one, at least one (fair.Config.Turns).
+	ReplayTurns int
 }
 
 func (s *Settings) fill() {
@@ -165,9 +175,10 @@ type Server struct {
 	closing      context.Context
 	closeReaders context.CancelFunc
 
-	flights       flights    // keyless requests in flight, for their retries
-	lost          lostChecks // ownerLost's answers, shared by a generation's readers
-	lag           lagGauge   // the journal's lag, measured at most every lagEvery
+	turns         *fair.Scheduler // the replays' turns (nil: none taken)
+	flights       flights         // keyless requests in flight, for their retries
+	lost          lostChecks      // ownerLost's answers, shared by a generation's readers
+	lag           lagGauge        // the journal's lag, measured at most every lagEvery
 	mu            sync.Mutex
 	readers       map[string]int // connected readers per key id
 	tenantReaders map[string]int // connected readers per tenant
@@ -190,6 +201,12 @@ func New(cfg Config) (*Server, error) {
 		metrics: cfg.Metrics, prices: cfg.Prices, log: cfg.Logger, mux: http.NewServeMux(), detached: detach.NewGroup(),
 		readers:       map[string]int{},
 		tenantReaders: map[string]int{},
+	}
+	if s.cfg.ReplayTurns >= 0 {
+		var err error
+		if s.turns, err = fair.New(fair.Config{Turns: s.cfg.ReplayTurns}); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
 	}
 	s.corsAllowed = newCORSMatcher(cfg.Settings.CORSOrigins)
 	s.closing, s.closeReaders = context.WithCancel(context.Background())

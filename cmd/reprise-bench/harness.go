@@ -64,6 +64,8 @@ type stackConfig struct {
 	// resultsCache is the proxy's Config.ResultsCache (0: none; reprise's
 	// default unless set).
 	resultsCache int64
+	// unfair starts stack.unfair.
+	unfair bool
 }
 
 // stack is everything under test, in this process: the fake upstream, a
@@ -83,6 +85,7 @@ type stack struct {
 	emb    *journal.Embedded // nil with stackConfig.natsURLs
 	nc     *nats.Conn
 	rc     *nats.Conn // the key records' (journal.Config.Records)
+	sc     *nats.Conn // the short reads' (journal.Config.ShortReads)
 	js     jetstream.JetStream
 	rep    *proxy.Proxy
 	reg    *prometheus.Registry
@@ -97,6 +100,12 @@ type stack struct {
 	// generation's own.
 	other    *proxy.Proxy
 	OtherURL string
+	// unfair is a third instance on the same journal whose replays take
+	// no turns by tenant (stream.Settings.ReplayTurns < 0): the fair
+	// phase compares it with the first in the same run. Started only
+	// with stackConfig.unfair.
+	unfair    *proxy.Proxy
+	UnfairURL string
 
 	// journalBefore is the journal stream's last sequence before reprise
 	// opened it: 0 on a fresh server, more on an external one used before.
@@ -147,6 +156,9 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	if s.rc, err = connect("reprise-bench-records"); err != nil {
 		return nil, err
 	}
+	if s.sc, err = connect("reprise-bench-short"); err != nil {
+		return nil, err
+	}
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		return nil, err
 	}
@@ -156,14 +168,14 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s.journalBefore, _ = s.journalMessages(ctx) // no stream yet: 0
-	instance := func(reg prometheus.Registerer) (*proxy.Proxy, string, error) {
+	instance := func(reg prometheus.Registerer, turns int) (*proxy.Proxy, string, error) {
 		p, err := proxy.New(ctx, proxy.Config{
 			NATS:         s.nc,
-			Journal:      journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), LingerAlone: cmp.Or(cfg.lingerAlone, -1), Records: s.rc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
-			Owner:        "bench-" + resume.NewKey()[3:11],                                                                                                                           // default lease
+			Journal:      journal.Config{Memory: cfg.memoryStorage, Linger: cmp.Or(cfg.linger, -1), LingerAlone: cmp.Or(cfg.lingerAlone, -1), Records: s.rc, ShortReads: s.sc, Replicas: cfg.replicas}, // file storage by default, 24 h TTL
+			Owner:        "bench-" + resume.NewKey()[3:11],                                                                                                                                             // default lease
 			Upstream:     upURL,
 			Policy:       classify.Config{MaxConcurrent: cfg.upstreamConcurrency},
-			HTTP:         stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders},
+			HTTP:         stream.Settings{MaxReadersPerKey: cfg.maxReaders, MaxReadersPerTenant: cfg.maxReaders, ReplayTurns: turns},
 			Auth:         auth.Config{Secret: secret, Mode: auth.Passthrough}, // the default; the tenant comes from the bearer token
 			ResultsCache: cmp.Or(cfg.resultsCache, -1),
 			Logger:       log, Registerer: reg,
@@ -178,11 +190,16 @@ func startStack(cfg stackConfig, log *slog.Logger) (_ *stack, err error) {
 		go func() { _ = p.Serve(ln) }()
 		return p, "http://" + ln.Addr().String(), nil
 	}
-	if s.rep, s.RepURL, err = instance(s.reg); err != nil {
+	if s.rep, s.RepURL, err = instance(s.reg, 0); err != nil {
 		return nil, err
 	}
-	if s.other, s.OtherURL, err = instance(prometheus.NewRegistry()); err != nil {
+	if s.other, s.OtherURL, err = instance(prometheus.NewRegistry(), 0); err != nil {
 		return nil, err
+	}
+	if cfg.unfair {
+		if s.unfair, s.UnfairURL, err = instance(prometheus.NewRegistry(), -1); err != nil {
+			return nil, err
+		}
 	}
 
 	// The same instance over TLS on a second listener, with a certificate
@@ -355,7 +372,7 @@ func (s *stack) close() {
 	if s.repTLS != nil { // its readers end with their connections
 		_ = s.repTLS.Close()
 	}
-	for _, p := range []*proxy.Proxy{s.rep, s.other} {
+	for _, p := range []*proxy.Proxy{s.rep, s.other, s.unfair} {
 		if p == nil {
 			continue
 		}
@@ -379,6 +396,9 @@ func (s *stack) close() {
 	}
 	if s.rc != nil {
 		s.rc.Close()
+	}
+	if s.sc != nil {
+		s.sc.Close()
 	}
 	if s.nc != nil {
 		s.nc.Close()

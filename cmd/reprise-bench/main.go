@@ -13,7 +13,7 @@
 //
 // It prints a markdown table and, last, one summary line:
 //
-//	bench: throughput_ratio=… ttft_overhead_p50_ms=… ttft_overhead_p99_ms=… resume_p99_ms=… replay_events_per_s=… replay_post_events_per_s=… rss_per_client_kb=…
+//	bench: throughput_ratio=… ttft_overhead_p50_ms=… ttft_overhead_p99_ms=… resume_p99_ms=… replay_events_per_s=… replay_post_events_per_s=… rss_per_client_kb=… … fair_beside_p99_ms=… fair_attached_p99_ms=… fair_unfair_p99_ratio=…
 //
 // See BENCHMARKS.md for the method, the targets and the results.
 package main
@@ -42,7 +42,7 @@ import (
 	"github.com/reprise-dev/reprise/stream/engine"
 )
 
-var phases = []string{"memory", "throughput", "ttft", "resume", "replay", "mix"}
+var phases = []string{"memory", "throughput", "ttft", "resume", "replay", "fair", "mix"}
 
 type options struct {
 	short         bool
@@ -55,6 +55,11 @@ type options struct {
 	resumeEvents  int
 	resumePause   time.Duration
 	replayEvents  int
+	fairBulk      int
+	fairKeys      int
+	fairEvents    int
+	fairSmall     int
+	fairSamples   int
 	memClients    []int
 	memTransports []string
 	memStreams    int
@@ -85,6 +90,9 @@ type options struct {
 	memChildTransport string
 	ttftKeyless       bool   // the TTFT phase sends reprise no key
 	memChildCA        string // base64 DER of the certificate the h2 clients trust
+	// fair child mode (internal)
+	fairChild     bool
+	fairChildURLs string
 }
 
 func parseOptions(args []string) (options, error) {
@@ -101,6 +109,11 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.resumeEvents, "resume-events", 2000, "resume: events stored before the drop point is drawn")
 	fs.DurationVar(&o.resumePause, "resume-pause", 0, "resume: pause between the drop (once reprise let the reader go) and the reconnect")
 	fs.IntVar(&o.replayEvents, "replay-events", 100_000, "replay: events of the completed stream")
+	fairBulk := fs.Int("fair-bulk", 0, "fair: one tenant's long replays at once, beside another tenant's small one (default 2000, short 500)")
+	fs.IntVar(&o.fairKeys, "fair-keys", 20, "fair: completed keys the long replays read (in turn)")
+	fs.IntVar(&o.fairEvents, "fair-events", 2000, "fair: events of each long replay's key")
+	fs.IntVar(&o.fairSmall, "fair-small", 50, "fair: events of the small replay's key")
+	fairSamples := fs.Int("fair-samples", 0, "fair: small replays timed alone, and at most beside the long ones, per instance and run (default 50, short 20)")
 	mem := fs.String("mem-clients", "", "memory: idle client counts (default 1000,10000; short 1000)")
 	memTransports := fs.String("mem-transports", "sse,websocket,h2", "memory: how the idle clients read: sse (HTTP/1), websocket, h2 (SSE over HTTP/2 on TLS, many readers per connection) (comma-separated, each measured apart)")
 	fs.IntVar(&o.memStreams, "mem-streams", 4, "memory: slow live streams the idle clients attach to")
@@ -127,6 +140,8 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.memChildN, "mem-child-n", 0, "internal")
 	fs.StringVar(&o.memChildTransport, "mem-child-transport", "sse", "internal")
 	fs.StringVar(&o.memChildCA, "mem-child-ca", "", "internal")
+	fs.BoolVar(&o.fairChild, "fair-child", false, "internal: run as the fair phase's bulk client process")
+	fs.StringVar(&o.fairChildURLs, "fair-child-urls", "", "internal")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -148,6 +163,8 @@ func parseOptions(args []string) (options, error) {
 	pick(&o.ttftSamples, *ttft, 1000, 200)
 	pick(&o.resumeSamples, *resumeN, 300, 50)
 	pick(&o.memRuns, *memRuns, 3, 1)
+	pick(&o.fairBulk, *fairBulk, 2000, 500)
+	pick(&o.fairSamples, *fairSamples, 50, 20)
 	o.mixDuration = *mixDur
 	if o.mixDuration <= 0 {
 		o.mixDuration = 30 * time.Second
@@ -211,8 +228,10 @@ func parseOptions(args []string) (options, error) {
 		return o, errors.New("--resume-events must be at least 10")
 	case o.replayEvents < 5 || o.replayEvents > 100_004:
 		return o, errors.New("--replay-events must be in 5..100004 (the fake upstream's token limit)")
-	case o.tpTokens < 1 || o.mixRate < 1 || o.memStreams < 1 || o.mixRuns < 1:
-		return o, errors.New("--tp-tokens, --mix-rate, --mem-streams and --mix-runs must be positive")
+	case o.tpTokens < 1 || o.mixRate < 1 || o.memStreams < 1 || o.mixRuns < 1 || o.fairKeys < 1:
+		return o, errors.New("--tp-tokens, --mix-rate, --mem-streams, --mix-runs and --fair-keys must be positive")
+	case o.fairEvents < 5 || o.fairEvents > 100_004 || o.fairSmall < 5 || o.fairSmall > 100_004:
+		return o, errors.New("--fair-events and --fair-small must be in 5..100004 (the fake upstream's token limit)")
 	}
 	return o, o.checkNATS()
 }
@@ -278,8 +297,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "reprise-bench:", err)
 		os.Exit(2)
 	}
-	if o.memChild {
-		if err := memChild(o); err != nil {
+	if o.memChild || o.fairChild {
+		child := memChild
+		if o.fairChild {
+			child = fairChild
+		}
+		if err := child(o); err != nil {
 			fmt.Fprintln(os.Stderr, "reprise-bench (client process):", err)
 			os.Exit(1)
 		}
@@ -335,7 +358,7 @@ func run(o options) error {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReaders: 1 << 20, natsTCP: o.natsTCP, natsURLs: o.natsURLs, replicas: o.replicas, memoryStorage: o.memStorage, linger: o.linger, lingerAlone: o.lingerAlone, resultsCache: o.resultsCache}, log)
+	st, err := startStack(stackConfig{upstreamConcurrency: max(4096, 2*slices.Max(o.mixStreams)), maxReaders: 1 << 20, natsTCP: o.natsTCP, natsURLs: o.natsURLs, replicas: o.replicas, memoryStorage: o.memStorage, linger: o.linger, lingerAlone: o.lingerAlone, resultsCache: o.resultsCache, unfair: o.want("fair")}, log)
 	if err != nil {
 		return err
 	}
@@ -369,7 +392,7 @@ func run(o options) error {
 		// Memory first, on a fresh heap: a heap full of freed spans from
 		// earlier phases absorbs the clients' allocations without RSS.
 		{"memory", b.memory}, {"throughput", b.throughput}, {"ttft", b.ttft},
-		{"resume", b.resume}, {"replay", b.replay}, {"mix", b.mix},
+		{"resume", b.resume}, {"replay", b.replay}, {"fair", b.fair}, {"mix", b.mix},
 	}
 	var failed []string
 	for _, s := range steps {

@@ -360,13 +360,19 @@ func (b *bench) liveKey(key, prompt string, h int) (string, error) {
 // completedKey runs a generation of want events on reprise to its end,
 // waits until its record is completed, and returns the absolute Location.
 func (b *bench) completedKey(key, prompt string, want int) (string, error) {
+	return b.completedKeyOn(b.rep, "bench-resume", key, prompt, want)
+}
+
+// completedKeyOn is completedKey on t (a reprise instance) for the tenant
+// of bearer.
+func (b *bench) completedKeyOn(t target, bearer, key, prompt string, want int) (string, error) {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
-	resp, err := b.c.post(ctx, b.rep, prompt, reqOpts{key: key, bearer: "bench-resume"})
+	resp, err := b.c.post(ctx, t, prompt, reqOpts{key: key, bearer: bearer})
 	if err != nil {
 		return "", err
 	}
-	loc := b.st.RepURL + resp.Header.Get("Location")
+	loc := t.base + resp.Header.Get("Location")
 	n, done, err := readEvents(resp.Body, nil)
 	resp.Body.Close()
 	if err != nil || n != want || !done {

@@ -30,6 +30,7 @@ type results struct {
 	replay      []float64
 	replayPost  []float64 // by the same POST again
 	replayGen   time.Duration
+	fair        *fairResult
 	mem         []*memResult
 	mix         map[int]map[string]*mixResult // by stream count, then target
 }
@@ -115,12 +116,16 @@ func (m *mixResult) merge(o *mixResult) {
 type summary struct {
 	ratio, ttft50, ttft99, resume99, replay, replayPost, rss float64
 	mix50, mix99, mixCPU                                     float64 // the first mix's (200 streams by default)
+	fair99, fairSteady99, fairRatio                          float64 // fairResult.summary
 	ratioS, rssN                                             int
 }
 
 func (b *bench) summary() summary {
 	s := summary{ratio: math.NaN(), ttft50: math.NaN(), ttft99: math.NaN(), resume99: math.NaN(), replay: math.NaN(), replayPost: math.NaN(), rss: math.NaN(),
-		mix50: math.NaN(), mix99: math.NaN(), mixCPU: math.NaN()}
+		mix50: math.NaN(), mix99: math.NaN(), mixCPU: math.NaN(), fair99: math.NaN(), fairSteady99: math.NaN(), fairRatio: math.NaN()}
+	if b.res.fair != nil {
+		s.fair99, s.fairSteady99, s.fairRatio = b.res.fair.summary()
+	}
 	if len(b.o.mixStreams) > 0 {
 		m := b.res.mix[b.o.mixStreams[0]]
 		if p, rp := m[b.pass.name], m[b.rep.name]; p != nil && rp != nil {
@@ -287,6 +292,9 @@ func (b *bench) report(w io.Writer) {
 			fmt.Fprintf(w, "| %s: journal messages per event received (--journal-linger %s, --journal-linger-alone %s) | | | %s | | | |\n", title, o.linger, o.lingerAlone, f(float64(rp.journalMsgs)/float64(rp.events), 2))
 		}
 	}
+	if r.fair != nil {
+		r.fair.report(w, o)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Load average (1, 5, 15 min) before → after each phase:")
 	for _, p := range phases {
@@ -319,8 +327,8 @@ func (b *bench) report(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s replay_post_events_per_s=%s rss_per_client_kb=%s mix_added_p50_ms=%s mix_added_p99_ms=%s mix_cpu_ratio=%s %s\n",
-		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.replayPost, 0), f(s.rss, 1), f(s.mix50, 3), f(s.mix99, 3), f(s.mixCPU, 2), o.natsSummary())
+	fmt.Fprintf(w, "bench: throughput_ratio=%s ttft_overhead_p50_ms=%s ttft_overhead_p99_ms=%s resume_p99_ms=%s replay_events_per_s=%s replay_post_events_per_s=%s rss_per_client_kb=%s mix_added_p50_ms=%s mix_added_p99_ms=%s mix_cpu_ratio=%s fair_beside_p99_ms=%s fair_attached_p99_ms=%s fair_unfair_p99_ratio=%s %s\n",
+		f(s.ratio, 2), f(s.ttft50, 3), f(s.ttft99, 3), f(s.resume99, 3), f(s.replay, 0), f(s.replayPost, 0), f(s.rss, 1), f(s.mix50, 3), f(s.mix99, 3), f(s.mixCPU, 2), f(s.fair99, 1), f(s.fairSteady99, 1), f(s.fairRatio, 1), o.natsSummary())
 }
 
 // journalSetup says what reprise journals on, for the report's header.

@@ -18,13 +18,16 @@ import (
 	"github.com/reprise-dev/reprise/journal/journaltest"
 )
 
-// TestMain runs this test binary as the memory phase's client process when
-// the phase starts it so (it starts os.Executable with --mem-child).
+// TestMain runs this test binary as the memory or the fair phase's client
+// process when the phase starts it so (it starts os.Executable with
+// --mem-child or --fair-child).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "--mem-child" {
+	if len(os.Args) > 1 && (os.Args[1] == "--mem-child" || os.Args[1] == "--fair-child") {
 		o, err := parseOptions(os.Args[1:])
-		if err == nil {
+		if err == nil && o.memChild {
 			err = memChild(o)
+		} else if err == nil {
+			err = fairChild(o)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "reprise-bench (client process):", err)
@@ -36,7 +39,7 @@ func TestMain(m *testing.M) {
 }
 
 // TestPhasesMeasure runs the memory (its HTTP/2 readers), throughput,
-// time-to-first-token, resume, replay and mix phases at a tiny size: each
+// time-to-first-token, resume, replay, fair and mix phases at a tiny size: each
 // must measure (a phase whose
 // expectations no longer match reprise, as when a chat stream lost its
 // usage chunk, made the report say n/a and went unnoticed), and the
@@ -46,8 +49,9 @@ func TestPhasesMeasure(t *testing.T) {
 		t.Skip("starts the benchmark's whole stack")
 	}
 	o, err := parseOptions([]string{
-		"-short", "-only", "memory,throughput,ttft,resume,replay,mix", "-mem-clients", "20", "-mem-transports", "h2", "-mem-streams", "2", "-runs", "1", "-concurrency", "2", "-tp-streams", "2",
+		"-short", "-only", "memory,throughput,ttft,resume,replay,fair,mix", "-mem-clients", "20", "-mem-transports", "h2", "-mem-streams", "2", "-runs", "1", "-concurrency", "2", "-tp-streams", "2",
 		"-tp-tokens", "20", "-ttft-samples", "5", "-resume-events", "100", "-resume-samples", "3", "-replay-events", "500",
+		"-fair-bulk", "20", "-fair-keys", "2", "-fair-events", "200", "-fair-samples", "3",
 		"-mix-streams", "3,5", "-mix-duration", "1s", "-timeout", "2m",
 	})
 	if err != nil {
@@ -61,7 +65,7 @@ func TestPhasesMeasure(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	last := lines[len(lines)-1]
 	for _, name := range []string{"throughput_ratio", "ttft_overhead_p50_ms", "resume_p99_ms", "replay_events_per_s", "replay_post_events_per_s",
-		"mix_added_p50_ms", "mix_added_p99_ms", "mix_cpu_ratio"} {
+		"mix_added_p50_ms", "mix_added_p99_ms", "mix_cpu_ratio", "fair_beside_p99_ms", "fair_unfair_p99_ratio"} {
 		if !regexp.MustCompile(`\b` + name + `=-?[0-9]`).MatchString(last) {
 			t.Errorf("the summary has no figure for %s: %s", name, last)
 		}
@@ -72,6 +76,10 @@ func TestPhasesMeasure(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "20 SSE over HTTP/2 (TLS) clients: reached 20 on 1 connections") {
 		t.Errorf("the 20 HTTP/2 readers did not all attach on one connection:\n%s", out.String())
+	}
+	// The fair phase: both read paths, with and without turns.
+	if n := len(regexp.MustCompile(`(?m)^\| (memory|JetStream)[^|]*\| (in turns by tenant|without turns) \| -?[0-9]`).FindAllString(out.String(), -1)); n != 4 {
+		t.Errorf("the fair table has %d rows with figures, want 4:\n%s", n, out.String())
 	}
 	for _, m := range []string{"mix: 3 streams", "mix: 5 streams"} {
 		if !strings.Contains(out.String(), m) {

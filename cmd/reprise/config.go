@@ -131,6 +131,7 @@ func newFlagSet(c *config, file *string) *flags {
 	fs.in(groupLimits).IntVar(&p.Limits.MaxTenantGenerations, "max-tenant-generations", 0, "concurrent generations per tenant on this instance (429 above); 0: the same as --upstream-concurrency")
 	fs.in(groupLimits).IntVar(&p.HTTP.MaxReadersPerKey, "max-readers-per-key", stream.DefaultMaxReadersPerKey, "concurrent readers of one key on this instance (429 above)")
 	fs.in(groupLimits).IntVar(&p.HTTP.MaxReadersPerTenant, "max-readers-per-tenant", stream.DefaultMaxReadersPerTenant, "concurrent readers of one tenant's keys on this instance (429 above)")
+	fs.in(groupLimits).IntVar(&p.HTTP.ReplayTurns, "replay-turns", 0, "batches of stored events this instance's readers write at once; the others wait their turn, given in rotation to the tenants that wait, so one tenant's bulk replays do not set another's latency; 0: one per CPU but one (at least one); -1: off")
 	fs.in(groupLimits).Int64Var(&p.HTTP.MaxWSMessage, "max-ws-message", stream.DefaultMaxWSMessage, "largest WebSocket message a client may send, bytes")
 	fs.in(groupLimits).DurationVar(&p.HTTP.WriteTimeout, "write-timeout", stream.DefaultWriteTimeout, "each write to a reader (an event, a keep-alive) must finish within this, else the reader is cut (visibly) and resumes; the time between events does not count")
 	fs.in(groupLimits).DurationVar(&p.HTTP.ShedLag, "shed-lag", stream.DefaultShedLag, "while the journal is this far behind (its oldest event not yet acknowledged), refuse new generations with 429 overloaded and Retry-After; running generations, duplicates, replays and resumes are served; 0 turns it off")
@@ -287,6 +288,7 @@ func (c *config) validate() error {
 		{p.Limits.MaxTenantGenerations >= 0, "max-tenant-generations", p.Limits.MaxTenantGenerations, "must not be negative (0: the same as --upstream-concurrency)"},
 		{p.HTTP.MaxReadersPerKey > 0, "max-readers-per-key", p.HTTP.MaxReadersPerKey, "must be at least 1"},
 		{p.HTTP.MaxReadersPerTenant > 0, "max-readers-per-tenant", p.HTTP.MaxReadersPerTenant, "must be at least 1"},
+		{p.HTTP.ReplayTurns >= -1, "replay-turns", p.HTTP.ReplayTurns, "must be -1 (off), 0 (one per CPU) or more"},
 		{p.HTTP.MaxWSMessage > 0, "max-ws-message", p.HTTP.MaxWSMessage, "must be at least 1 (bytes)"},
 		{p.HTTP.WriteTimeout > 0, "write-timeout", p.HTTP.WriteTimeout, "must be more than 0"},
 		{p.HTTP.ShedLag >= 0, "shed-lag", p.HTTP.ShedLag, "must not be negative (0 turns it off)"},

@@ -108,12 +108,14 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 			}
 		}()
 	}
-	nc, records, closeNATS, err := connectNATS(cfg, log, &made)
+	conns, closeNATS, err := connectNATS(cfg, log, &made)
 	if err != nil {
 		return err
 	}
 	defer closeNATS()
-	pc.Journal.Records = records // lease renewals never wait behind the events
+	nc := conns.events
+	pc.Journal.Records = conns.records  // lease renewals never wait behind the events
+	pc.Journal.ShortReads = conns.reads // nor a small replay's reads behind the long ones
 	if secret == nil {
 		if secret, err = keptSecret(cfg.data, &made); err != nil {
 			return err
@@ -226,60 +228,81 @@ func pageURL(a net.Addr) string {
 	return "http://" + a.String() + "/"
 }
 
-// connectNATS connects to NATS twice: for the events, and for the key
+// connectNATS connects to NATS three times: for the events, for the key
 // records (journal.Config.Records), so that the owners' lease renewals do
-// not queue behind the events of a loaded instance.
-func connectNATS(cfg config, log *slog.Logger, made *created) (events, records *nats.Conn, closeAll func(), err error) {
+// not queue behind the events of a loaded instance, and for the short
+// reads (journal.Config.ShortReads), so that a small replay's reads do not
+// queue behind the long replays'.
+func connectNATS(cfg config, log *slog.Logger, made *created) (conns natsConns, closeAll func(), err error) {
+	names := []string{"reprise", "reprise-records", "reprise-reads"}
+	var open []*nats.Conn
+	closeOpen := func() {
+		for _, nc := range open {
+			nc.Close()
+		}
+	}
 	if cfg.nats != "" {
 		// The first connection is tried once per server, each dial
 		// bounded: a cluster that cannot be reached is an error at start,
 		// not a proxy that waits for it without a word. Once connected,
 		// the client reconnects for ever.
-		opts := append([]nats.Option{nats.Name("reprise"), nats.MaxReconnects(-1), nats.Timeout(natsDialTimeout)}, journal.ConnectOptions()...)
+		opts := append([]nats.Option{nats.MaxReconnects(-1), nats.Timeout(natsDialTimeout)}, journal.ConnectOptions()...)
 		if cfg.natsCreds != "" {
 			opts = append(opts, nats.UserCredentials(cfg.natsCreds))
 		}
 		if cfg.natsCA != "" {
 			opts = append(opts, nats.RootCAs(cfg.natsCA))
 		}
-		nc, err := nats.Connect(cfg.nats, opts...)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s: %w", redactURLs(cfg.nats), err)
+		for _, name := range names {
+			nc, err := nats.Connect(cfg.nats, append(opts, nats.Name(name))...)
+			if err != nil {
+				closeOpen()
+				return natsConns{}, nil, fmt.Errorf("cannot reach NATS at %s: %w", redactURLs(cfg.nats), err)
+			}
+			open = append(open, nc)
 		}
-		rc, err := nats.Connect(cfg.nats, append(opts, nats.Name("reprise-records"))...)
-		if err != nil {
-			nc.Close()
-			return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s: %w", redactURLs(cfg.nats), err)
-		}
-		return nc, rc, func() { _ = nc.Drain(); _ = rc.Drain() }, nil
+		return natsConns{events: open[0], records: open[1], reads: open[2]}, func() {
+			for _, nc := range open {
+				_ = nc.Drain()
+			}
+		}, nil
 	}
 	dir := filepath.Join(cfg.data, "jetstream")
 	if err := made.mkdirAll(dir); err != nil {
-		return nil, nil, nil, fmt.Errorf("--data %s: %w", cfg.data, err)
+		return natsConns{}, nil, fmt.Errorf("--data %s: %w", cfg.data, err)
 	}
 	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: dir, MaxStore: cfg.dataMax})
 	if errors.Is(err, journal.ErrStoreInUse) {
 		// Both would start, each blind to what the other stores: a key
 		// completed on one would be unknown to the other, and generated
 		// again.
-		return nil, nil, nil, fmt.Errorf("--data %s: another reprise is running on this directory (%w); give each instance its own --data, or run several on one NATS cluster with --nats", cfg.data, err)
+		return natsConns{}, nil, fmt.Errorf("--data %s: another reprise is running on this directory (%w); give each instance its own --data, or run several on one NATS cluster with --nats", cfg.data, err)
 	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--data %s: %w", cfg.data, err)
+		return natsConns{}, nil, fmt.Errorf("--data %s: %w", cfg.data, err)
 	}
-	nc, err := emb.Connect("reprise")
-	if err != nil {
-		emb.Shutdown()
-		return nil, nil, nil, err
-	}
-	rc, err := emb.Connect("reprise-records")
-	if err != nil {
-		nc.Close()
-		emb.Shutdown()
-		return nil, nil, nil, err
+	for _, name := range names {
+		nc, err := emb.Connect(name)
+		if err != nil {
+			closeOpen()
+			emb.Shutdown()
+			return natsConns{}, nil, err
+		}
+		open = append(open, nc)
 	}
 	log.Debug("embedded JetStream started", "dir", dir)
-	return nc, rc, func() { _ = nc.Drain(); _ = rc.Drain(); nc.Close(); rc.Close(); emb.Shutdown() }, nil
+	return natsConns{events: open[0], records: open[1], reads: open[2]}, func() {
+		for _, nc := range open {
+			_ = nc.Drain()
+		}
+		closeOpen()
+		emb.Shutdown()
+	}, nil
+}
+
+// natsConns are an instance's connections to NATS (connectNATS).
+type natsConns struct {
+	events, records, reads *nats.Conn
 }
 
 // natsDialTimeout bounds connecting to each server of --nats at start.
