@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/reprise-dev/reprise/fair"
+	"github.com/reprise-dev/reprise/internal/fair"
 )
 
 // A Reader reads the stored part of a generation by batched direct gets

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/reprise-dev/reprise/fair"
+	"github.com/reprise-dev/reprise/internal/fair"
 )
 
 // Batched gets take turns. Each reader asks the stream for its messages

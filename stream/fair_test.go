@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/fair"
+	"github.com/reprise-dev/reprise/internal/fair"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/journal/journaltest"
 	"github.com/reprise-dev/reprise/stream/apierr"
