@@ -96,10 +96,15 @@ func (j *Journal) WatchRecords(ctx context.Context, seen func(id string, value [
 		defer close(done)
 		defer func() {
 			// The watch's delivery blocks while its channel is full: it
-			// ends (and closes the channel) once drained.
+			// ends (and closes the channel) once drained. The drain does
+			// not hold done: a context that ends while the watch opens
+			// may end its subscription before the watch hears of it, and
+			// then nobody closes the channel (nats.go).
 			_ = w.Stop()
-			for range w.Updates() {
-			}
+			go func() {
+				for range w.Updates() {
+				}
+			}()
 		}()
 		for {
 			select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -92,5 +93,30 @@ func TestWatchRecords(t *testing.T) {
 	case <-done:
 	case <-ctx.Done():
 		t.Fatal("the watch did not end with its connection")
+	}
+}
+
+// TestWatchRecordsCancelledAtOnce: a watch whose context ends as it opens
+// (an instance stopped right after it started) still ends: nats.go may end
+// the subscription before the watch can hear of it.
+func TestWatchRecordsCancelledAtOnce(t *testing.T) {
+	j := newJournal(t)
+	bound, stop := context.WithTimeout(context.Background(), time.Minute)
+	defer stop()
+	for i := range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { // while it opens, or just after
+			time.Sleep(time.Duration(i%40) * 25 * time.Microsecond)
+			cancel()
+		}()
+		done, err := j.WatchRecords(ctx, func(string, []byte, uint64) {})
+		if err != nil {
+			continue // cancelled while it opened
+		}
+		select {
+		case <-done:
+		case <-bound.Done():
+			t.Fatalf("watch %d did not end after its context", i)
+		}
 	}
 }
