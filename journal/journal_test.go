@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/reprise-dev/reprise/internal/journaltest"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/journal/journaltest"
 )
 
 // waitTimeout bounds every wait in these tests.

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/reprise-dev/reprise/internal/journaltest"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/journal/journaltest"
 	"github.com/reprise-dev/reprise/resume"
 )
 

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/journaltest"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/journal/journaltest"
 	"github.com/reprise-dev/reprise/resume"
 )
 

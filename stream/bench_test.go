@@ -9,17 +9,17 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/engine"
+	"github.com/reprise-dev/reprise/internal/journaltest"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/journal/journaltest"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
-	"github.com/reprise-dev/reprise/stream/auth"
-	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // The HTTP surface's share of the hot path: the client write (sseWriter)
 // and a replay from the journal, without HTTP. The engine's share:
-// stream/engine's benchmarks; the journal's share of a resume: resume's.
+// internal/engine's benchmarks; the journal's share of a resume: resume's.
 // cmd/reprise-bench measures the whole over HTTP.
 //
 //	go test ./stream -run '^$' -bench . -benchmem

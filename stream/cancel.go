@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // handleCancel serves POST /v1/streams/{key}/cancel: stop is not

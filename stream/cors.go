@@ -9,7 +9,7 @@ import (
 
 	"github.com/rs/cors"
 
-	"github.com/reprise-dev/reprise/stream/apierr"
+	"github.com/reprise-dev/reprise/internal/apierr"
 )
 
 // corsExposed are the response headers a page on another origin may read:

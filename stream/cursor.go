@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // recheckAfter is how long a cursor past what a replica had stored waits

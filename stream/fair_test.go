@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
 	"github.com/reprise-dev/reprise/internal/fair"
+	"github.com/reprise-dev/reprise/internal/journaltest"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/journal/journaltest"
-	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // chanWriter is an eventWriter that hands every event sent to it over a

@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
-	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
 // The non-streamed fallback. Some clients, after a broken stream, send the

@@ -6,10 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
-	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // readBatch bounds how many events a journal reader's goroutine hands over

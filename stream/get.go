@@ -13,11 +13,11 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/engine"
+	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
-	"github.com/reprise-dev/reprise/stream/engine"
-	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
 // handleStream serves GET /v1/streams/{key}: SSE, JSON status or WebSocket.

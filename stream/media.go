@@ -6,11 +6,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/engine"
+	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
-	"github.com/reprise-dev/reprise/stream/engine"
-	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
 // progressiveHead is the head of rec's generation when it runs on this

@@ -8,8 +8,8 @@ import (
 
 	"github.com/rs/cors"
 
-	"github.com/reprise-dev/reprise/stream/apierr"
-	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/engine"
 )
 
 // passThrough serves every other path under /v1/ (models, embeddings,

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
-	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
 // handleResponse serves GET /v1/responses/{id}, OpenAI's own retrieve and

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
 // savedTimeout bounds the record write that counts a saving.

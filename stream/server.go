@@ -12,15 +12,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/cors"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/cost"
+	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/internal/fair"
+	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
-	"github.com/reprise-dev/reprise/stream/auth"
-	"github.com/reprise-dev/reprise/stream/cost"
 	"github.com/reprise-dev/reprise/stream/detach"
-	"github.com/reprise-dev/reprise/stream/engine"
-	"github.com/reprise-dev/reprise/stream/metrics"
 )
 
 // Defaults for Settings.

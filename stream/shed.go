@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/apierr"
 )
 
 // Load shedding. A new generation is what adds load: its upstream stream

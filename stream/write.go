@@ -12,8 +12,8 @@ import (
 	"github.com/gorilla/websocket"
 	sse "github.com/tmaxmax/go-sse"
 
+	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // sseWriter writes events as SSE through go-sse. Each write and flush has

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/stream/apierr"
-	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // TestSSEWriterEventWithoutID: an event sent without a position (a reader's

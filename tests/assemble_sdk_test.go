@@ -14,9 +14,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 // TestAssembledAnswersParse: the answers the engine assembles from

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // logLines is a slog JSON sink a test reads back.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
+	"github.com/reprise-dev/reprise/internal/chaoscore"
 )
 
 // TestChaosOwnerKillsBackground: Responses runs go to a reprise binary A,

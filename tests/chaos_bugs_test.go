@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // TestChaosOwnerLostResumeAfterCursor: a reprise binary is SIGKILLed a few

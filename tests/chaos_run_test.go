@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/chaoscore"
+	"github.com/reprise-dev/reprise/internal/mockllm"
 )
 
 // A chaos run is one key (package chaoscore plays and checks it): a

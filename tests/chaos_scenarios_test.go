@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/chaoscore"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
 )
 
 // Scenario tests of the chaos suite: fewer runs, one big fault each, the

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/reprise-dev/reprise/classify"
-	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
-	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/internal/chaoscore"
+	"github.com/reprise-dev/reprise/internal/proxy"
 )
 
 // The chaos suite: reprise, JetStream, the fake upstream and toxiproxy all

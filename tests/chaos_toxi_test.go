@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/reprise-dev/reprise/stream/engine"
+	"github.com/reprise-dev/reprise/internal/engine"
 )
 
 // toxiproxy v2 runs inside the test process: every link is a

@@ -12,7 +12,7 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // event is one SSE event as a client sees it.

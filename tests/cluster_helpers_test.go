@@ -18,12 +18,12 @@ import (
 	"github.com/nats-io/nats.go"
 	sse "github.com/tmaxmax/go-sse"
 
+	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/journaltest"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/journal/journaltest"
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/stream/auth"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 // natsCluster is a JetStream cluster of embedded nats-servers

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 const chatPath = "/v1/chat/completions"

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // TestCORSThroughProxy: with CORSOrigins, a page of an allowed origin can

@@ -17,9 +17,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/reprise-dev/reprise/stream/cost"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/cost"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 	"github.com/reprise-dev/reprise/web"
 )
 

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/stream/cost"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/cost"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // Prices of whole binary fractions, so that costs compare exactly: 0.5 a

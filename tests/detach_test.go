@@ -15,8 +15,8 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // SSE readers on HTTP/1 are served on connections taken over from net/http

@@ -1,5 +1,5 @@
 // Package tests holds reprise's end-to-end tests: real embedded JetStream,
-// real HTTP servers and clients, the fake upstream in web/mockllm (which
+// real HTTP servers and clients, the fake upstream in internal/mockllm (which
 // counts generations so tests can assert "billed once"), the official
 // openai-go SDK and, for the chaos suite, dropped links.
 //
@@ -21,7 +21,7 @@
 //   - A port freed by testutil.FreeAddr may be taken by anyone; an address
 //     that must refuse connections comes from testutil.ReserveAddr.
 //
-// Shared helpers live in tests/testutil (waits, ports, HTTP, a key's
-// status, OpenAI-shaped errors) and journal/journaltest (embedded
+// Shared helpers live in internal/testutil (waits, ports, HTTP, a key's
+// status, OpenAI-shaped errors) and internal/journaltest (embedded
 // JetStream servers and clusters).
 package tests

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // TestRestartKeepsResults: completed keys replay after a restart on the same data.

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/stream/auth"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // TestNoUpstreamIsConfiguration: a request no --upstreams route serves

@@ -19,9 +19,9 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/reprise-dev/reprise/internal/cost"
+	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/stream/cost"
-	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // The example files the docs show, by how a test loads them. Every file a

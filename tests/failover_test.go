@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/reprise-dev/reprise/classify"
-	"github.com/reprise-dev/reprise/stream/auth"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
 )
 
 // TestFailover: with an ordered list of upstreams, a generation the first

@@ -9,10 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // TestFullStore: JetStream's store fills up (its max store reached). The

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 var (

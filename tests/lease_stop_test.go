@@ -11,8 +11,8 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // TestPausedOwnerBillsOnlyItsPrefix: the owner of a generation, A, is

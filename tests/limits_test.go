@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // End-to-end tests of the limits on what an upstream makes reprise store
-// (stream/engine readUpstream, journal.Event.Size): a hostile upstream
+// (internal/engine readUpstream, journal.Event.Size): a hostile upstream
 // puts its bytes wherever a limit does not look.
 
 // TestLimitsCountEveryStoredByte: MaxStreamBytes counts each event's type

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // TestRawAudioLiveAndRangeWhileRunning: raw audio (no stream_format) reaches

@@ -11,8 +11,8 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/reprise-dev/reprise/stream/metrics"
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/metrics"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // series sums the series of family name whose labels include labels

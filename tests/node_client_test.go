@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // The JavaScript client helper (web/client) under Node: from the source

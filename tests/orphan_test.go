@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/engine"
+	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/engine"
-	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // TestOrphanSettledUnread: a key whose owner dies mid-generation, that

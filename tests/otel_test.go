@@ -25,9 +25,9 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/stream/telemetry"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/telemetry"
 )
 
 // otlpReceiver is an OTLP/HTTP collector on loopback: it decodes what the

@@ -16,9 +16,9 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 // TestOverloadShedsNewGenerations drives one instance (embedded JetStream,

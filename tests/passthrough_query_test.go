@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // TestKeyedPassThroughKeepsTheQuery: a keyed pass-through POST reaches the

@@ -12,9 +12,9 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2/toxics"
 
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // TestNATSPauseRegeneratesNothing: NATS stops answering both instances for

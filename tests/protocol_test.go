@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // Each format's knowledge (package engine's Protocol): the usage a

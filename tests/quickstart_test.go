@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // TestQuickstart runs each recipe of the README's quick start as a new user

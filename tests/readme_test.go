@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
 )
 
 // TestReadmeCurlWalkthrough runs the README's curl walkthrough as written

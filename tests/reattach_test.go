@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // responsesEvent is what these tests read of a Responses event.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/internal/proxy"
 )
 
 // TestReplayFairAcrossTenants: one tenant's small replay, started while

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tmaxmax/go-sse"
 
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
 )
 
 // TestScaleLongReplaysQueue: a thousand concurrent replays of long

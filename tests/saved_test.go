@@ -9,8 +9,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // checkSaved checks that key's status and e's metrics count want, the

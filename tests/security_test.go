@@ -19,13 +19,13 @@ import (
 	"github.com/gorilla/websocket"
 	sse "github.com/tmaxmax/go-sse"
 
-	"github.com/reprise-dev/reprise/stream/auth"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
-// End-to-end tests of the security layer (stream/auth.go, capability.go,
+// End-to-end tests of the security layer (internal/auth.go, capability.go,
 // get.go, the limits in server.go and upstream.go): tenants, capability
 // tokens, auth modes, resource limits, hostile upstreams, byte ranges and
 // what reaches the logs. The threat model they check: docs/security.md.

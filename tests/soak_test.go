@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
 )
 
 var (

@@ -13,9 +13,9 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/testutil"
 )
 
 // TestNATSStallSettlesLateAppends: NATS stops answering (every byte held,

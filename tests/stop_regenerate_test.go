@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // TestKeylessStopRegenerate is docs/retries.md's "Stop and Regenerate

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/reprise-dev/reprise/stream/proxy"
+	"github.com/reprise-dev/reprise/internal/proxy"
 )
 
 // A WebSocket reader is served, once upgraded, on a goroutine the server's

@@ -1,5 +1,5 @@
 // Command mockllm runs the fake OpenAI-compatible upstream from
-// web/mockllm as a standalone server, for the demo mode and for manual or
+// internal/mockllm as a standalone server, for the demo mode and for manual or
 // external checks. It is never part of a proxy path.
 //
 //	mockllm --listen :9090 --delay 33ms --tokens 64 --readable
@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/reprise-dev/reprise/web/mockllm"
+	"github.com/reprise-dev/reprise/internal/mockllm"
 )
 
 func main() {

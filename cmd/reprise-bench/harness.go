@@ -28,13 +28,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/engine"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/stream/auth"
-	"github.com/reprise-dev/reprise/stream/engine"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // stackConfig holds the few settings the benchmark changes from reprise's

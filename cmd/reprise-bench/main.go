@@ -38,8 +38,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 var phases = []string{"memory", "throughput", "ttft", "resume", "replay", "fair", "mix"}

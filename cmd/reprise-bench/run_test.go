@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/reprise-dev/reprise/internal/journaltest"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/journal/journaltest"
 )
 
 // TestMain runs this test binary as the memory or the fair phase's client

@@ -11,8 +11,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/reprise-dev/reprise/internal/mockllm"
 	"github.com/reprise-dev/reprise/resume"
-	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // fakeReprise is a minimal reprise for streamed chats, correct unless given

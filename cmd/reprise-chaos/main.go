@@ -60,7 +60,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
+	"github.com/reprise-dev/reprise/internal/chaoscore"
 )
 
 func main() {

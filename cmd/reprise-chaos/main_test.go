@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
+	"github.com/reprise-dev/reprise/internal/chaoscore"
 )
 
 // TestAgainstReprise runs the client against a real reprise binary (embedded

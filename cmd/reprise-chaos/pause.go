@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reprise-dev/reprise/cmd/reprise-chaos/chaoscore"
+	"github.com/reprise-dev/reprise/internal/chaoscore"
 )
 
 // pauses is the NATS-pause fault: while the load runs, the nats-server

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/testutil"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/tests/testutil"
-	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // natsHelperEnv, set to a directory, makes this test binary a JetStream

@@ -18,12 +18,12 @@ import (
 	"github.com/xhit/go-str2duration/v2"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/engine"
+	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 	"github.com/reprise-dev/reprise/stream"
-	"github.com/reprise-dev/reprise/stream/auth"
-	"github.com/reprise-dev/reprise/stream/engine"
-	"github.com/reprise-dev/reprise/stream/proxy"
 )
 
 // config is the command line. Every flag is also a REPRISE_* variable and

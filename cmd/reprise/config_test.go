@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/stream/engine"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -150,7 +150,7 @@ func TestConfigFile(t *testing.T) {
 }
 
 // The production binary links no test package: the demo model it serves
-// lives in web/mockllm, not under tests/.
+// lives in internal/mockllm, not under tests/.
 func TestBinaryImportsNoTestPackage(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
 	if err != nil {
@@ -161,8 +161,8 @@ func TestBinaryImportsNoTestPackage(t *testing.T) {
 			t.Errorf("cmd/reprise imports %s", pkg)
 		}
 	}
-	if !strings.Contains(string(out), "github.com/reprise-dev/reprise/web/mockllm") {
-		t.Error("cmd/reprise does not import the demo model (web/mockllm): the check looks at the wrong list")
+	if !strings.Contains(string(out), "github.com/reprise-dev/reprise/internal/mockllm") {
+		t.Error("cmd/reprise does not import the demo model (internal/mockllm): the check looks at the wrong list")
 	}
 }
 

@@ -19,14 +19,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/cost"
+	"github.com/reprise-dev/reprise/internal/engine"
+	"github.com/reprise-dev/reprise/internal/mockllm"
+	"github.com/reprise-dev/reprise/internal/proxy"
+	"github.com/reprise-dev/reprise/internal/telemetry"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/stream/auth"
-	"github.com/reprise-dev/reprise/stream/cost"
-	"github.com/reprise-dev/reprise/stream/engine"
-	"github.com/reprise-dev/reprise/stream/proxy"
-	"github.com/reprise-dev/reprise/stream/telemetry"
 	"github.com/reprise-dev/reprise/web"
-	"github.com/reprise-dev/reprise/web/mockllm"
 )
 
 // run serves until ctx ends, then shuts down gracefully. ready, when not nil,

@@ -21,12 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/reprise-dev/reprise/stream/cost"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // The routes reprise serves for each probe (stream/server.go): /healthz
 // once it serves HTTP, /readyz while JetStream is usable; and the metrics
-// (stream/proxy).
+// (internal/proxy).
 var (
 	probePaths = map[string][]string{
 		"readinessProbe": {"/readyz"},
