@@ -45,9 +45,8 @@ func TestAdopt(t *testing.T) {
 			store := newStore(t)
 			clk := newClock()
 			a := newManager(t, store, "owner-a", 0, clk.Now)
-			b := newManager(t, store, "owner-b", 0, clk.Now)
 			ad := &adopter{can: true}
-			b.SetAdopter(ad)
+			b := newManagerWith(t, resume.Config{Store: store, Owner: "owner-b", Now: clk.Now, Adopter: ad})
 			req := request("adopt-"+via, "body")
 			old := mustStart(t, a, req)
 			old.SetEvents(4)
@@ -97,9 +96,8 @@ func TestAdoptRefused(t *testing.T) {
 	store := newStore(t)
 	clk := newClock()
 	a := newManager(t, store, "owner-a", 0, clk.Now)
-	b := newManager(t, store, "owner-b", 0, clk.Now)
 	ad := &adopter{}
-	b.SetAdopter(ad)
+	b := newManagerWith(t, resume.Config{Store: store, Owner: "owner-b", Now: clk.Now, Adopter: ad})
 	req := request("adopt-refused", "body")
 	mustStart(t, a, req)
 	lapse(t, clk, a.Lease()+time.Second, b)

@@ -12,7 +12,7 @@
 // see Lease). A generation whose lease lapsed (contact.go) is failed, and
 // the key may generate afresh
 // — unless the Salvager finds it whole (the owner died after storing it),
-// then it is completed, or an Adopter (SetAdopter) can continue it, then it
+// then it is completed, or an Adopter (Config.Adopter) can continue it, then it
 // is taken over: the same generation, under this instance's lease. Whoever
 // looks at the key decides so; a Sweeper (Manager.Sweep) looks, in the
 // background, at every key whose lease ran out, so that one nobody reads

@@ -54,6 +54,16 @@ type Config struct {
 	// a new generation for any body. An error counts as kept (the reader
 	// meets the journal's own error). Default: every generation is kept.
 	Kept func(ctx context.Context, id string, rec Record) (bool, error)
+	// Adopter, when set, is asked first about every generation whose
+	// owner's lease ran out (before the Salvager): one it can continue is
+	// taken over — the record stays in progress, this instance its owner
+	// under a fresh lease — and handed to it; Get returns the record so,
+	// and Begin attaches to it. Default: none is adopted.
+	Adopter Adopter
+	// Salvager, when set, is asked about every generation whose owner's
+	// lease ran out and that is not adopted, before it is declared lost
+	// (Failed, OwnerLost). Default: none is salvaged.
+	Salvager Salvager
 }
 
 // An Adopter continues, on this instance, a generation whose owner's lease
@@ -92,26 +102,12 @@ type Salvager interface {
 
 // Manager makes the start/attach/replay decisions.
 type Manager struct {
-	cfg      Config
-	contact  *contact     // what this instance saw of the store (contact.go)
-	adopter  Adopter      // nil: none is adopted
-	salvager Salvager     // nil: none is salvaged
-	watched  atomic.Int64 // writes that got no answer, watched (unanswered.go)
-	gaveUp   gaveUp       // generations this instance gave up on (gaveup.go)
+	cfg     Config
+	contact *contact     // what this instance saw of the store (contact.go)
+	names   Names        // the upstream's own ids of generations
+	watched atomic.Int64 // writes that got no answer, watched (unanswered.go)
+	gaveUp  gaveUp       // generations this instance gave up on (gaveup.go)
 }
-
-// SetSalvager makes s asked about every generation whose owner's lease ran
-// out and that is not adopted, before it is declared lost (Failed,
-// OwnerLost). Call it before the Manager is used. Default: none is
-// salvaged.
-func (m *Manager) SetSalvager(s Salvager) { m.salvager = s }
-
-// SetAdopter makes a asked first about every generation whose owner's lease
-// ran out (before the Salvager): one it can continue is taken over — the
-// record stays in progress, this instance its owner under a fresh lease —
-// and handed to it; Get returns the record so, and Begin attaches to it.
-// Call it before the Manager is used. Default: none is adopted.
-func (m *Manager) SetAdopter(a Adopter) { m.adopter = a }
 
 // errRaced: the record changed while a decision was taken on it; decide
 // again.
@@ -121,7 +117,7 @@ var errRaced = errors.New("resume: record changed meanwhile")
 // Adopter when it can continue it. It reports false when it cannot, and
 // errRaced when the record changed meanwhile (another instance took it).
 func (m *Manager) adopt(ctx context.Context, id string, rec Record, rev uint64, now time.Time) (Record, bool, error) {
-	if m.adopter == nil || !m.adopter.Adoptable(ctx, id, rec) {
+	if m.cfg.Adopter == nil || !m.cfg.Adopter.Adoptable(ctx, id, rec) {
 		return rec, false, nil
 	}
 	rec.Owner, rec.LeaseUntil, rec.UpdatedAt, rec.Attempt = m.cfg.Owner, now.Add(m.cfg.Lease), now, newAttempt()
@@ -134,7 +130,7 @@ func (m *Manager) adopt(ctx context.Context, id string, rec Record, rev uint64, 
 	if !ok {
 		return rec, false, errRaced
 	}
-	m.adopter.Adopt(ctx, id, rec, m.hold(id, rec, nrev))
+	m.cfg.Adopter.Adopt(ctx, id, rec, m.hold(id, rec, nrev))
 	return rec, true, nil
 }
 
@@ -157,7 +153,7 @@ func New(cfg Config) (*Manager, error) {
 	// instance saw.
 	c := &contact{gap: cfg.Lease}
 	cfg.Store = watchedStore{Store: cfg.Store, c: c, now: cfg.Now}
-	return &Manager{cfg: cfg, contact: c}, nil
+	return &Manager{cfg: cfg, contact: c, names: Names{store: cfg.Store, now: cfg.Now}}, nil
 }
 
 // Lease returns the configured lease duration.
@@ -287,7 +283,7 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 				} else if !ok {
 					continue
 				}
-				m.salvager.Salvaged(ctx, req.ID, done, attached)
+				m.cfg.Salvager.Salvaged(ctx, req.ID, done, attached)
 				return Outcome{Decision: Replay, Record: done}, nil
 			}
 		}
@@ -421,7 +417,7 @@ func (m *Manager) look(ctx context.Context, id string) (rec Record, settled bool
 			return Record{}, false, err
 		} else if ok {
 			if rec.State == Completed {
-				m.salvager.Salvaged(ctx, id, rec, attached)
+				m.cfg.Salvager.Salvaged(ctx, id, rec, attached)
 			}
 			return rec, true, nil
 		}
@@ -444,8 +440,8 @@ func (m *Manager) gone(ctx context.Context, id string, rec Record) bool {
 // counted as saved: attached is their number), else failed with OwnerLost.
 func (m *Manager) expire(ctx context.Context, id string, rec Record, now time.Time) (done Record, attached uint64, err error) {
 	rec.UpdatedAt = now
-	if m.salvager != nil {
-		res, ok, err := m.salvager.Salvage(ctx, id, rec)
+	if m.cfg.Salvager != nil {
+		res, ok, err := m.cfg.Salvager.Salvage(ctx, id, rec)
 		if err != nil {
 			return rec, 0, fmt.Errorf("resume: salvage: %w", err)
 		}

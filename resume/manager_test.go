@@ -72,10 +72,13 @@ func newStore(tb testing.TB) *journal.Journal {
 // now nil the real clock.
 func newManager(tb testing.TB, store *journal.Journal, owner string, lease time.Duration, now func() time.Time) *resume.Manager {
 	tb.Helper()
-	m, err := resume.New(resume.Config{
-		Store: store,
-		Owner: owner, Lease: lease, Now: now,
-	})
+	return newManagerWith(tb, resume.Config{Store: store, Owner: owner, Lease: lease, Now: now})
+}
+
+// newManagerWith is newManager with cfg as it is (an Adopter, a Salvager).
+func newManagerWith(tb testing.TB, cfg resume.Config) *resume.Manager {
+	tb.Helper()
+	m, err := resume.New(cfg)
 	if err != nil {
 		tb.Fatalf("resume.New: %v", err)
 	}
@@ -798,18 +801,14 @@ func TestSalvage(t *testing.T) {
 			t.Run(tc.name+" via "+via, func(t *testing.T) {
 				clk := newClock()
 				var asked []resume.Record
-				m, err := resume.New(resume.Config{Store: store, Owner: "owner-a", Now: clk.Now})
-				if err != nil {
-					t.Fatal(err)
-				}
 				var told []resume.Record
-				m.SetSalvager(salvager{
+				m := newManagerWith(t, resume.Config{Store: store, Owner: "owner-a", Now: clk.Now, Salvager: salvager{
 					salvage: func(rec resume.Record) (resume.Result, bool, error) {
 						asked = append(asked, rec)
 						return tc.ans.res, tc.ans.ok, tc.ans.err
 					},
 					salvaged: func(rec resume.Record) { told = append(told, rec) },
-				})
+				}})
 				req := request("salvage-"+tc.name+"-"+via, "body")
 				mustStart(t, m, req)
 				if _, err := m.Get(waitCtx(t), req.ID); err != nil || len(asked) != 0 {
@@ -817,6 +816,7 @@ func TestSalvage(t *testing.T) {
 				}
 				lapse(t, clk, m.Lease()+time.Millisecond, m)
 				var out resume.Outcome
+				var err error
 				if via == "Get" {
 					out.Record, err = m.Get(waitCtx(t), req.ID)
 				} else {

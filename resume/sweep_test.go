@@ -115,8 +115,7 @@ func TestSweepSettlesOrphans(t *testing.T) {
 			var once sync.Once
 			sweepers := make([]<-chan settledKey, 2)
 			for i, name := range []string{"owner-b", "owner-c"} {
-				m := newManager(t, store, name, lease, nil)
-				m.SetSalvager(salvager{
+				m := newManagerWith(t, resume.Config{Store: store, Owner: name, Lease: lease, Salvager: salvager{
 					salvage: func(resume.Record) (resume.Result, bool, error) {
 						if asked.Add(1) == 2 {
 							once.Do(func() { close(both) })
@@ -133,7 +132,7 @@ func TestSweepSettlesOrphans(t *testing.T) {
 							Usage: &salvagedUsage, Cost: &salvagedCost}, true, nil
 					},
 					salvaged: func(resume.Record) { told.Add(1) },
-				})
+				}})
 				_, sweepers[i] = startSweep(t, m, store, 0)
 			}
 			req := request("orphan-"+tc.name, "body")

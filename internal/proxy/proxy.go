@@ -206,10 +206,6 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	m.WatchLag(j.Lag)
 	name := owner(cfg.Owner)
-	rm, err := resume.New(resume.Config{Store: j, Owner: name, Lease: cfg.Lease, Kept: engine.Kept(j)})
-	if err != nil {
-		return nil, err
-	}
 	if cfg.Client == nil {
 		cfg.Client = engine.DefaultClient(engine.DefaultConnectTimeout, engine.DefaultHeaderTimeout)
 	}
@@ -259,7 +255,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	ecfg := engine.Config{
 		Journal:  j,
 		Upstream: ups[0], Fallbacks: ups[1:],
-		Limits: cfg.Limits, ResultsCache: cfg.ResultsCache, Names: rm, Metrics: m, Logger: cfg.Logger, Tracer: cfg.Tracer,
+		Limits: cfg.Limits, ResultsCache: cfg.ResultsCache, Names: resume.NewNames(j), Metrics: m, Logger: cfg.Logger, Tracer: cfg.Tracer,
 	}
 	if cfg.Prices != nil { // a nil *cost.Table in the interface would not be nil
 		ecfg.Prices = cfg.Prices
@@ -272,8 +268,13 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	m.WatchResults(eng.ResultsHeld)
-	rm.SetAdopter(eng)  // a generation whose owner died is continued here when its upstream still runs it
-	rm.SetSalvager(eng) // else completed when its journal holds its result, and billed here
+	rm, err := resume.New(resume.Config{Store: j, Owner: name, Lease: cfg.Lease, Kept: kept(j),
+		Adopter:  eng, // a generation whose owner died is continued here when its upstream still runs it
+		Salvager: eng, // else completed when its journal holds its result, and billed here
+	})
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Limits.CancelUnread > 0 {
 		cfg.HTTP.ReadingSignal = cfg.Limits.CancelUnread / 4
 	}

@@ -1,4 +1,4 @@
-package engine
+package proxy
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 	"github.com/reprise-dev/reprise/resume"
 )
 
-// Keeper is what Kept needs of the journal. journal.Journal implements it.
-type Keeper interface {
+// keeper is what kept needs of the journal. journal.Journal implements it.
+type keeper interface {
 	First(ctx context.Context, ref journal.Ref) (journal.Event, error)
 	// TTL is how long events and records are kept.
 	TTL() time.Duration
 }
 
-// Kept is the resume.Config.Kept of a proxy journaling into j: it reports
+// kept is the resume.Config.Kept of a proxy journaling into j: it reports
 // whether a finished generation still starts at its first event. The
 // journal removes events a TTL after they were stored, the records a TTL
 // after they were last written (at the generation's end, or later): near
@@ -27,7 +27,7 @@ type Keeper interface {
 // generation the record counts no event of may have stored nothing (the
 // journal failed it, its owner died before a non-streamed answer): it is
 // kept, and answered as it ended.
-func Kept(j Keeper) func(context.Context, string, resume.Record) (bool, error) {
+func kept(j keeper) func(context.Context, string, resume.Record) (bool, error) {
 	return func(ctx context.Context, id string, rec resume.Record) (bool, error) {
 		if time.Since(rec.CreatedAt) < j.TTL()/2 {
 			return true, nil
