@@ -118,8 +118,9 @@ func TestExamplesProxyKeys(t *testing.T) {
 }
 
 // TestExamplesShownAreLoaded: every example file a page links to or names
-// (README.md, docs/*.md, BENCHMARKS.md, deploy/**/README.md) is one a test
-// loads, so none drifts from what reprise accepts unnoticed.
+// (README.md, docs/*.md, docs/design/*.md, BENCHMARKS.md,
+// deploy/*/README.md) is one a test loads, so none drifts from what
+// reprise accepts unnoticed.
 func TestExamplesShownAreLoaded(t *testing.T) {
 	t.Parallel()
 	root := composeRoot(t)
@@ -201,11 +202,15 @@ func docPages(t *testing.T, root string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	design, err := filepath.Glob(filepath.Join(root, "docs", "design", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	deploy, err := filepath.Glob(filepath.Join(root, "deploy", "*", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range slices.Concat(docs, deploy) {
+	for _, f := range slices.Concat(docs, design, deploy) {
 		rel, err := filepath.Rel(root, f)
 		if err != nil {
 			t.Fatal(err)
