@@ -322,8 +322,7 @@ func TestUpstreamAuth(t *testing.T) {
 	}
 }
 
-// TestBearerSchemeCaseInsensitive guards a gap the first review found
-// (docs/security.md, "Fixed after review"): RFC 9110 §11.1, the scheme is
+// TestBearerSchemeCaseInsensitive: RFC 9110 §11.1, the scheme is
 // case-insensitive; passthrough forwards the header anyway, so such a
 // caller must not be anonymous.
 func TestBearerSchemeCaseInsensitive(t *testing.T) {

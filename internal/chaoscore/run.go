@@ -66,7 +66,7 @@ type Verdict struct {
 	// Clashes are ids seen naming two different events (each is also a
 	// problem). Superseded are ids of an event its owner showed but never
 	// stored, then named by the break's stored error that took its place
-	// (docs/live-path.md): allowed, counted apart.
+	// (docs/design/live-path.md): allowed, counted apart.
 	Clashes, Superseded int
 	Problems            []string
 }

@@ -63,7 +63,7 @@ func (r *Run) take(c *conn, ev Event) error {
 	if have, seen := r.evs[pos.Offset]; ev.Type == "error" && (pos.Offset < c.next || seen && have != ev) && r.rn.cfg.Rules.isBreak(errorCode([]byte(ev.Data))) {
 		supersedes = true
 		// The generation broke after its owner showed events the journal
-		// never stored (docs/live-path.md): its stored failure takes their
+		// never stored (docs/design/live-path.md): its stored failure takes their
 		// place. They were no result; the view drops them.
 		r.count("superseded_by_failure")
 		for off := range r.evs {

@@ -22,7 +22,7 @@ import (
 // So a reader sees [DONE] only when the whole result is stored; when an
 // append is finally lost, the events shown but not stored are followed by
 // the error event that fails the generation (fail); and an id shown early
-// is still a cursor on every instance (docs/live-path.md).
+// is still a cursor on every instance (docs/design/live-path.md).
 type Tail struct {
 	mu sync.Mutex
 	// chunks hold what readers get, offsets 1..n in order, the end marker

@@ -157,7 +157,7 @@ export function savedDuplicates(saved) {
 // aheadHint explains a client that holds more events than the server's
 // journaled count, or is '' when it does not: the instance that runs a
 // generation shows its readers an event as soon as it hands it to
-// JetStream, which stores it a moment later (docs/live-path.md), and the
+// JetStream, which stores it a moment later (docs/design/live-path.md), and the
 // page reads the count every half second.
 export function aheadHint(s) {
   const journaled = s.status ? s.status.events : null;
