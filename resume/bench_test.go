@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/journaltest"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
@@ -188,12 +189,12 @@ func BenchmarkSweep10k(b *testing.B) {
 	j := journaltest.Open(b, nc, journal.Config{})
 	ctx := benchCtx(b)
 	now := time.Now()
-	usage := resume.Usage{PromptTokens: 120, CompletionTokens: 800, TotalTokens: 920}
+	usage := cost.Usage{PromptTokens: 120, CompletionTokens: 800, TotalTokens: 920}
 	for i := range total {
 		key := "sweep-" + strconv.Itoa(i)
 		rec := resume.Record{Key: key, State: resume.Completed, Fingerprint: strconv.Itoa(i), BytesFingerprint: strconv.Itoa(i), Generation: 1,
 			Attempt: "0123456789abcdef", Path: "/v1/chat/completions", Stream: true, Events: 300, Status: 200, ContentType: "text/event-stream",
-			Usage: &usage, Billed: &resume.Billed{Usage: usage, Generations: 1}, Tenant: "0123456789abcdef", Model: "gpt-4o-mini",
+			Usage: &usage, Billed: &cost.Billed{Usage: usage, Generations: 1}, Tenant: "0123456789abcdef", Model: "gpt-4o-mini",
 			CreatedAt: now, UpdatedAt: now}
 		if i >= total-running { // the last ones: a load is over once they are learnt
 			rec.State, rec.Owner, rec.LeaseUntil, rec.Usage, rec.Billed = resume.InProgress, "bench-owner", now.Add(time.Hour), nil, nil

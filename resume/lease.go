@@ -10,6 +10,8 @@ import (
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
+
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // Lease is an owner's claim on one generation. It heartbeats until Finish;
@@ -45,7 +47,7 @@ type Lease struct {
 	rev  uint64
 	done bool
 
-	settled SavedBy // requests served from the generation Finish moved into Saved
+	settled cost.SavedBy // requests served from the generation Finish moved into Saved
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -240,11 +242,11 @@ type Result struct {
 	Events      uint64
 	Status      int
 	ContentType string
-	Error       string // error code for Failed
-	Usage       *Usage // what the upstream reported, or estimated (Basis)
+	Error       string      // error code for Failed
+	Usage       *cost.Usage // what the upstream reported, or estimated (Basis)
 	// Basis is where Usage comes from: Reported when empty and Usage is
 	// set; Unknown when Usage is nil.
-	Basis    Basis
+	Basis    cost.Basis
 	Upstream string // the name of the upstream that answered
 	// Model is the model the request named; Cost what the generation
 	// cost by the price table (nil: no price known).
@@ -256,12 +258,12 @@ type Result struct {
 }
 
 // basis is where res's usage comes from.
-func (res Result) basis() Basis {
+func (res Result) basis() cost.Basis {
 	switch {
 	case res.Usage == nil:
-		return Unknown
+		return cost.Unknown
 	case res.Basis == "":
-		return Reported
+		return cost.Reported
 	}
 	return res.Basis
 }
@@ -280,7 +282,7 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 		return ErrFenced
 	}
 	basis := res.basis()
-	var settled SavedBy
+	var settled cost.SavedBy
 	change := func(r *Record) {
 		r.State, r.Events, r.Status, r.ContentType, r.Error = res.State, res.Events, res.Status, res.ContentType, res.Error
 		// A failed generation's usage is kept too: what it billed, never
@@ -291,7 +293,7 @@ func (l *Lease) Finish(ctx context.Context, res Result) error {
 		// The requests served from the generation while it ran saved
 		// something only if it completed: a failed or cancelled one's
 		// readers got no result.
-		settled = SavedBy{}
+		settled = cost.SavedBy{}
 		if res.State == Completed {
 			settled = r.PendingBy(r.Attached)
 			r.saveBy(settled, res.Usage, res.Cost, res.Call)
@@ -352,7 +354,7 @@ func (l *Lease) Abandon() {
 // Settled is the requests, by kind, served from the generation while it
 // ran that Finish counted into the record's Saved (none unless it
 // completed).
-func (l *Lease) Settled() SavedBy {
+func (l *Lease) Settled() cost.SavedBy {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.settled

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/journaltest"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
@@ -760,7 +761,7 @@ func ExampleManager_Begin() {
 }
 
 var (
-	salvagedUsage = resume.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}
+	salvagedUsage = cost.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}
 	salvagedCost  = 1.5
 )
 
@@ -1260,7 +1261,7 @@ func TestRecordTenantModel(t *testing.T) {
 	if s := stored(t, store, req.ID); err != nil || s.Tenant != want || s.Model != "mock-1" || strings.Contains(string(raw), req.Tenant) {
 		t.Fatalf("record tenant %q model %q, want %q and mock-1, never the tenant id", s.Tenant, s.Model, want)
 	}
-	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed, Usage: &resume.Usage{PromptTokens: 2, CompletionTokens: 3}}); err != nil {
+	if err := l.Finish(waitCtx(t), resume.Result{State: resume.Failed, Usage: &cost.Usage{PromptTokens: 2, CompletionTokens: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	req.Model = "mock-2"

@@ -3,6 +3,8 @@ package resume
 import (
 	"context"
 	"fmt"
+
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // Save counts a request of kind how (one of SavedKinds) that was served
@@ -15,7 +17,7 @@ import (
 // or was replaced meanwhile spared nothing: the request is not counted.
 // The record written (or read, when nothing was counted) is returned.
 func (m *Manager) Save(ctx context.Context, id string, gen uint64, how string) (rec Record, now bool, err error) {
-	one, ok := One(how)
+	one, ok := cost.SavedOne(how)
 	if !ok {
 		return Record{}, false, fmt.Errorf("%w: saving kind %q", ErrInvalidOption, how)
 	}

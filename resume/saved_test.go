@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/resume"
 )
 
@@ -22,19 +23,19 @@ func TestBilledAndSaved(t *testing.T) {
 	ctx := waitCtx(t)
 
 	l := mustStart(t, m, req)
-	if _, now, err := m.Save(ctx, req.ID, 1, resume.SavedAttach); err != nil || now {
+	if _, now, err := m.Save(ctx, req.ID, 1, cost.SavedAttach); err != nil || now {
 		t.Fatalf("Save of a running generation: %v now %v, want it pending", err, now)
 	}
-	failed := resume.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}
-	if err := l.Finish(ctx, resume.Result{State: resume.Failed, Error: "upstream_interrupted", Usage: &failed, Basis: resume.Estimated, Model: "m", Cost: ptr(1.5)}); err != nil {
+	failed := cost.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}
+	if err := l.Finish(ctx, resume.Result{State: resume.Failed, Error: "upstream_interrupted", Usage: &failed, Basis: cost.Estimated, Model: "m", Cost: ptr(1.5)}); err != nil {
 		t.Fatal(err)
 	}
 	rec := stored(t, store, req.ID)
-	if rec.Usage == nil || *rec.Usage != failed || rec.Basis() != resume.Estimated || rec.Billed == nil || rec.Billed.Usage != failed ||
-		*rec.Billed.Cost != 1.5 || rec.Billed.Generations != 1 || rec.Billed.Basis != resume.Estimated {
+	if rec.Usage == nil || *rec.Usage != failed || rec.Basis() != cost.Estimated || rec.Billed == nil || rec.Billed.Usage != failed ||
+		*rec.Billed.Cost != 1.5 || rec.Billed.Generations != 1 || rec.Billed.Basis != cost.Estimated {
 		t.Fatalf("after a failed generation: usage %+v (%s) billed %+v, want 5 estimated tokens billed at 1.5", rec.Usage, rec.Basis(), rec.Billed)
 	}
-	if rec.Saved != nil || rec.Attached != 0 || l.Settled() != (resume.SavedBy{}) {
+	if rec.Saved != nil || rec.Attached != 0 || l.Settled() != (cost.SavedBy{}) {
 		t.Errorf("saved %+v attached %d settled %+v, want the attach to a failed generation counted nowhere", rec.Saved, rec.Attached, l.Settled())
 	}
 
@@ -42,33 +43,33 @@ func TestBilledAndSaved(t *testing.T) {
 	if rec := stored(t, store, req.ID); rec.Basis() != "" || rec.Usage != nil {
 		t.Errorf("a new generation: usage %+v basis %q, want none while it runs", rec.Usage, rec.Basis())
 	}
-	for _, how := range []string{resume.SavedAttach, resume.SavedResume, resume.SavedResume, resume.SavedRetry} {
+	for _, how := range []string{cost.SavedAttach, cost.SavedResume, cost.SavedResume, cost.SavedRetry} {
 		if _, now, err := m.Save(ctx, req.ID, 2, how); err != nil || now {
 			t.Fatalf("Save %s of a running generation: %v now %v", how, err, now)
 		}
 	}
-	done := resume.Usage{PromptTokens: 3, CompletionTokens: 10, TotalTokens: 13}
+	done := cost.Usage{PromptTokens: 3, CompletionTokens: 10, TotalTokens: 13}
 	if err := l.Finish(ctx, resume.Result{State: resume.Completed, Usage: &done, Model: "m", Cost: ptr(4)}); err != nil {
 		t.Fatal(err)
 	}
-	if want := (resume.SavedBy{Attach: 1, Resume: 2, Retry: 1}); l.Settled() != want {
+	if want := (cost.SavedBy{Attach: 1, Resume: 2, Retry: 1}); l.Settled() != want {
 		t.Errorf("settled %+v, want %+v", l.Settled(), want)
 	}
-	rec, now, err := m.Save(ctx, req.ID, 2, resume.SavedReplay)
+	rec, now, err := m.Save(ctx, req.ID, 2, cost.SavedReplay)
 	if err != nil || !now {
 		t.Fatalf("Save of a completed generation: %v now %v, want it counted at once", err, now)
 	}
-	want := resume.Usage{PromptTokens: 6, CompletionTokens: 12, TotalTokens: 18}
-	if *rec.Usage != done || rec.Basis() != resume.Reported || *rec.Cost != 4 || rec.Billed.Usage != want || *rec.Billed.Cost != 5.5 ||
-		rec.Billed.Generations != 2 || rec.Billed.Basis != resume.Estimated {
+	want := cost.Usage{PromptTokens: 6, CompletionTokens: 12, TotalTokens: 18}
+	if *rec.Usage != done || rec.Basis() != cost.Reported || *rec.Cost != 4 || rec.Billed.Usage != want || *rec.Billed.Cost != 5.5 ||
+		rec.Billed.Generations != 2 || rec.Billed.Basis != cost.Estimated {
 		t.Errorf("usage %+v (%s) cost %v billed %+v, want the last generation's and %+v (estimated in part) at 5.5 over 2", rec.Usage, rec.Basis(), *rec.Cost, rec.Billed, want)
 	}
-	wantBy := resume.SavedBy{Attach: 1, Replay: 1, Resume: 2, Retry: 1}
-	wantSaved := resume.Usage{PromptTokens: 15, CompletionTokens: 50, TotalTokens: 65}
+	wantBy := cost.SavedBy{Attach: 1, Replay: 1, Resume: 2, Retry: 1}
+	wantSaved := cost.Usage{PromptTokens: 15, CompletionTokens: 50, TotalTokens: 65}
 	if s := rec.Saved; s == nil || s.Duplicates != 5 || s.By != wantBy || s.Usage == nil || *s.Usage != wantSaved || *s.Cost != 20 {
 		t.Errorf("saved %+v, want 5 by %+v of %+v at 20", s, wantBy, wantSaved)
 	}
-	if rec, now, err := m.Save(ctx, req.ID, 1, resume.SavedReplay); err != nil || now || rec.Saved.Duplicates != 5 {
+	if rec, now, err := m.Save(ctx, req.ID, 1, cost.SavedReplay); err != nil || now || rec.Saved.Duplicates != 5 {
 		t.Errorf("a request of a replaced generation: %v now %v %+v, want nothing counted", err, now, rec.Saved)
 	}
 	if _, _, err := m.Save(ctx, req.ID, 2, "sdk_retry"); !errors.Is(err, resume.ErrInvalidOption) {
@@ -80,8 +81,8 @@ func TestBilledAndSaved(t *testing.T) {
 // that ended without Finish left in the record (its owner died) counts
 // nothing for the next generation.
 func TestSavedPendingOfAnotherGeneration(t *testing.T) {
-	rec := resume.Record{Generation: 2, Attached: 1, AttachedBy: &resume.Pending{Generation: 1, SavedBy: resume.SavedBy{Resume: 3}}}
-	if got := rec.PendingBy(rec.Attached); got != (resume.SavedBy{Attach: 1}) {
+	rec := resume.Record{Generation: 2, Attached: 1, AttachedBy: &resume.Pending{Generation: 1, SavedBy: cost.SavedBy{Resume: 3}}}
+	if got := rec.PendingBy(rec.Attached); got != (cost.SavedBy{Attach: 1}) {
 		t.Errorf("pending %+v, want the one request of generation 2, an attach", got)
 	}
 }
@@ -107,8 +108,8 @@ func TestBilledCalls(t *testing.T) {
 	}
 
 	l = mustStart(t, m, req)
-	broken := resume.Usage{PromptTokens: 3, CompletionTokens: 1}
-	if err := l.Finish(ctx, resume.Result{State: resume.Failed, Error: "upstream_interrupted", Usage: &broken, Basis: resume.Estimated, Model: "m", Cost: ptr(0.5), Call: true}); err != nil {
+	broken := cost.Usage{PromptTokens: 3, CompletionTokens: 1}
+	if err := l.Finish(ctx, resume.Result{State: resume.Failed, Error: "upstream_interrupted", Usage: &broken, Basis: cost.Estimated, Model: "m", Cost: ptr(0.5), Call: true}); err != nil {
 		t.Fatal(err)
 	}
 	if rec := stored(t, store, req.ID); rec.Billed == nil || rec.Billed.Calls != 1 || !rec.Call {
@@ -119,7 +120,7 @@ func TestBilledCalls(t *testing.T) {
 	if rec := stored(t, store, req.ID); rec.Call {
 		t.Error("a new generation still shows the last one's call")
 	}
-	for _, how := range []string{resume.SavedRetry, resume.SavedAttach} {
+	for _, how := range []string{cost.SavedRetry, cost.SavedAttach} {
 		if _, _, err := m.Save(ctx, req.ID, 3, how); err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +128,7 @@ func TestBilledCalls(t *testing.T) {
 	if err := l.Finish(ctx, resume.Result{State: resume.Completed, Model: "m", Cost: ptr(0.5), Call: true}); err != nil {
 		t.Fatal(err)
 	}
-	rec, now, err := m.Save(ctx, req.ID, 3, resume.SavedReplay)
+	rec, now, err := m.Save(ctx, req.ID, 3, cost.SavedReplay)
 	if err != nil || !now {
 		t.Fatalf("Save of a completed generation: %v now %v", err, now)
 	}

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // BenchmarkSweepSeen is the sweeper's share of one record write it hears
@@ -12,12 +14,12 @@ import (
 // searched. ns/op is one write.
 func BenchmarkSweepSeen(b *testing.B) {
 	now := time.Now()
-	usage := Usage{PromptTokens: 120, CompletionTokens: 800, TotalTokens: 920}
+	usage := cost.Usage{PromptTokens: 120, CompletionTokens: 800, TotalTokens: 920}
 	rec := Record{Key: "key", State: InProgress, Fingerprint: "f", BytesFingerprint: "f", Generation: 1, Owner: "host-1-abcd",
 		Attempt: "0123456789abcdef", LeaseUntil: now.Add(10 * time.Second), Path: "/v1/chat/completions", Stream: true, Events: 120,
 		Tenant: "0123456789abcdef", Model: "gpt-4o-mini", CreatedAt: now, UpdatedAt: now}
 	running := rec.encode()
-	rec.State, rec.Owner, rec.LeaseUntil, rec.Usage, rec.Billed = Completed, "", time.Time{}, &usage, &Billed{Usage: usage, Generations: 1}
+	rec.State, rec.Owner, rec.LeaseUntil, rec.Usage, rec.Billed = Completed, "", time.Time{}, &usage, &cost.Billed{Usage: usage, Generations: 1}
 	finished := rec.encode()
 	m := &Manager{cfg: Config{Lease: DefaultLease, Now: time.Now}}
 	for _, tc := range []struct {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
@@ -27,7 +28,7 @@ import (
 // assembler is a format that can answer a non-streamed request from a
 // completed streamed generation of it (engine.Assembler).
 type assembler interface {
-	Assemble(events []journal.Event, usage *resume.Usage) ([]byte, error)
+	Assemble(events []journal.Event, usage *cost.Usage) ([]byte, error)
 }
 
 // serveFallback answers a non-streamed retry of the streamed request kl

@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
@@ -204,27 +205,27 @@ func wantsJSON(accept string) bool {
 }
 
 type status struct {
-	Key        string        `json:"key"`
-	State      resume.State  `json:"state"`
-	Generation uint64        `json:"generation"`
-	Events     uint64        `json:"events"`
-	Stream     bool          `json:"stream"`
-	Status     int           `json:"status,omitempty"`
-	Error      string        `json:"error,omitempty"`
-	Usage      *resume.Usage `json:"usage,omitempty"`
+	Key        string       `json:"key"`
+	State      resume.State `json:"state"`
+	Generation uint64       `json:"generation"`
+	Events     uint64       `json:"events"`
+	Stream     bool         `json:"stream"`
+	Status     int          `json:"status,omitempty"`
+	Error      string       `json:"error,omitempty"`
+	Usage      *cost.Usage  `json:"usage,omitempty"`
 	// UsageBasis says where Usage comes from: reported, estimated (a
 	// generation that failed or was cancelled before the upstream reported
 	// it) or unknown (resume.Record.Basis); absent while a generation runs.
-	UsageBasis resume.Basis `json:"usage_basis,omitempty"`
+	UsageBasis cost.Basis `json:"usage_basis,omitempty"`
 	// Cost is the last generation's; Billed all generations'; Saved what
 	// the requests served without a generation did not cost, by kind
 	// (resume.Record).
-	Cost      *float64       `json:"cost,omitempty"`
-	Billed    *resume.Billed `json:"billed,omitempty"`
-	Saved     *resume.Saved  `json:"saved,omitempty"`
-	Upstream  string         `json:"upstream,omitempty"`
-	CreatedAt time.Time      `json:"created_at"`
-	UpdatedAt time.Time      `json:"updated_at"`
+	Cost      *float64     `json:"cost,omitempty"`
+	Billed    *cost.Billed `json:"billed,omitempty"`
+	Saved     *cost.Saved  `json:"saved,omitempty"`
+	Upstream  string       `json:"upstream,omitempty"`
+	CreatedAt time.Time    `json:"created_at"`
+	UpdatedAt time.Time    `json:"updated_at"`
 }
 
 func writeStatus(w http.ResponseWriter, code int, rec resume.Record) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -33,7 +34,7 @@ func (s *Server) saved(id string, rec resume.Record, how string) {
 	if !now {
 		return
 	}
-	by, _ := resume.One(how) // Save refused any other kind
+	by, _ := cost.SavedOne(how) // Save refused any other kind
 	_, entry, _ := s.prices.Lookup(got.Model)
 	s.metrics.Saved(by, got.Usage, entry, got.Cost, got.Call)
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // TestAssembledAnswersParse: the answers the engine assembles from
@@ -25,7 +25,7 @@ import (
 // Messages.New — with their text, tool calls and stop reasons.
 func TestAssembledAnswersParse(t *testing.T) {
 	t.Parallel()
-	chat := assembled(t, engine.Chat{}, &resume.Usage{PromptTokens: 9, CompletionTokens: 6},
+	chat := assembled(t, engine.Chat{}, &cost.Usage{PromptTokens: 9, CompletionTokens: 6},
 		`{"id":"chatcmpl-A","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}}],"refusal":null},"logprobs":null,"finish_reason":null}]}`,
 		`{"id":"chatcmpl-A","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"get_time","arguments":"{\"tz\":"}}]},"logprobs":null,"finish_reason":null}]}`,
 		`{"id":"chatcmpl-A","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":\"Paris\"}"}}]},"logprobs":null,"finish_reason":null}]}`,
@@ -126,7 +126,7 @@ func TestAssembledAnswersParse(t *testing.T) {
 
 // assembled is the answer proto assembles from events, each "type\ndata"
 // or data alone.
-func assembled(tb testing.TB, proto engine.Assembler, usage *resume.Usage, events ...string) []byte {
+func assembled(tb testing.TB, proto engine.Assembler, usage *cost.Usage, events ...string) []byte {
 	tb.Helper()
 	evs := make([]journal.Event, len(events))
 	for i, s := range events {

@@ -9,8 +9,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // ErrInvalidPrices is returned by Load and New for a price table that
@@ -110,7 +108,7 @@ func (t *Table) Lookup(model string) (p Price, entry string, ok bool) {
 // and the table entry that priced it. ok is false when no price is known:
 // the model is not in the table, or it is priced by the token and the
 // usage is unknown.
-func (t *Table) Cost(model string, u *resume.Usage) (cost float64, entry string, ok bool) {
+func (t *Table) Cost(model string, u *Usage) (cost float64, entry string, ok bool) {
 	p, entry, ok := t.Lookup(model)
 	if !ok {
 		return 0, "", false
@@ -124,7 +122,7 @@ func (t *Table) Cost(model string, u *resume.Usage) (cost float64, entry string,
 // Cost is what a generation of usage u (nil: unknown) costs at p: its
 // usage at the token prices plus the call price. ok is false when p prices
 // tokens and the usage is unknown.
-func (p Price) Cost(u *resume.Usage) (cost float64, ok bool) {
+func (p Price) Cost(u *Usage) (cost float64, ok bool) {
 	if u == nil && p.tokens() {
 		return 0, false
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/reprise-dev/reprise/internal/cost"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 func TestCost(t *testing.T) {
@@ -21,10 +20,10 @@ func TestCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &resume.Usage{PromptTokens: 1000, CompletionTokens: 500, TotalTokens: 1500}
+	u := &cost.Usage{PromptTokens: 1000, CompletionTokens: 500, TotalTokens: 1500}
 	tests := []struct {
 		name, model string
-		usage       *resume.Usage
+		usage       *cost.Usage
 		want        float64
 		entry       string
 		ok          bool
@@ -63,7 +62,7 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, _, ok := tab.Cost("mock-1", &resume.Usage{PromptTokens: 1e6, CompletionTokens: 1e6}); !ok || c != 3 {
+	if c, _, ok := tab.Cost("mock-1", &cost.Usage{PromptTokens: 1e6, CompletionTokens: 1e6}); !ok || c != 3 {
 		t.Errorf("mock-1: %v %v, want 3", c, ok)
 	}
 	for name, body := range map[string]string{
@@ -84,7 +83,7 @@ func TestExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, entry, ok := tab.Cost("gpt-4o-2024-08-06", &resume.Usage{PromptTokens: 1e6}); !ok || entry != "gpt-4o*" || c != 2.5 {
+	if c, entry, ok := tab.Cost("gpt-4o-2024-08-06", &cost.Usage{PromptTokens: 1e6}); !ok || entry != "gpt-4o*" || c != 2.5 {
 		t.Errorf("gpt-4o-2024-08-06: %v %q %v, want 2.5 by gpt-4o*", c, entry, ok)
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // Assemble implements Assembler: the chat.completion object of the chunks
@@ -18,7 +18,7 @@ import (
 // (id, created, model, service_tier, system_fingerprint …) keep their last
 // value that is not null. The usage is the usage chunk's, or usage when
 // the stream journaled none; absent when neither is known.
-func (Chat) Assemble(events []journal.Event, usage *resume.Usage) ([]byte, error) {
+func (Chat) Assemble(events []journal.Event, usage *cost.Usage) ([]byte, error) {
 	top := newObject()
 	choices := map[int64]*merged{}
 	var usageRaw json.RawMessage

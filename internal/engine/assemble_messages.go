@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // Assemble implements Assembler: the message object of message_start, its
@@ -20,7 +20,7 @@ import (
 // from message_delta, its usage message_start's merged with
 // message_delta's (its counts are the message's totals; the others, cache
 // counts among them, are kept), or usage when the events give none.
-func (Messages) Assemble(events []journal.Event, usage *resume.Usage) ([]byte, error) {
+func (Messages) Assemble(events []journal.Event, usage *cost.Usage) ([]byte, error) {
 	var msg *object
 	blocks := map[int64]*messageBlock{}
 	for _, ev := range events {
@@ -196,7 +196,7 @@ func setMembers(dst, src *object) {
 }
 
 // wholeMessage is the message with its content blocks and usage.
-func wholeMessage(msg *object, blocks map[int64]*messageBlock, usage *resume.Usage) ([]byte, error) {
+func wholeMessage(msg *object, blocks map[int64]*messageBlock, usage *cost.Usage) ([]byte, error) {
 	content := make([]json.RawMessage, 0, len(blocks))
 	for _, i := range slices.Sorted(maps.Keys(blocks)) {
 		block, err := blocks[i].whole()

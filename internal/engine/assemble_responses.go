@@ -5,8 +5,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // Assemble implements Assembler: the response object that the terminal
@@ -15,7 +15,7 @@ import (
 // upstream that sent it with no output gets the items of its
 // response.output_item.done events, by output_index. The usage is the
 // response's own.
-func (Responses) Assemble(events []journal.Event, _ *resume.Usage) ([]byte, error) {
+func (Responses) Assemble(events []journal.Event, _ *cost.Usage) ([]byte, error) {
 	items := map[int64]json.RawMessage{}
 	for _, ev := range events {
 		if ev.IsEnd() {

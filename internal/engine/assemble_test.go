@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/mockllm"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // TestAssembleMatchesFake: for a prompt, the answer assembled from the
@@ -101,12 +101,12 @@ func withoutClock(tb testing.TB, answer []byte) map[string]any {
 // returns its events as the engine journals them, and the usage the
 // stream reported; unasked drops chat's usage chunk, as the engine does
 // for a client that did not ask for it.
-func fakeStream(tb testing.TB, cfg mockllm.Config, proto Protocol, prompt string, unasked bool) ([]journal.Event, *resume.Usage) {
+func fakeStream(tb testing.TB, cfg mockllm.Config, proto Protocol, prompt string, unasked bool) ([]journal.Event, *cost.Usage) {
 	tb.Helper()
 	body := fakePost(tb, cfg, proto.Path(), fakeRequest(proto.Path(), prompt, true))
 	var events []journal.Event
 	lim := upstreamLimits{maxEvent: 1 << 20, maxEvents: 1 << 16, maxBytes: 1 << 30}
-	_, usage, err := readUpstream(bytes.NewReader(body), proto, lim, func(typ string, data []byte, in Inspection, _ *resume.Usage) error {
+	_, usage, err := readUpstream(bytes.NewReader(body), proto, lim, func(typ string, data []byte, in Inspection, _ *cost.Usage) error {
 		if !unasked || !in.UsageOnly {
 			events = append(events, journal.Event{Offset: uint64(len(events) + 1), Type: typ, Data: bytes.Clone(data)})
 		}
@@ -179,7 +179,7 @@ var assembleFixtures = []struct {
 	name   string
 	proto  Assembler
 	events []journal.Event
-	usage  *resume.Usage
+	usage  *cost.Usage
 	want   string
 }{
 	{
@@ -195,7 +195,7 @@ var assembleFixtures = []struct {
 			`{"id":"chatcmpl-T","object":"chat.completion.chunk","created":1,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_1","choices":[],"usage":{"prompt_tokens":80,"completion_tokens":40,"total_tokens":120,"prompt_tokens_details":{"cached_tokens":0}}}`,
 			`[DONE]`,
 		),
-		usage: &resume.Usage{PromptTokens: 1, CompletionTokens: 1}, // the journaled usage chunk wins
+		usage: &cost.Usage{PromptTokens: 1, CompletionTokens: 1}, // the journaled usage chunk wins
 		want: `{"id":"chatcmpl-T","object":"chat.completion","created":1,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":null,` +
 			`"tool_calls":[{"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris <&>\"}"}},{"id":"call_b","type":"function","function":{"name":"get_time","arguments":"{\"tz\":\"CET\"}"}}],` +
 			`"refusal":null},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":80,"completion_tokens":40,"total_tokens":120,"prompt_tokens_details":{"cached_tokens":0}},"service_tier":"default","system_fingerprint":"fp_1"}`,
@@ -211,7 +211,7 @@ var assembleFixtures = []struct {
 			`{"id":"c","object":"chat.completion.chunk","created":2,"model":"m","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"length"}]}`,
 			`[DONE]`,
 		),
-		usage: &resume.Usage{PromptTokens: 5, CompletionTokens: 7},
+		usage: &cost.Usage{PromptTokens: 5, CompletionTokens: 7},
 		want: `{"id":"c","object":"chat.completion","created":2,"model":"m","choices":[` +
 			`{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"length"},` +
 			`{"index":1,"message":{"role":"assistant","content":"Bonjour"},"finish_reason":"stop"}],` +
@@ -298,7 +298,7 @@ var assembleFixtures = []struct {
 			`{"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END"}}`,
 			`{"type":"message_stop"}`,
 		),
-		usage: &resume.Usage{PromptTokens: 4, CompletionTokens: 2},
+		usage: &cost.Usage{PromptTokens: 4, CompletionTokens: 2},
 		want:  `{"id":"msg_3","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"one two"}],"stop_reason":"stop_sequence","stop_sequence":"END","usage":{"input_tokens":4,"output_tokens":2}}`,
 	},
 	{
@@ -418,9 +418,9 @@ func FuzzAssemble(f *testing.F) {
 		for s := range strings.SplitSeq(input, "\n\n") {
 			events = append(events, ev(s))
 		}
-		var usage *resume.Usage
+		var usage *cost.Usage
 		if withUsage {
-			usage = &resume.Usage{PromptTokens: 3, CompletionTokens: 4}
+			usage = &cost.Usage{PromptTokens: 3, CompletionTokens: 4}
 		}
 		for _, p := range Protocols() {
 			a, ok := p.(Assembler)

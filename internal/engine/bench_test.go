@@ -8,8 +8,8 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // The engine's share of a live generation's hot path, piece by piece and
@@ -63,7 +63,7 @@ var benchLimits = upstreamLimits{maxEvent: DefaultMaxEventSize, maxEvents: 1 << 
 func BenchmarkReadUpstream(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchFrame)))
-	n, _, err := readUpstream(&frames{left: b.N}, Chat{}, benchLimits, func(string, []byte, Inspection, *resume.Usage) error { return nil })
+	n, _, err := readUpstream(&frames{left: b.N}, Chat{}, benchLimits, func(string, []byte, Inspection, *cost.Usage) error { return nil })
 	if err != nil || n != b.N+1 {
 		b.Fatalf("read %d events: %v", n, err)
 	}
@@ -118,7 +118,7 @@ func BenchmarkHotPath(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(benchFrame)))
 			start := time.Now()
-			n, _, err := readUpstream(&frames{left: b.N}, Chat{}, benchLimits, func(typ string, data []byte, _ Inspection, _ *resume.Usage) error {
+			n, _, err := readUpstream(&frames{left: b.N}, Chat{}, benchLimits, func(typ string, data []byte, _ Inspection, _ *cost.Usage) error {
 				return w.Append(ctx, typ, data)
 			})
 			if err != nil {

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/reprise-dev/reprise/resume"
+import (
+	"github.com/reprise-dev/reprise/internal/cost"
+	"github.com/reprise-dev/reprise/resume"
+)
 
 // price sets res's cost by the price table (when a price is known for its
 // Model) and Call (when that price is per call), and returns the price
@@ -36,7 +39,7 @@ func (p *pump) price(res *resume.Result) string {
 // cost and call, priced by entry (Engine.price), and the requests served from it
 // while it ran that its completion made savings (saved, by kind; none when
 // its result was not recorded), at its usage and cost.
-func (e *Engine) bill(res resume.Result, entry string, saved resume.SavedBy) {
+func (e *Engine) bill(res resume.Result, entry string, saved cost.SavedBy) {
 	if res.Cost != nil && e.cfg.Spend != nil {
 		e.cfg.Spend.Spent(*res.Cost)
 	}
@@ -47,7 +50,7 @@ func (e *Engine) bill(res resume.Result, entry string, saved resume.SavedBy) {
 	if res.Usage != nil || res.Cost != nil || res.Call {
 		basis := res.Basis
 		if basis == "" {
-			basis = resume.Reported
+			basis = cost.Reported
 		}
 		m.Billed(res.Usage, basis, entry, res.Cost, res.Call)
 	}
@@ -59,7 +62,7 @@ func (e *Engine) bill(res resume.Result, entry string, saved resume.SavedBy) {
 // bill reports what the generation billed (Engine.bill) and, when its
 // result was recorded, the requests served from it that it saved.
 func (p *pump) bill(res resume.Result, entry string, recorded bool) {
-	var saved resume.SavedBy
+	var saved cost.SavedBy
 	if recorded {
 		saved = p.g.Lease.Settled()
 	}

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // Chat is OpenAI chat completions: "stream": true asks for SSE, whose
@@ -78,7 +78,7 @@ func (Chat) ResponseModel(_ string, data []byte) (string, bool) { return namedMo
 func (Chat) Whole(contentType string, body []byte) bool { return jsonObject(contentType, body) }
 
 // Result implements Protocol.
-func (Chat) Result(_ string, body []byte) (resume.Usage, bool) {
+func (Chat) Result(_ string, body []byte) (cost.Usage, bool) {
 	u, _, ok := chatUsage(body)
 	return u, ok
 }
@@ -86,20 +86,20 @@ func (Chat) Result(_ string, body []byte) (resume.Usage, bool) {
 // usagePtr is u on the heap: only an event that reports usage pays the
 // allocation (&u of a variable declared beside the test would make every
 // event pay it).
-func usagePtr(u resume.Usage) *resume.Usage { return &u }
+func usagePtr(u cost.Usage) *cost.Usage { return &u }
 
 // chatUsage reads {"usage":{"prompt_tokens","completion_tokens","total_tokens"}};
 // only: the object has no choices (a stream's usage chunk).
-func chatUsage(data []byte) (u resume.Usage, only, ok bool) {
+func chatUsage(data []byte) (u cost.Usage, only, ok bool) {
 	if !hasObject(data, "usage") {
-		return resume.Usage{}, false, false
+		return cost.Usage{}, false, false
 	}
 	var v struct {
-		Usage   *resume.Usage     `json:"usage"`
+		Usage   *cost.Usage       `json:"usage"`
 		Choices []json.RawMessage `json:"choices"`
 	}
 	if json.Unmarshal(data, &v) != nil || v.Usage == nil {
-		return resume.Usage{}, false, false
+		return cost.Usage{}, false, false
 	}
 	return v.Usage.Filled(), len(v.Choices) == 0, true
 }

@@ -122,11 +122,11 @@ type CostMetrics interface {
 	// Billed counts one generation's usage (nil: unknown) of basis
 	// (Reported or Estimated) and cost (priced by the table entry entry;
 	// nil: no price known), and a call when call (resume.Result.Call).
-	Billed(u *resume.Usage, basis resume.Basis, entry string, cost *float64, call bool)
+	Billed(u *cost.Usage, basis cost.Basis, entry string, spent *float64, call bool)
 	// Saved counts the requests, by kind, served without a generation
 	// from one of usage u and cost (priced by entry; each nil: unknown),
 	// a call each when that generation was one: what they did not cost.
-	Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *float64, call bool)
+	Saved(by cost.SavedBy, u *cost.Usage, entry string, spent *float64, call bool)
 }
 
 // Pricer gives the price of model and the price table entry that gives it

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // An Estimator is a Protocol whose usage reprise can estimate for a stream
@@ -94,19 +94,19 @@ func nonEmptyString(data []byte, key string) bool {
 // EstimatePrompt of body, the completion by content, the events that
 // carried content. Its basis is Estimated when an estimate was used,
 // Reported when the upstream had reported it all.
-func estimated(est Estimator, body []byte, reported *resume.Usage, content int64) (*resume.Usage, resume.Basis) {
-	var u resume.Usage
+func estimated(est Estimator, body []byte, reported *cost.Usage, content int64) (*cost.Usage, cost.Basis) {
+	var u cost.Usage
 	if reported != nil {
 		u = *reported
 	}
-	basis := resume.Reported
+	basis := cost.Reported
 	if u.PromptTokens <= 0 {
-		u.PromptTokens, basis = est.EstimatePrompt(body), resume.Estimated
+		u.PromptTokens, basis = est.EstimatePrompt(body), cost.Estimated
 	}
 	if content > u.CompletionTokens {
-		u.CompletionTokens, basis = content, resume.Estimated
+		u.CompletionTokens, basis = content, cost.Estimated
 	}
-	if basis == resume.Estimated || u.TotalTokens == 0 {
+	if basis == cost.Estimated || u.TotalTokens == 0 {
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	}
 	return &u, basis

@@ -3,7 +3,7 @@ package engine
 import (
 	"testing"
 
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // TestInspectContent: the events that carry generated content, about a
@@ -78,16 +78,16 @@ func TestEstimated(t *testing.T) {
 	body := []byte(`{"messages":[{"role":"user","content":"abcdefghijkl"}]}`) // 3 tokens
 	tests := []struct {
 		name     string
-		reported *resume.Usage
+		reported *cost.Usage
 		content  int64
-		want     resume.Usage
-		basis    resume.Basis
+		want     cost.Usage
+		basis    cost.Basis
 	}{
-		{"nothing reported", nil, 7, resume.Usage{PromptTokens: 3, CompletionTokens: 7, TotalTokens: 10}, resume.Estimated},
-		{"before any token", nil, 0, resume.Usage{PromptTokens: 3, TotalTokens: 3}, resume.Estimated},
-		{"prompt reported (message_start)", &resume.Usage{PromptTokens: 25, CompletionTokens: 1}, 9, resume.Usage{PromptTokens: 25, CompletionTokens: 9, TotalTokens: 34}, resume.Estimated},
-		{"all reported", &resume.Usage{PromptTokens: 5, CompletionTokens: 9, TotalTokens: 14}, 9, resume.Usage{PromptTokens: 5, CompletionTokens: 9, TotalTokens: 14}, resume.Reported},
-		{"more reported than seen", &resume.Usage{PromptTokens: 5, CompletionTokens: 12}, 9, resume.Usage{PromptTokens: 5, CompletionTokens: 12, TotalTokens: 17}, resume.Reported},
+		{"nothing reported", nil, 7, cost.Usage{PromptTokens: 3, CompletionTokens: 7, TotalTokens: 10}, cost.Estimated},
+		{"before any token", nil, 0, cost.Usage{PromptTokens: 3, TotalTokens: 3}, cost.Estimated},
+		{"prompt reported (message_start)", &cost.Usage{PromptTokens: 25, CompletionTokens: 1}, 9, cost.Usage{PromptTokens: 25, CompletionTokens: 9, TotalTokens: 34}, cost.Estimated},
+		{"all reported", &cost.Usage{PromptTokens: 5, CompletionTokens: 9, TotalTokens: 14}, 9, cost.Usage{PromptTokens: 5, CompletionTokens: 9, TotalTokens: 14}, cost.Reported},
+		{"more reported than seen", &cost.Usage{PromptTokens: 5, CompletionTokens: 12}, 9, cost.Usage{PromptTokens: 5, CompletionTokens: 12, TotalTokens: 17}, cost.Reported},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

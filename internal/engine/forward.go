@@ -12,7 +12,7 @@ import (
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/internal/apierr"
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // Generic is the format of an endpoint reprise does not know (embeddings,
@@ -40,7 +40,7 @@ func (Generic) Inspect(_ string, data []byte) Inspection {
 
 // Result implements Protocol: usage is read as chat's, where there is one
 // (embeddings report prompt_tokens).
-func (Generic) Result(ct string, body []byte) (resume.Usage, bool) { return Chat{}.Result(ct, body) }
+func (Generic) Result(ct string, body []byte) (cost.Usage, bool) { return Chat{}.Result(ct, body) }
 
 // Whole implements Protocol: a request of a format reprise does not know
 // never asks for a stream (Streams), so any answer is whole.

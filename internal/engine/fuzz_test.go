@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // Fuzz target of the parser an upstream reaches: its SSE body. Seeds:
@@ -25,9 +25,9 @@ func (fuzzProto) Inspect(typ string, data []byte) Inspection {
 	c, s := Chat{}.Inspect(typ, data), Speech{}.Inspect(typ, data)
 	return Inspection{Terminal: c.Terminal || s.Terminal}
 }
-func (fuzzProto) Result(string, []byte) (resume.Usage, bool) { return resume.Usage{}, false }
-func (fuzzProto) Whole(string, []byte) bool                  { return true }
-func (fuzzProto) Shape() apierr.Shape                        { return apierr.OpenAI }
+func (fuzzProto) Result(string, []byte) (cost.Usage, bool) { return cost.Usage{}, false }
+func (fuzzProto) Whole(string, []byte) bool                { return true }
+func (fuzzProto) Shape() apierr.Shape                      { return apierr.OpenAI }
 
 var errFuzzEmit = errors.New("fuzz: emit refused")
 
@@ -70,7 +70,7 @@ func FuzzReadUpstream(f *testing.F) {
 		var got []ev
 		var total int64
 		refused := false
-		n, _, err := readUpstream(bytes.NewReader(body), fuzzProto{}, lim, func(typ string, data []byte, _ Inspection, _ *resume.Usage) error {
+		n, _, err := readUpstream(bytes.NewReader(body), fuzzProto{}, lim, func(typ string, data []byte, _ Inspection, _ *cost.Usage) error {
 			if refused {
 				t.Fatal("readUpstream emitted after emit failed")
 			}

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // Messages is Anthropic's Messages API: "stream": true asks for SSE of
@@ -28,11 +28,11 @@ type messagesUsage struct {
 	Output int64 `json:"output_tokens"`
 }
 
-func (u *messagesUsage) usage() *resume.Usage {
+func (u *messagesUsage) usage() *cost.Usage {
 	if u == nil {
 		return nil
 	}
-	v := resume.Usage{PromptTokens: u.Input, CompletionTokens: u.Output}
+	v := cost.Usage{PromptTokens: u.Input, CompletionTokens: u.Output}
 	return &v
 }
 
@@ -64,7 +64,7 @@ func (Messages) Inspect(typ string, data []byte) Inspection {
 		if json.Unmarshal(data, &v) == nil && v.Usage != nil {
 			// The delta reports output tokens so far; the input tokens
 			// came with message_start.
-			return Inspection{Usage: &resume.Usage{CompletionTokens: v.Usage.Output}}
+			return Inspection{Usage: &cost.Usage{CompletionTokens: v.Usage.Output}}
 		}
 	case "error":
 		var v struct {
@@ -98,12 +98,12 @@ func (Messages) ResponseModel(_ string, data []byte) (string, bool) {
 func (Messages) Whole(contentType string, body []byte) bool { return jsonObject(contentType, body) }
 
 // Result implements Protocol: a non-streamed answer is the message.
-func (Messages) Result(_ string, body []byte) (resume.Usage, bool) {
+func (Messages) Result(_ string, body []byte) (cost.Usage, bool) {
 	var v struct {
 		Usage *messagesUsage `json:"usage"`
 	}
 	if json.Unmarshal(body, &v) != nil || v.Usage == nil {
-		return resume.Usage{}, false
+		return cost.Usage{}, false
 	}
 	return v.Usage.usage().Filled(), true
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // A Protocol is what the engine knows of one upstream API format: which
@@ -27,7 +27,7 @@ type Protocol interface {
 	// every stream: it must be cheap for the common event.
 	Inspect(typ string, data []byte) Inspection
 	// Result reads the usage of a non-streamed answer.
-	Result(contentType string, body []byte) (resume.Usage, bool)
+	Result(contentType string, body []byte) (cost.Usage, bool)
 	// Whole reports whether a non-streamed 2xx answer to a request that
 	// asked for a stream is still the format's answer (an upstream that
 	// ignored "stream" and answered whole), not something that is none
@@ -48,7 +48,7 @@ type Inspection struct {
 	Failure *apierr.Error
 	// Usage, when set, is the token usage the event reports (it may come
 	// in parts: a field it leaves zero keeps what was seen before).
-	Usage *resume.Usage
+	Usage *cost.Usage
 	// UsageOnly: the event carries nothing but the usage (chat's last
 	// chunk): a stream whose client did not ask for usage (UsageAsker)
 	// does not journal it.
@@ -92,7 +92,7 @@ type Assembler interface {
 	// type and data of each), and usage, the generation's usage as recorded
 	// (nil: unknown; the events may carry it too). An error wraps
 	// ErrAssemble.
-	Assemble(events []journal.Event, usage *resume.Usage) ([]byte, error)
+	Assemble(events []journal.Event, usage *cost.Usage) ([]byte, error)
 }
 
 // maxModelName bounds the response model reported (an upstream's string,

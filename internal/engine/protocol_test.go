@@ -9,12 +9,12 @@ import (
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/internal/apierr"
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 func TestInspect(t *testing.T) {
-	usage := func(p, c, total int64) *resume.Usage {
-		return &resume.Usage{PromptTokens: p, CompletionTokens: c, TotalTokens: total}
+	usage := func(p, c, total int64) *cost.Usage {
+		return &cost.Usage{PromptTokens: p, CompletionTokens: c, TotalTokens: total}
 	}
 	tests := []struct {
 		name      string
@@ -22,7 +22,7 @@ func TestInspect(t *testing.T) {
 		typ, data string
 		terminal  bool
 		failure   string // the failure's code, "" for none
-		usage     *resume.Usage
+		usage     *cost.Usage
 	}{
 		{"chat done", Chat{}, "", "[DONE]", true, "", nil},
 		{"chat chunk", Chat{}, "", `{"choices":[]}`, false, "", nil},
@@ -138,7 +138,7 @@ func TestWhole(t *testing.T) {
 
 func TestResultUsage(t *testing.T) {
 	u, ok := Chat{}.Result("application/json", []byte(`{"id":"x","usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}}`))
-	want := resume.Usage{PromptTokens: 2, CompletionTokens: 3, TotalTokens: 5}
+	want := cost.Usage{PromptTokens: 2, CompletionTokens: 3, TotalTokens: 5}
 	if !ok || u != want {
 		t.Errorf("chat result usage = %+v, %v", u, ok)
 	}

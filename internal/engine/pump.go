@@ -14,6 +14,7 @@ import (
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -434,7 +435,7 @@ func (p *pump) events(ctx, streamCtx context.Context, w *journal.Writer, body io
 		tries = modelEvents
 	}
 	var content int64 // events that carried content (Inspection.Content)
-	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection, usage *resume.Usage) error {
+	n, usage, err := readUpstream(body, p.g.Protocol, lim, func(typ string, data []byte, in Inspection, usage *cost.Usage) error {
 		// The upstream is idle only while it is read: time spent journaling
 		// (a first append through a NATS failover) is not its silence.
 		idle.Stop()

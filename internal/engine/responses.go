@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // Responses is the OpenAI Responses API: "stream": true asks for SSE whose
@@ -47,11 +47,11 @@ type responsesUsage struct {
 	Total  int64 `json:"total_tokens"`
 }
 
-func (u *responsesUsage) usage() *resume.Usage {
+func (u *responsesUsage) usage() *cost.Usage {
 	if u == nil {
 		return nil
 	}
-	v := resume.Usage{PromptTokens: u.Input, CompletionTokens: u.Output, TotalTokens: u.Total}.Filled()
+	v := cost.Usage{PromptTokens: u.Input, CompletionTokens: u.Output, TotalTokens: u.Total}.Filled()
 	return &v
 }
 
@@ -111,12 +111,12 @@ func (Responses) ResponseModel(_ string, data []byte) (string, bool) {
 func (Responses) Whole(contentType string, body []byte) bool { return jsonObject(contentType, body) }
 
 // Result implements Protocol: a non-streamed answer is the response object.
-func (Responses) Result(_ string, body []byte) (resume.Usage, bool) {
+func (Responses) Result(_ string, body []byte) (cost.Usage, bool) {
 	var v struct {
 		Usage *responsesUsage `json:"usage"`
 	}
 	if json.Unmarshal(body, &v) != nil || v.Usage == nil {
-		return resume.Usage{}, false
+		return cost.Usage{}, false
 	}
 	return *v.Usage.usage(), true
 }

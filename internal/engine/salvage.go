@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -78,7 +79,7 @@ func (e *Engine) Salvaged(ctx context.Context, id string, rec resume.Record, att
 }
 
 // salvaged is Salvaged with the requests saved split by kind.
-func (e *Engine) salvaged(ctx context.Context, id string, rec resume.Record, saved resume.SavedBy) {
+func (e *Engine) salvaged(ctx context.Context, id string, rec resume.Record, saved cost.SavedBy) {
 	res := resume.Result{State: rec.State, Usage: rec.Usage, Model: rec.Model}
 	entry := e.price(&res) // as Salvage priced it
 	e.bill(res, entry, saved)
@@ -90,16 +91,16 @@ func (e *Engine) salvaged(ctx context.Context, id string, rec resume.Record, sav
 // which may be in no journaled event (chat's usage chunk a client did not
 // ask for). It is stored if, and only if, the terminal event is: an
 // instance that salvages the generation bills exactly that.
-func usageNote(u resume.Usage) string {
+func usageNote(u cost.Usage) string {
 	b, _ := json.Marshal(u) // a struct of integers: never fails
 	return string(b)
 }
 
 // noteUsage reads a usageNote; false for none.
-func noteUsage(note string) (resume.Usage, bool) {
-	var u resume.Usage
+func noteUsage(note string) (cost.Usage, bool) {
+	var u cost.Usage
 	if note == "" || json.Unmarshal([]byte(note), &u) != nil {
-		return resume.Usage{}, false
+		return cost.Usage{}, false
 	}
 	return u, true
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/internal/auth"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -36,15 +37,15 @@ func TestSalvageBillsTheNotedUsage(t *testing.T) {
 	}
 	defer func() { _ = e.Shutdown(ctx) }()
 
-	noted := resume.Usage{PromptTokens: 11, CompletionTokens: 8, TotalTokens: 19}
-	kept := resume.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}
+	noted := cost.Usage{PromptTokens: 11, CompletionTokens: 8, TotalTokens: 19}
+	kept := cost.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}
 	chunk := []byte(`{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}`)
 	for i, tc := range []struct {
 		name     string
 		note     bool // the terminal event is stored noted
 		terminal bool // the terminal event is stored at all
-		record   *resume.Usage
-		want     *resume.Usage // nil: not salvaged
+		record   *cost.Usage
+		want     *cost.Usage // nil: not salvaged
 	}{
 		{"noted", true, true, nil, &noted},
 		{"noted over a kept usage", true, true, &kept, &noted},

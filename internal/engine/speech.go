@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // Speech is OpenAI text to speech: "stream_format": "sse" asks for SSE
@@ -55,7 +55,7 @@ func (Speech) Inspect(typ string, data []byte) Inspection {
 	}
 	in := Inspection{Terminal: true}
 	if ok && v.Usage != nil {
-		u := resume.Usage{PromptTokens: v.Usage.Input, CompletionTokens: v.Usage.Output, TotalTokens: v.Usage.Total}.Filled()
+		u := cost.Usage{PromptTokens: v.Usage.Input, CompletionTokens: v.Usage.Output, TotalTokens: v.Usage.Total}.Filled()
 		in.Usage = &u
 	}
 	return in
@@ -69,4 +69,4 @@ func (Speech) Whole(contentType string, body []byte) bool {
 }
 
 // Result implements Protocol: an audio answer reports no usage.
-func (Speech) Result(string, []byte) (resume.Usage, bool) { return resume.Usage{}, false }
+func (Speech) Result(string, []byte) (cost.Usage, bool) { return cost.Usage{}, false }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/reprise-dev/reprise/classify"
 	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // Reasons an upstream stream is no result.
@@ -67,7 +67,7 @@ type upstreamLimits struct {
 // that is no error (a *reservedEvent, not emitted), an oversized or invalid
 // event, a limit — is an error, and the events already emitted are not a
 // result.
-func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(typ string, data []byte, in Inspection, usage *resume.Usage) error) (n int, usage *resume.Usage, err error) {
+func readUpstream(body io.Reader, proto Protocol, lim upstreamLimits, emit func(typ string, data []byte, in Inspection, usage *cost.Usage) error) (n int, usage *cost.Usage, err error) {
 	var bytes int64
 	for ev, rerr := range sse.Read(body, &sse.ReadConfig{MaxEventSize: lim.maxEvent}) {
 		if rerr != nil {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reprise-dev/reprise/resume"
+	"github.com/reprise-dev/reprise/internal/cost"
 )
 
 // TestReadUpstreamReservedNames: an upstream event named as one of
@@ -40,7 +40,7 @@ func TestReadUpstreamReservedNames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := readUpstream(strings.NewReader(tc.body), tc.proto, upstreamLimits{maxEvent: 4096, maxEvents: 10, maxBytes: 4096},
-				func(typ string, _ []byte, _ Inspection, _ *resume.Usage) error {
+				func(typ string, _ []byte, _ Inspection, _ *cost.Usage) error {
 					if reserved(typ) {
 						t.Fatalf("emitted an event named %q", typ)
 					}

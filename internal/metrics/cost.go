@@ -3,8 +3,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/engine"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // costMetrics are the series of what generations billed and what the
@@ -62,7 +62,7 @@ func newCost(reg prometheus.Registerer) *costMetrics {
 		c.estimated.WithLabelValues(d)
 		c.savedTokens.WithLabelValues(d)
 	}
-	initLabels(c.savedGens, resume.SavedKinds()...)
+	initLabels(c.savedGens, cost.SavedKinds()...)
 	for _, to := range []string{"narrowed", "widened"} {
 		c.guards.WithLabelValues(to)
 	}
@@ -76,15 +76,15 @@ var _ engine.CostMetrics = (*Metrics)(nil)
 // usage is counted in reprise_tokens_estimated_total too), its cost,
 // priced by the table entry entry (nil: no price known), and a call billed
 // when call.
-func (m *Metrics) Billed(u *resume.Usage, basis resume.Basis, entry string, cost *float64, call bool) {
+func (m *Metrics) Billed(u *cost.Usage, basis cost.Basis, entry string, spent *float64, call bool) {
 	if u != nil {
 		addTokens(m.costs.tokens, *u, 1)
-		if basis == resume.Estimated {
+		if basis == cost.Estimated {
 			addTokens(m.costs.estimated, *u, 1)
 		}
 	}
-	if cost != nil && entry != "" {
-		m.costs.cost.WithLabelValues(entry).Add(max(*cost, 0))
+	if spent != nil && entry != "" {
+		m.costs.cost.WithLabelValues(entry).Add(max(*spent, 0))
 	}
 	if call && entry != "" {
 		m.costs.calls.WithLabelValues(entry).Inc()
@@ -95,8 +95,8 @@ func (m *Metrics) Billed(u *resume.Usage, basis resume.Basis, entry string, cost
 // one of usage u and cost, priced by the table entry entry (each nil:
 // unknown), a call billed when call: reprise_generations_saved_total by
 // kind, and what they did not cost in tokens, money and calls.
-func (m *Metrics) Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *float64, call bool) {
-	for _, how := range resume.SavedKinds() {
+func (m *Metrics) Saved(by cost.SavedBy, u *cost.Usage, entry string, spent *float64, call bool) {
+	for _, how := range cost.SavedKinds() {
 		if n := by.Count(how); n > 0 {
 			m.costs.savedGens.WithLabelValues(how).Add(float64(n))
 		}
@@ -105,8 +105,8 @@ func (m *Metrics) Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *
 	if u != nil {
 		addTokens(m.costs.savedTokens, *u, n)
 	}
-	if cost != nil && entry != "" {
-		m.costs.saved.WithLabelValues(entry).Add(max(*cost, 0) * float64(n))
+	if spent != nil && entry != "" {
+		m.costs.saved.WithLabelValues(entry).Add(max(*spent, 0) * float64(n))
 	}
 	if call && entry != "" {
 		m.costs.savedCalls.WithLabelValues(entry).Add(float64(n))
@@ -114,7 +114,7 @@ func (m *Metrics) Saved(by resume.SavedBy, u *resume.Usage, entry string, cost *
 }
 
 // addTokens adds n times u to v's prompt and completion series.
-func addTokens(v *prometheus.CounterVec, u resume.Usage, n uint64) {
+func addTokens(v *prometheus.CounterVec, u cost.Usage, n uint64) {
 	v.WithLabelValues("prompt").Add(float64(max(u.PromptTokens, 0)) * float64(n))
 	v.WithLabelValues("completion").Add(float64(max(u.CompletionTokens, 0)) * float64(n))
 }

@@ -6,9 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // TestCostSeries: the tokens series are there from start-up; Billed adds a
@@ -25,18 +25,18 @@ func TestCostSeries(t *testing.T) {
 		}
 	}
 	c := 0.25
-	m.Billed(&resume.Usage{PromptTokens: 7, CompletionTokens: 11}, resume.Reported, "gpt-*", &c, false)
-	m.Billed(&resume.Usage{PromptTokens: 1, CompletionTokens: 1}, resume.Reported, "", nil, false) // no price
-	m.Billed(&resume.Usage{PromptTokens: 5, CompletionTokens: 3}, resume.Estimated, "", nil, false)
-	m.Billed(nil, resume.Unknown, "gpt-*", nil, false)
+	m.Billed(&cost.Usage{PromptTokens: 7, CompletionTokens: 11}, cost.Reported, "gpt-*", &c, false)
+	m.Billed(&cost.Usage{PromptTokens: 1, CompletionTokens: 1}, cost.Reported, "", nil, false) // no price
+	m.Billed(&cost.Usage{PromptTokens: 5, CompletionTokens: 3}, cost.Estimated, "", nil, false)
+	m.Billed(nil, cost.Unknown, "gpt-*", nil, false)
 	perCall := 0.05
-	m.Billed(nil, resume.Unknown, "deepseek-*", &perCall, true) // priced per call
-	m.Billed(&resume.Usage{PromptTokens: 1}, resume.Estimated, "deepseek-*", &perCall, true)
-	m.Billed(nil, resume.Unknown, "", nil, true) // no entry: nothing
+	m.Billed(nil, cost.Unknown, "deepseek-*", &perCall, true) // priced per call
+	m.Billed(&cost.Usage{PromptTokens: 1}, cost.Estimated, "deepseek-*", &perCall, true)
+	m.Billed(nil, cost.Unknown, "", nil, true) // no entry: nothing
 	half := 0.5
-	m.Saved(resume.SavedBy{Attach: 1, Resume: 2}, &resume.Usage{PromptTokens: 2, CompletionTokens: 10}, "gpt-*", &half, false)
-	m.Saved(resume.SavedBy{Replay: 1}, nil, "", nil, false)
-	m.Saved(resume.SavedBy{Replay: 1, Retry: 2}, nil, "deepseek-*", &perCall, true)
+	m.Saved(cost.SavedBy{Attach: 1, Resume: 2}, &cost.Usage{PromptTokens: 2, CompletionTokens: 10}, "gpt-*", &half, false)
+	m.Saved(cost.SavedBy{Replay: 1}, nil, "", nil, false)
+	m.Saved(cost.SavedBy{Replay: 1, Retry: 2}, nil, "deepseek-*", &perCall, true)
 	m.GuardSwitched(true)
 	fams, err := reg.Gather()
 	if err != nil {

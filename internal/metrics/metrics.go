@@ -20,22 +20,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/journal"
-	"github.com/reprise-dev/reprise/resume"
 )
 
 // Label values of the HTTP surface's reports.
 const (
 	// Duplicate suppressed (Duplicate), and how a request was served
-	// without a generation (Saved: the kinds of resume.SavedKinds): it
+	// without a generation (Saved: the kinds of cost.SavedKinds): it
 	// attached to the generation running, replayed the completed one,
 	// resumed one after a drop (Saved only), or was a retry without a key
 	// recognised as its first request's.
-	HowAttach = resume.SavedAttach
-	HowReplay = resume.SavedReplay
-	HowResume = resume.SavedResume
-	HowRetry  = resume.SavedRetry
+	HowAttach = cost.SavedAttach
+	HowReplay = cost.SavedReplay
+	HowResume = cost.SavedResume
+	HowRetry  = cost.SavedRetry
 	// Resume transports (Resume): an event stream (the Location, a
 	// Responses stream resumed by sequence number), a WebSocket, a byte
 	// range of a stored result.

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reprise-dev/reprise/classify"
+	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -186,7 +187,7 @@ func (r *run) End(outcome string, res resume.Result) {
 		in.usageOut.Add(ctx, output, counted)
 		in.operationIn.Record(ctx, input, metric.WithAttributes(withErr...))
 		in.operOut.Record(ctx, output, metric.WithAttributes(withErr...))
-	} else if res.Usage != nil && res.Basis != resume.Estimated { // v1.36.0: only when the upstream reported it
+	} else if res.Usage != nil && res.Basis != cost.Estimated { // v1.36.0: only when the upstream reported it
 		in.tokens.Record(ctx, input, metric.WithAttributes(append(base[:len(base):len(base)], keyTokenType.String("input"))...))
 		in.tokens.Record(ctx, output, metric.WithAttributes(append(base[:len(base):len(base)], keyTokenType.String("output"))...))
 	}
