@@ -15,7 +15,8 @@ import (
 // old messages, or an operator raises the limit). Such a write fails at
 // once with ErrStoreFull instead of being tried again for AppendTimeout —
 // a generation that cannot be stored ends now, with journal_failure — and
-// the journal is not Ready until a write goes through again.
+// the journal is not Ready until a write goes through again (Ready writes
+// one).
 
 // ErrStoreFull is what a write JetStream refused for want of storage
 // answers (errors.Is). Its error also says Refused() true: a store's
@@ -28,7 +29,7 @@ const (
 	codeInsufficient     jetstream.ErrorCode = 10023           // JSInsufficientResourcesErr
 	codeMemoryResources  jetstream.ErrorCode = 10028           // JSMemoryResourcesExceededErr
 	codeStorageResources jetstream.ErrorCode = 10047           // JSStorageResourcesExceededErr
-	readyKey                                 = "reprise-ready" // the record Ready writes while the store is full
+	readyKey                                 = "reprise-ready" // the record Ready writes
 )
 
 // isFull reports whether err is JetStream refusing a write for want of
@@ -73,12 +74,11 @@ func (j *Journal) wrote(err error) error {
 	return err
 }
 
-// writable is Ready's look at a store a write found full: it writes a
-// small record, and answers ErrStoreFull while that is refused too.
+// writable is Ready's write: a small record, stored as any record is (at
+// the bucket's replicas, so a cluster that lost its quorum cannot store
+// it); it answers ErrStoreFull while the store refuses it for want of
+// space.
 func (j *Journal) writable(ctx context.Context) error {
-	if !j.full.Load() {
-		return nil
-	}
 	_, err := j.kv.Put(ctx, readyKey, []byte("ok"))
 	if err = j.wrote(err); err != nil {
 		return fmt.Errorf("journal: not ready: %w", err)

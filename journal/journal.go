@@ -59,6 +59,11 @@ type Config struct {
 	// OnAppend, when set, is told how long each stored message took to
 	// append (its retries included). It must not block. Default: none.
 	OnAppend func(time.Duration)
+	// OnOpenRetry, when set, is told of each attempt of Open that failed
+	// and is tried again (attempt counts from 1), with its error: a
+	// cluster still electing its leader, or one that cannot hold the
+	// replicas asked for. Default: none.
+	OnOpenRetry func(attempt int, err error)
 	// Linger is how long a Writer may hold events already shown (Writer.
 	// AppendShown) for more to share their message while readers on other
 	// instances follow its generation: they see lingering events up to
@@ -247,6 +252,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 	rp := retrypolicy.NewBuilder[any]().
 		WithBackoff(100*time.Millisecond, 2*time.Second).
 		WithMaxAttempts(-1).
+		AbortIf(func(_ any, err error) bool { return settledRefusal(err) }).
+		OnRetryScheduled(func(e failsafe.ExecutionScheduledEvent[any]) {
+			if cfg.OnOpenRetry != nil {
+				cfg.OnOpenRetry(e.Attempts(), e.LastError())
+			}
+		}).
 		Build()
 	_ = failsafe.With(rp).WithContext(ctx).Run(func() error {
 		st, kv, err = create(ctx, js, cfg, storage)
@@ -272,6 +283,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 		return nil, fmt.Errorf("journal: listen for watches: %w", err)
 	}
 	return j, nil
+}
+
+// codeReplicasNotSupported: a server that is not clustered refuses
+// replicas (nats-server's JSStreamReplicasNotSupportedErr).
+const codeReplicasNotSupported jetstream.ErrorCode = 10074
+
+// settledRefusal reports whether JetStream refused Open's assets in a way
+// asking again cannot change: replicas on a server that is not clustered.
+func settledRefusal(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == codeReplicasNotSupported
 }
 
 func create(ctx context.Context, js jetstream.JetStream, cfg Config, storage jetstream.StorageType) (jetstream.Stream, jetstream.KeyValue, error) {
@@ -341,9 +363,9 @@ func eventLimit(payload int64) int {
 // event fails the writer.
 func (j *Journal) MaxEventSize() int { return j.maxEvent }
 
-// Ready reports whether JetStream can take writes: the account answers
-// (which needs a meta leader, so a cluster that lost its quorum is not
-// ready) and the stream has a leader.
+// Ready reports whether JetStream can take writes: the account answers,
+// the stream has a leader, and a record can be stored (which needs a
+// quorum of the bucket's replicas, and room in the store).
 func (j *Journal) Ready(ctx context.Context) error {
 	if _, err := j.js.AccountInfo(ctx); err != nil {
 		return fmt.Errorf("journal: not ready: %w", err)

@@ -3,6 +3,7 @@ package journaltest
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -29,6 +30,7 @@ type Cluster struct {
 
 	mu   sync.Mutex
 	down []bool
+	cfgs []journal.EmbeddedConfig // each node's, for Restart
 }
 
 // StartCluster starts n nodes and returns once JetStream is clustered and
@@ -61,15 +63,18 @@ func startCluster(tb testing.TB, n int) (*Cluster, error) {
 	c := &Cluster{down: make([]bool, n)}
 	for i := range n {
 		name := "n" + strconv.Itoa(i)
-		e, err := journal.StartEmbedded(journal.EmbeddedConfig{
+		cfg := journal.EmbeddedConfig{
 			Dir: tb.TempDir(), Port: -1, ServerName: name,
 			Cluster: &server.ClusterOpts{Name: "reprise-test", Host: "127.0.0.1", Port: ports[i]},
 			Routes:  routes,
-		})
+		}
+		e, err := journal.StartEmbedded(cfg)
 		if err != nil {
 			c.shutdown()
 			return nil, fmt.Errorf("node %d (route port %d): %w", i, ports[i], err)
 		}
+		cfg.Port = e.Server.Addr().(*net.TCPAddr).Port // a restart listens where clients knew it
+		c.cfgs = append(c.cfgs, cfg)
 		c.Nodes = append(c.Nodes, e)
 		c.Names = append(c.Names, name)
 		c.URLs = append(c.URLs, e.Server.ClientURL())
@@ -99,6 +104,23 @@ func (c *Cluster) Kill(i int) {
 	c.down[i] = true
 	c.mu.Unlock()
 	c.Nodes[i].Shutdown()
+}
+
+// Restart starts node i, killed before, again on its store, its route
+// and its client port, and returns once it is up; clients that knew it
+// reconnect to it.
+func (c *Cluster) Restart(tb testing.TB, i int) {
+	tb.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.down[i] {
+		tb.Fatalf("restart node %d: it is up", i)
+	}
+	e, err := journal.StartEmbedded(c.cfgs[i])
+	if err != nil {
+		tb.Fatalf("restart node %d: %v", i, err)
+	}
+	c.Nodes[i], c.down[i] = e, false
 }
 
 func (c *Cluster) isDown(i int) bool {
