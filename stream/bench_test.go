@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -165,6 +164,7 @@ func BenchmarkPOST(b *testing.B) {
 	s, _ := benchServerTo(b, j, up)
 	body := `{"model":"bench","messages":[{"role":"user","content":"hello"}]}`
 	post := func(b *testing.B, key string) {
+		b.Helper()
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 		if key != "" {
@@ -223,7 +223,7 @@ func benchServerTo(tb testing.TB, j *journal.Journal, up *url.URL) (*Server, *re
 		tb.Fatal(err)
 	}
 	// The logs are written, as reprise runs, to nowhere.
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	e, err := engine.New(engine.Config{Journal: j, Upstream: engine.Upstream{URL: up, Policy: policy, Decorator: a}, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
