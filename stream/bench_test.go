@@ -2,9 +2,12 @@ package stream
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,14 +147,72 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "turns/no-turns")
 }
 
+// BenchmarkPOST serves chat completion POSTs through the whole handler
+// (ServeHTTP: begin, the decision, the answer), on a journal of its own and
+// an upstream that answers at once with one JSON body: a new generation
+// under a fresh key, keyless (the keyless index asked) and keyed, and a
+// keyed duplicate of a completed one (a replay).
+func BenchmarkPOST(b *testing.B) {
+	answer := []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"lorem"},"finish_reason":"stop"}]}`)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	}))
+	b.Cleanup(upstream.Close)
+	up, _ := url.Parse(upstream.URL)
+	j := journaltest.New(b, journal.Config{})
+	s, _ := benchServerTo(b, j, up)
+	body := `{"model":"bench","messages":[{"role":"user","content":"hello"}]}`
+	post := func(b *testing.B, key string) {
+		b.Helper()
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			r.Header.Set("Idempotency-Key", key)
+		}
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+	b.Run("start-keyless", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			post(b, "")
+		}
+	})
+	b.Run("start-keyed", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			post(b, "bench-start-"+strconv.Itoa(i))
+		}
+	})
+	b.Run("replay-keyed", func(b *testing.B) {
+		post(b, "bench-replay")
+		b.ReportAllocs()
+		for b.Loop() {
+			post(b, "bench-replay")
+		}
+	})
+}
+
 // benchServer is a Server on j whose upstream is never called.
 func benchServer(tb testing.TB, j *journal.Journal) (*Server, *resume.Manager) {
+	tb.Helper()
+	up, _ := url.Parse("http://127.0.0.1:1")
+	return benchServerTo(tb, j, up)
+}
+
+// benchServerTo is a Server on j whose upstream is up.
+func benchServerTo(tb testing.TB, j *journal.Journal, up *url.URL) (*Server, *resume.Manager) {
 	tb.Helper()
 	m, err := resume.New(resume.Config{Store: j, Owner: "bench"})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	up, _ := url.Parse("http://127.0.0.1:1")
 	client := engine.DefaultClient(time.Second, time.Second)
 	policy, err := classify.New(classify.Config{}, client)
 	if err != nil {
@@ -161,11 +222,13 @@ func benchServer(tb testing.TB, j *journal.Journal) (*Server, *resume.Manager) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e, err := engine.New(engine.Config{Journal: j, Upstream: engine.Upstream{URL: up, Policy: policy, Decorator: a}})
+	// The logs are written, as reprise runs, to nowhere.
+	log := slog.New(slog.DiscardHandler)
+	e, err := engine.New(engine.Config{Journal: j, Upstream: engine.Upstream{URL: up, Policy: policy, Decorator: a}, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := New(Config{Journal: j, Resume: m, Engine: e, Auth: a})
+	s, err := New(Config{Journal: j, Resume: m, Engine: e, Auth: a, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}

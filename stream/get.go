@@ -8,14 +8,12 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
 	"github.com/reprise-dev/reprise/internal/cost"
-	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
@@ -161,8 +159,8 @@ func (s *Server) live(ctx context.Context, id string, rec resume.Record) resume.
 // otherwise). A generation whose owner died has only the count of its last
 // heartbeat in its record: the journal knows better. Its end marker
 // (Salvage seals it with the owner_lost error, in one message) comes right
-// after the last event; a journal without one (written before generations
-// were sealed) gets the owner_lost error after its last event.
+// after the last event; a generation's journal without one (not sealed)
+// gets the owner_lost error after its last event.
 func (s *Server) finalEvents(ctx context.Context, id string, rec resume.Record) (final, seq uint64) {
 	if rec.Error != resume.OwnerLost {
 		return rec.Events, 0
@@ -236,187 +234,4 @@ func writeStatus(w http.ResponseWriter, code int, rec resume.Record) {
 		Key: rec.Key, State: rec.State, Generation: rec.Generation, Events: rec.Events, Stream: rec.Stream,
 		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, UsageBasis: rec.Basis(), Cost: rec.Cost, Billed: rec.Billed, Saved: rec.Saved, Upstream: rec.Upstream, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	})
-}
-
-// serveSSE answers with an event stream of rec's generation after cur.
-func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, cur resume.Position) {
-	release, ok := s.takeReader(tenant, id)
-	if !ok {
-		failFor(w, rec, apierr.New(apierr.TooManyReaders))
-		return
-	}
-	// Readers of the Location (EventSource, resumes, watchers: the idle
-	// connections) are detached; a POST's answer stays with net/http, which
-	// keeps its connection alive for the client's next request. A reader
-	// of the Location that cannot be detached (HTTP/2) is served once its
-	// handler chain returned (serveLater).
-	//
-	// A detached response ends when its connection closes: a clean close
-	// is a complete response to the client. So a reader this instance
-	// cuts (it is closing) is told so with an error event, and one whose
-	// write failed (it did not take an event within the write timeout),
-	// which nothing more can reach, gets its connection reset.
-	if r.Method == http.MethodGet {
-		if c := s.detached.Take(w, r); c != nil {
-			timed := s.timed(r)
-			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
-				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout, s.cfg.SSERetry)
-				if out == nil {
-					return // a detached connection always streams
-				}
-				if err == nil {
-					err = s.follow(ctx, timed(out), tenant, id, &rec, cur)
-				}
-				switch {
-				case out.failed:
-					c.Abort()
-				case errors.Is(err, context.Canceled): // the client left, or the instance cut the reader
-					tellCut(out, rec.Path)
-				}
-				if err != nil && ctx.Err() == nil {
-					s.log.Debug("client stream ended", "err", err)
-				}
-			}, release)
-			return
-		}
-		if serveLater(r, func() { s.serveSSEHere(w, r, tenant, id, &rec, cur, release) }) {
-			return
-		}
-	}
-	s.serveSSEHere(w, r, tenant, id, &rec, cur, release)
-}
-
-// serveSSEHere answers with an event stream on net/http's response w
-// (HTTP/2, a POST's answer), then calls release. An idle HTTP/2 reader
-// waits in it (serveLater): it keeps its frame small (the errors are
-// written by functions of their own), so that with what waits under it
-// the reader's stack stays under a quarter of 16 KiB and the runtime
-// halves it.
-func (s *Server) serveSSEHere(w http.ResponseWriter, r *http.Request, tenant, id string, rec *resume.Record, cur resume.Position, release func()) {
-	defer release()
-	bw := batched(w)
-	defer bw.FlushError() //nolint:errcheck // gives the buffer back; a write error was seen already
-	out, err := newSSEWriter(bw, r, s.cfg.WriteTimeout, s.cfg.SSERetry)
-	if err != nil {
-		noStreaming(w, rec.Path)
-		return
-	}
-	streaming(r.Context())
-	s.endSSE(r, out, rec.Path, s.follow(r.Context(), s.timed(r)(out), tenant, id, rec, cur))
-}
-
-// noStreaming answers that w cannot stream.
-func noStreaming(w http.ResponseWriter, path string) {
-	apierr.New(apierr.NoStreaming).WriteIn(w, engine.ShapeOf(path))
-}
-
-// endSSE ends an event stream served by net/http that follow ended with
-// err.
-func (s *Server) endSSE(r *http.Request, out *sseWriter, path string, err error) {
-	if r.Context().Err() != nil || (err != nil && s.closing.Err() != nil) {
-		// The request was canceled — usually its client is gone, but not
-		// always (a balancer's connection to this instance can end while
-		// the balancer's client still reads): a response ended cleanly here
-		// would reach that client as a complete stream that lacks its end.
-		// Aborting makes it a broken one, which clients resume. So is a
-		// reader cut because this instance is closing (told so first) or
-		// whose write failed (the write timeout: net/http cancels the
-		// request then).
-		if r.Context().Err() == nil && !out.failed && errors.Is(err, context.Canceled) {
-			tellCut(out, path)
-		}
-		panic(http.ErrAbortHandler)
-	}
-	if err != nil {
-		s.log.Debug("client stream ended", "err", err)
-	}
-}
-
-// tellCut tells a reader that this instance cuts it (it is closing) with
-// an error event: shutting_down, retryable, and without an id, so the
-// client's cursor stays on the last event it got and a resume (on another
-// instance) continues from there.
-func tellCut(out *sseWriter, path string) {
-	ev := journal.Event{Type: engine.TypeError, Data: apierr.New(apierr.ShuttingDown).BodyIn(engine.ShapeOf(path))}
-	if out.send("", ev) == nil {
-		_ = out.flush()
-	}
-}
-
-// detachedRequest stands for the request go-sse's Upgrade reads on a
-// detached connection (it only looks at Last-Event-ID, which the stream was
-// already positioned by).
-var detachedRequest = &http.Request{}
-
-// upgrader lends its 16 KiB write buffers from a pool while a frame is
-// written, so an idle WebSocket reader holds none; its read buffer is the
-// smallest that holds a control frame's payload (125 bytes, gorilla's
-// floor): a client sends nothing else a reader uses, and a larger message
-// (ignored) is read through it directly. With a read buffer size and a
-// write buffer pool set, gorilla keeps neither of net/http's hijacked
-// bufio buffers.
-var upgrader = websocket.Upgrader{ReadBufferSize: 128, WriteBufferSize: 16 << 10, WriteBufferPool: &sync.Pool{}}
-
-// serveWS answers with one JSON text frame per event.
-//
-// Once the connection is upgraded the reader is served on a goroutine of
-// its own that the server's detach group tracks, as a detached SSE reader
-// is: the handler returns, and net/http frees what it held for the request
-// (its buffers, the request, the handler's stack). The group's context
-// cuts the reader when Close's own ends; a goroutine reading control
-// frames, started when the client first sends anything, ends it when the
-// client closes or errors.
-func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, cur resume.Position) {
-	release, ok := s.takeReader(tenant, id)
-	if !ok {
-		failFor(w, rec, apierr.New(apierr.TooManyReaders))
-		return
-	}
-	conn, err := upgrader.Upgrade(w, r, w.Header())
-	if err != nil {
-		release()
-		return // the upgrader answered the client
-	}
-	conn.SetReadLimit(s.cfg.MaxWSMessage)
-	out := s.timed(r)(&wsWriter{conn: conn, timeout: s.cfg.WriteTimeout})
-	serve := func(ctx context.Context) {
-		defer release()
-		s.followWS(ctx, conn, out, tenant, id, &rec, cur)
-	}
-	if !s.detached.Track(serve) {
-		serve(r.Context()) // Close has begun: the handler serves it, as before
-	}
-}
-
-// followWS writes rec's generation after cur to out on conn, then a close
-// frame, and closes conn; it returns once conn's reading goroutine has.
-func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWriter, tenant, id string, rec *resume.Record, cur resume.Position) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	left := make(chan struct{})
-	// Read control frames once the client sends any (until then the detach
-	// group's poller watches the socket, and no goroutine waits on it); a
-	// close or an error ends the stream.
-	stop := s.detached.WhenReadable(conn.NetConn(), func() {
-		defer close(left)
-		defer cancel()
-		for {
-			if _, _, err := conn.ReadMessage(); err != nil {
-				return
-			}
-		}
-	})
-	defer func() {
-		if stop() { // nothing heard: no goroutine reads conn
-			close(left)
-		}
-		_ = conn.Close()
-		<-left
-	}()
-	err := s.follow(ctx, out, tenant, id, rec, cur)
-	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "end of stream")
-	if err != nil {
-		msg = websocket.FormatCloseMessage(websocket.CloseGoingAway, "stream interrupted")
-	}
-	_ = conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
 }

@@ -103,6 +103,14 @@ func (fs *flights) done(f *flight, leave func()) {
 	}
 }
 
+// attachable reports, as f's handler ends, whether f leaves something a
+// retry can attach to: it was decided (run) — a generation it started,
+// attached to or replayed —, or it is a fallback, and leaves the stream it
+// claimed. Until then (done) only run moves f out of flightDeciding.
+func (f *flight) attachable() bool {
+	return f.k.fallback || f.state.Load() != flightDeciding
+}
+
 // leave runs leave once for f, unless a retry claimed it: whoever moves it
 // from running to leaving, as its client goes or as its handler ends.
 func (f *flight) leave(leave func()) {

@@ -21,7 +21,7 @@ import (
 // answered. A retry that meanwhile finds it waits for that verdict
 // (flight.gone). Over HTTP/2 (many requests on one connection), on a
 // connection reprise does not know (a caller's own http.Server), and
-// outside Linux, the answer counts as received once written, as before.
+// outside Linux, the answer counts as received once written.
 
 // ackStall is how long an answer's client's TCP may acknowledge nothing
 // more before the answer counts as not received: a connection whose link
@@ -32,16 +32,16 @@ const ackStall = 5 * time.Second
 // not: within decisionTimeout, which bounds a retry that waits for it.
 const ackTimeout = 20 * time.Second
 
-// finishKeyless ends the keyless request f, of r, as its handler ends:
-// attachable says whether it left something a retry can attach to (a
-// generation that started, one it attached to or replayed, the stream a
-// fallback claimed), returned whether its handler returned (rather than
-// panicked). That is left behind unless its result reached this client —
-// or a retry claimed it in flight, or it was left as its client went.
-// When its result was handed over on a connection whose acknowledgements
-// can be told, the verdict waits for them on a goroutine the detach group
-// tracks (Close ends it); the request is in flight until then.
-func (s *Server) finishKeyless(w http.ResponseWriter, r *http.Request, f *flight, attachable, returned bool) {
+// finishKeyless ends the keyless request f, of r, as its handler ends;
+// returned says whether the handler returned (rather than panicked). What
+// it leaves a retry to attach to (flight.attachable) is left behind
+// unless its result reached this client — or a retry claimed it in
+// flight, or it was left as its client went. When its result was handed
+// over on a connection whose acknowledgements can be told, the verdict
+// waits for them on a goroutine the detach group tracks (Close ends it);
+// the request is in flight until then.
+func (s *Server) finishKeyless(w http.ResponseWriter, r *http.Request, f *flight, returned bool) {
+	attachable := f.attachable()
 	end := func(received bool) {
 		f.rc.decide(received)
 		s.flights.done(f, func() {

@@ -274,13 +274,6 @@ func (s *Server) routes() {
 // Handle mounts another handler (the demo page, metrics) on the server's mux.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if rest := s.logAccess(w, r, s.handler); rest != nil {
-		rest() // with the handler chain returned: serveLater
-	}
-}
-
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -290,15 +283,6 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ready"}`))
-}
-
-// unavailable is the error for a request the journal failed (err): its
-// store full, or not available.
-func unavailable(err error) apierr.Error {
-	if errors.Is(err, journal.ErrStoreFull) {
-		return apierr.New(apierr.JournalFull)
-	}
-	return apierr.New(apierr.Unavailable)
 }
 
 // Close ends the readers. Readers of a generation running on another

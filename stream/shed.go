@@ -53,10 +53,10 @@ func (g *lagGauge) get() time.Duration {
 // shed answers r with 429 overloaded and reports true when the journal is
 // behind and r would start a new generation: of a fresh key (one the proxy
 // just made), or of a key whose record neither runs nor completed. A key
-// whose generation runs or completed goes on to attach or replay. which
-// names r's key and whether it is fresh; it is asked only while the journal
-// is behind.
-func (s *Server) shed(w http.ResponseWriter, r *http.Request, which func() (id string, fresh bool)) bool {
+// whose generation runs or completed goes on to attach or replay. Only
+// while the journal is behind is c settled (a keyless request's retry
+// looked up, to know its key) and its record read.
+func (s *Server) shed(w http.ResponseWriter, r *http.Request, tenant string, c *claim) bool {
 	if s.cfg.ShedLag < 0 {
 		return false
 	}
@@ -64,9 +64,10 @@ func (s *Server) shed(w http.ResponseWriter, r *http.Request, which func() (id s
 	if lag <= s.cfg.ShedLag {
 		return false
 	}
-	if id, fresh := which(); !fresh {
+	c.settle(tenant)
+	if !c.fresh {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
-		rec, err := s.resume.Get(ctx, id)
+		rec, err := s.resume.Get(ctx, c.id)
 		cancel()
 		if err == nil && (rec.State == resume.InProgress || rec.State == resume.Completed) {
 			return false

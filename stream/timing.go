@@ -7,44 +7,25 @@ import (
 	"github.com/reprise-dev/reprise/journal"
 )
 
-// startedHere marks r as the request that started its key's generation.
-func startedHere(r *http.Request) {
-	if a := noted(r); a != nil {
-		a.started = true
-	}
-}
-
-// thenFlushed has f run once r's stream has written to its client (its
-// first event, or anything it flushed), not before: work a reader causes
-// (a record write) does not compete with the write that matters most. A
-// stream that never flushes (its client left first) never runs it.
-func thenFlushed(r *http.Request, f func()) {
-	if a := noted(r); a != nil {
-		a.flushed = f
-	} else {
-		f()
-	}
-}
-
 // timed returns the wrapper that times the first event written to r's
 // client: for a GET (a resume), from the request to it; for the request
 // that started the generation, its time to first token. Other readers
 // (attaches, replays) are not timed.
 func (s *Server) timed(r *http.Request) func(eventWriter) eventWriter {
-	a := noted(r)
+	l := lifecycleOf(r)
 	var observe func(time.Duration)
 	switch {
-	case a == nil:
+	case l == nil:
 	case r.Method == http.MethodGet:
 		observe = s.metrics.ResumeFirstEvent
-	case a.started:
+	case l.started:
 		observe = s.metrics.FirstToken
 	}
 	return func(out eventWriter) eventWriter {
-		if observe == nil && (a == nil || a.flushed == nil) {
+		if observe == nil && (l == nil || l.flushed == nil) {
 			return out
 		}
-		return &firstEvent{eventWriter: out, at: a.at, observe: observe, flushed: a.flushed}
+		return &firstEvent{eventWriter: out, at: l.at, observe: observe, flushed: l.flushed}
 	}
 }
 

@@ -24,7 +24,7 @@ func (w *recordingWriter) flush() error               { w.did = append(w.did, "f
 // first flush, not at the first send, and once.
 func TestThenFlushedRunsAfterTheFirstFlush(t *testing.T) {
 	s := &Server{}
-	r := withAccess(httptest.NewRequest("POST", "/v1/chat/completions", nil), &access{at: time.Now()}) // not timed: neither a GET nor a start
+	r := withLifecycle(httptest.NewRequest("POST", "/v1/chat/completions", nil), &lifecycle{at: time.Now()}) // not timed: neither a GET nor a start
 	inner := &recordingWriter{}
 	ran := 0
 	thenFlushed(r, func() {

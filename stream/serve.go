@@ -1,263 +1,35 @@
 package stream
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/reprise-dev/reprise/internal/apierr"
-	"github.com/reprise-dev/reprise/internal/auth"
 	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
 	"github.com/reprise-dev/reprise/resume"
 )
 
-// create serves POST of format proto: the body is forwarded untouched,
-// reprise reads only whether it asks for a stream.
-func (s *Server) create(proto engine.Protocol) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		tenant, err := s.auth.Tenant(r)
-		if err != nil {
-			fail(w, r, authError(err))
-			return
-		}
-		body, stream, apiErr := s.readCreate(w, r, proto)
-		if apiErr != nil {
-			fail(w, r, *apiErr)
-			return
-		}
-		s.begin(w, r, tenant, proto, body, stream)
-	}
-}
+// Serving a key's generation, whichever route asked for it: a POST's
+// answer (decide.go), a reader of its Location (get.go), a Responses
+// object (responses.go). A stream is written as SSE or WebSocket frames
+// (follow.go reads it, write.go writes it); a whole answer from the tail
+// or the journal; one still running is waited for, bounded.
 
-// begin decides what a valid POST may do and does it.
-func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, proto engine.Protocol, body []byte, stream bool) {
-	key, err := requestKey(r)
-	if err != nil {
-		fail(w, r, apierr.New(apierr.BadKey))
-		return
-	}
-	cur, err := resume.ParsePosition(r.Header.Get("Last-Event-ID"))
-	if err != nil {
-		fail(w, r, apierr.New(apierr.BadCursor))
-		return
-	}
-	if s.engine.Closing() {
-		fail(w, r, apierr.New(apierr.ShuttingDown))
-		return
-	}
-	model := modelOf(body)
-	if !s.engine.Serves(r.URL.Path, model) {
-		// Configuration, not a generation: no record for the key (a
-		// duplicate gets the same answer), nothing for a retry to attach to.
-		fail(w, r, apierr.New(apierr.NoUpstream))
-		return
-	}
-	fp, bfp := resume.Fingerprint(requestPath(r), body), resume.BytesFingerprint(requestPath(r), body)
-	var kl *keyless
-	if key == "" {
-		_, assembles := proto.(assembler)
-		if kl = s.keyless(r, tenant, fp, resume.StreamlessFingerprint(requestPath(r), body), stream, assembles); kl != nil {
-			key = kl.key
-		} else {
-			key = resume.NewKey()
-		}
-	}
-	// A keyless request new to the shedding has a fresh key; whether it is a
-	// retry is asked only when shedding would refuse it.
-	if s.shed(w, r, func() (string, bool) {
-		if kl != nil {
-			if kl.settle(); !kl.fallback { // a fallback is decided on its fresh key first
-				key = kl.key
-			}
-		}
-		return resume.StreamID(tenant, key), kl != nil && !kl.retry || kl == nil && r.Header.Get("Idempotency-Key") == ""
-	}) {
-		return
-	}
-	var out resume.Outcome
-	var rc *receipt
-	var t *engine.Tail
-	var fl *flight
-	returned := false
-	if kl != nil {
-		r, rc = withReceipt(r)
-		fl = s.flights.add(kl, r, rc) // its retry, should it come now, waits for its decision
-		defer func() {
-			s.finishKeyless(w, r, fl, kl.fallback || out.Decision != 0 && (out.Decision != resume.Start || t != nil), returned)
-		}()
-	}
-	out, err = s.decide(r, tenant, key, fp, bfp, stream, model, kl)
-	if kl != nil {
-		key = kl.key
-	}
-	noteKey(r, key)
-	id := resume.StreamID(tenant, key)
-	switch {
-	case errors.Is(err, resume.ErrMismatch):
-		s.metrics.Decision("mismatch")
-		noteDecision(r, "reject")
-		fail(w, r, apierr.New(apierr.Mismatch))
-		return
-	case err != nil:
-		s.metrics.Decision("unavailable")
-		s.log.Error("resume decision failed", "err", err)
-		fail(w, r, unavailable(err))
-		return
-	}
-	if kl != nil && kl.fallback {
-		if s.serveFallback(w, r, tenant, kl, proto.(assembler), body) {
-			s.withdraw(out)
-			returned = true
-			return
-		}
-		kl.renew() // the stream it fell back from has no result: a new request
-		key, id = kl.key, resume.StreamID(tenant, kl.key)
-		noteKey(r, key)
-	}
+// answer serves what resume decided for a POST of tenant's key (of stream
+// id id): the new generation t follows, the one in progress, or the
+// completed one.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key, id string, out resume.Outcome, t *engine.Tail, cur resume.Position) {
 	rec := out.Record
-	if kl != nil && out.Decision == resume.Start && (r.Context().Err() != nil || clientClosed(r)) {
-		// A keyless request whose client left while it was decided: nobody
-		// waits for its generation, and nobody can reach it but a retry,
-		// which starts the one it needs. (A client with a key may come back
-		// for it: its generation runs.)
-		s.withdraw(out)
-		return
-	}
-	if out.Decision == resume.Start {
-		// Only a new generation takes one of the tenant's places; attaching
-		// and replaying cost the upstream nothing.
-		g := engine.Generation{
-			Tenant: tenant, Key: key, Ref: journal.Ref{ID: id, Gen: rec.Generation}, Lease: out.Lease, Protocol: proto, Model: model,
-			Stream: stream, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body, Header: r.Header.Clone(),
-		}
-		if fl != nil {
-			g.Reachable = fl.reachable // a keyless generation's retry finds it only through the index
-		}
-		t, err = s.engine.Start(g)
-		if err != nil {
-			fail(w, r, startError(err))
-			return
-		}
-	}
-	if kl != nil {
-		// Decided: a retry may claim it before its handler ends; its
-		// client gone, it is left behind at once.
-		s.flights.run(fl, func() { s.leaveBehind(kl) })
-	}
-	s.metrics.Decision(out.Decision.String())
-	if kl != nil && kl.retry {
-		s.metrics.Decision("retry")
-	}
-	if how := duplicateHow(out.Decision, kl != nil && kl.retry); how != "" {
-		s.metrics.Duplicate(how)
-	}
-	if out.Decision == resume.Start {
-		startedHere(r)
-	}
-	if out.Decision != resume.Start && r.Header.Get("Last-Event-ID") != "" {
-		noteDecision(r, "resume")
-	} else {
-		noteDecision(r, out.Decision.String())
-	}
-	if how := savedHow(out.Decision, kl != nil && kl.retry, rec, cur); how != "" {
-		s.saved(id, rec, how) // saved.go: attach, replay, retry, or a resume (Last-Event-ID)
-	}
-	s.answer(w, r, tenant, key, out, t, cur)
-	returned = true
-}
-
-// decide asks resume what a POST may do with key. A keyless request (kl
-// not nil) is decided on its fresh key while its retry is looked up; if it
-// turns out to be a retry, the fresh key is withdrawn and the request is
-// decided again on the key it claimed.
-func (s *Server) decide(r *http.Request, tenant, key, fp, bfp string, stream bool, model string, kl *keyless) (resume.Outcome, error) {
-	// The decision is not the client's to cut short: a record created for a
-	// client that left meanwhile would otherwise name a generation nobody
-	// runs (owner_lost once its lease ran out).
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), decisionTimeout)
-	defer cancel()
-	req := resume.Request{
-		ID: resume.StreamID(tenant, key), Key: key, Path: r.URL.Path, Fingerprint: fp, BytesFingerprint: bfp,
-		Stream: stream, Model: model, Tenant: tenant,
-	}
-	req.Caller = s.engine.SealCaller(req.ID, req.Path, r.Header)
-	if kl != nil {
-		req.Content = kl.cid
-	}
-	out, err := s.resume.Begin(ctx, req)
-	if kl == nil || !kl.settle() || kl.fallback {
-		// A fallback keeps its fresh key's decision: it is served from the
-		// stream it claimed, or, if that left no result, as a new request.
-		return out, err
-	}
-	if err == nil {
-		s.withdraw(out)
-	}
-	req.Key, req.ID = kl.key, resume.StreamID(tenant, kl.key)
-	out, err = s.resume.Begin(ctx, req)
-	if err != nil {
-		s.leaveBehind(kl) // the claim is not lost with this request: its client's next try claims it
-	}
-	return out, err
-}
-
-// duplicateHow names how a request decided d was a suppressed duplicate
-// (a keyless retry recognised as its first request's, whatever it then
-// did), "" when it was none.
-func duplicateHow(d resume.Decision, retry bool) string {
-	switch {
-	case d == resume.Start:
-		return ""
-	case retry:
-		return metrics.HowRetry
-	case d == resume.Attach:
-		return metrics.HowAttach
-	case d == resume.Replay:
-		return metrics.HowReplay
-	}
-	return ""
-}
-
-// requestPath is what of r's URL the upstream gets and a key's fingerprint
-// covers: its path, and its query when it has one (a pass-through's
-// ?limit=, a gateway's ?api-version=), so that the same key with another
-// query is another request.
-func requestPath(r *http.Request) string {
-	if r.URL.RawQuery == "" {
-		return r.URL.Path
-	}
-	return r.URL.Path + "?" + r.URL.RawQuery
-}
-
-// requestKey is r's Idempotency-Key, "" when it sent none (or an empty
-// one). Two are refused like a malformed key (resume.ErrInvalidKey): which
-// one the caller meant is unknowable, and a gateway on the way may have
-// added the second.
-func requestKey(r *http.Request) (string, error) {
-	switch vs := r.Header.Values("Idempotency-Key"); {
-	case len(vs) > 1:
-		return "", resume.ErrInvalidKey
-	case len(vs) == 0 || vs[0] == "":
-		return "", nil
-	default:
-		return resume.ParseKey(vs[0])
-	}
-}
-
-// answer serves what resume decided for a POST: the new generation t
-// follows, the one in progress, or the completed one.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key string, out resume.Outcome, t *engine.Tail, cur resume.Position) {
-	rec, id := out.Record, resume.StreamID(tenant, key)
 	h := w.Header()
 	h.Set("Idempotency-Key", key)
 	h.Set("Location", s.location(tenant, key))
@@ -366,64 +138,6 @@ func (s *Server) answered(ctx context.Context, ref journal.Ref, wait bool) (stre
 	return first.Type != engine.TypeBody, first.Type == engine.TypeBody
 }
 
-// modelOf is the model a request body names, "" when it names none.
-func modelOf(body []byte) string {
-	var v struct {
-		Model string `json:"model"`
-	}
-	_ = json.Unmarshal(body, &v) // a body that is no JSON object names none
-	return v.Model
-}
-
-// respondAsync reports whether the request asks, RFC 7240's way, not to
-// wait for the answer.
-func respondAsync(r *http.Request) bool {
-	for _, v := range r.Header.Values("Prefer") {
-		for p := range strings.SplitSeq(v, ",") {
-			if name, _, _ := strings.Cut(strings.TrimSpace(p), ";"); strings.EqualFold(strings.TrimSpace(name), "respond-async") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// readCreate validates a POST of format proto and returns its body and
-// whether it asks for a stream.
-func (s *Server) readCreate(w http.ResponseWriter, r *http.Request, proto engine.Protocol) ([]byte, bool, *apierr.Error) {
-	fail := func(code string) ([]byte, bool, *apierr.Error) {
-		e := apierr.New(code)
-		return nil, false, &e
-	}
-	// application/json is required, not assumed: a cross-site form or an
-	// untyped fetch (no CORS preflight) must not start a billable generation.
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return fail(apierr.MediaType)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return fail(apierr.TooLarge)
-	case err != nil:
-		return fail(apierr.InvalidBody)
-	case !json.Valid(body):
-		return fail(apierr.InvalidJSON)
-	}
-	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return fail(apierr.InvalidRequest)
-	}
-	stream, err := proto.Streams(body)
-	if err != nil {
-		e := apierr.New(apierr.InvalidRequest).WithMessage("request fields have the wrong type: " + err.Error())
-		return nil, false, &e
-	}
-	return body, stream, nil
-}
-
-// decisionTimeout bounds Begin, which outlives the client's request.
-const decisionTimeout = 30 * time.Second
-
 // streamed reports whether a key's answer is an event stream: what the
 // upstream answered once it completed (an upstream may ignore "stream"),
 // what was asked while it runs.
@@ -493,34 +207,6 @@ func seconds(d time.Duration) int {
 		return 0
 	}
 	return int((d + time.Second - 1) / time.Second)
-}
-
-// fail answers r with e in its caller's error shape (the format its path
-// names; OpenAI's elsewhere).
-func fail(w http.ResponseWriter, r *http.Request, e apierr.Error) {
-	e.WriteIn(w, engine.ShapeOf(r.URL.Path))
-}
-
-// failFor answers a reader of rec's key with e in the shape of the key's
-// format.
-func failFor(w http.ResponseWriter, rec resume.Record, e apierr.Error) {
-	e.WriteIn(w, engine.ShapeOf(rec.Path))
-}
-
-// authError is the answer to a caller auth refused.
-func authError(err error) apierr.Error {
-	if errors.Is(err, auth.ErrBadKey) {
-		return apierr.New(apierr.BadProxyKey)
-	}
-	return apierr.New(apierr.NoKey)
-}
-
-// startError is the answer to a generation the engine refused to start.
-func startError(err error) apierr.Error {
-	if errors.Is(err, engine.ErrTooManyGenerations) {
-		return apierr.New(apierr.TooManyGenerations)
-	}
-	return apierr.New(apierr.ShuttingDown)
 }
 
 // writeRaw writes a whole answer: status, content type and body, with its
@@ -630,19 +316,6 @@ func (s *Server) ended(ctx context.Context, ref journal.Ref) bool {
 	return err == nil && last.IsEnd() || err != nil && !errors.Is(err, journal.ErrNotFound)
 }
 
-// recordError is the error a generation that ended without a result ended
-// with, as its record names it: owner_lost for a code the catalogue does
-// not know (the upstream's own codes come with their stored error event).
-func recordError(rec resume.Record) apierr.Error {
-	if rec.State == resume.Cancelled {
-		return apierr.New(apierr.Cancelled)
-	}
-	if apierr.Known(rec.Error) {
-		return apierr.New(rec.Error)
-	}
-	return apierr.New(apierr.OwnerLost)
-}
-
 // awaitResultOf is awaitResult for a reader of tenant.
 func (s *Server) awaitResultOf(tenant string) func(http.ResponseWriter, *http.Request, string, resume.Record) {
 	return func(w http.ResponseWriter, r *http.Request, id string, rec resume.Record) {
@@ -689,4 +362,187 @@ func (s *Server) awaitResult(w http.ResponseWriter, r *http.Request, tenant, id 
 		return
 	}
 	s.serveResult(w, r, id, rec)
+}
+
+// serveSSE answers with an event stream of rec's generation after cur.
+func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, cur resume.Position) {
+	release, ok := s.takeReader(tenant, id)
+	if !ok {
+		failFor(w, rec, apierr.New(apierr.TooManyReaders))
+		return
+	}
+	// Readers of the Location (EventSource, resumes, watchers: the idle
+	// connections) are detached; a POST's answer stays with net/http, which
+	// keeps its connection alive for the client's next request. A reader
+	// of the Location that cannot be detached (HTTP/2) is served once its
+	// handler chain returned (serveLater).
+	//
+	// A detached response ends when its connection closes: a clean close
+	// is a complete response to the client. So a reader this instance
+	// cuts (it is closing) is told so with an error event, and one whose
+	// write failed (it did not take an event within the write timeout),
+	// which nothing more can reach, gets its connection reset.
+	if r.Method == http.MethodGet {
+		if c := s.detached.Take(w, r); c != nil {
+			timed := s.timed(r)
+			s.detached.Go(c, func(ctx context.Context, w http.ResponseWriter) {
+				out, err := newSSEWriter(w, detachedRequest, s.cfg.WriteTimeout, s.cfg.SSERetry)
+				if out == nil {
+					return // a detached connection always streams
+				}
+				if err == nil {
+					err = s.follow(ctx, timed(out), tenant, id, &rec, cur)
+				}
+				switch {
+				case out.failed:
+					c.Abort()
+				case errors.Is(err, context.Canceled): // the client left, or the instance cut the reader
+					tellCut(out, rec.Path)
+				}
+				if err != nil && ctx.Err() == nil {
+					s.log.Debug("client stream ended", "err", err)
+				}
+			}, release)
+			return
+		}
+		if serveLater(r, func() { s.serveSSEHere(w, r, tenant, id, &rec, cur, release) }) {
+			return
+		}
+	}
+	s.serveSSEHere(w, r, tenant, id, &rec, cur, release)
+}
+
+// serveSSEHere answers with an event stream on net/http's response w
+// (HTTP/2, a POST's answer), then calls release. An idle HTTP/2 reader
+// waits in it (serveLater): it keeps its frame small (the errors are
+// written by functions of their own), so that with what waits under it
+// the reader's stack stays under a quarter of 16 KiB and the runtime
+// halves it.
+func (s *Server) serveSSEHere(w http.ResponseWriter, r *http.Request, tenant, id string, rec *resume.Record, cur resume.Position, release func()) {
+	defer release()
+	bw := batched(w)
+	defer bw.FlushError() //nolint:errcheck // gives the buffer back; a write error was seen already
+	out, err := newSSEWriter(bw, r, s.cfg.WriteTimeout, s.cfg.SSERetry)
+	if err != nil {
+		noStreaming(w, rec.Path)
+		return
+	}
+	streaming(r.Context())
+	s.endSSE(r, out, rec.Path, s.follow(r.Context(), s.timed(r)(out), tenant, id, rec, cur))
+}
+
+// noStreaming answers that w cannot stream.
+func noStreaming(w http.ResponseWriter, path string) {
+	apierr.New(apierr.NoStreaming).WriteIn(w, engine.ShapeOf(path))
+}
+
+// endSSE ends an event stream served by net/http that follow ended with
+// err.
+func (s *Server) endSSE(r *http.Request, out *sseWriter, path string, err error) {
+	if r.Context().Err() != nil || (err != nil && s.closing.Err() != nil) {
+		// The request was canceled — usually its client is gone, but not
+		// always (a balancer's connection to this instance can end while
+		// the balancer's client still reads): a response ended cleanly here
+		// would reach that client as a complete stream that lacks its end.
+		// Aborting makes it a broken one, which clients resume. So is a
+		// reader cut because this instance is closing (told so first) or
+		// whose write failed (the write timeout: net/http cancels the
+		// request then).
+		if r.Context().Err() == nil && !out.failed && errors.Is(err, context.Canceled) {
+			tellCut(out, path)
+		}
+		panic(http.ErrAbortHandler)
+	}
+	if err != nil {
+		s.log.Debug("client stream ended", "err", err)
+	}
+}
+
+// tellCut tells a reader that this instance cuts it (it is closing) with
+// an error event: shutting_down, retryable, and without an id, so the
+// client's cursor stays on the last event it got and a resume (on another
+// instance) continues from there.
+func tellCut(out *sseWriter, path string) {
+	ev := journal.Event{Type: engine.TypeError, Data: apierr.New(apierr.ShuttingDown).BodyIn(engine.ShapeOf(path))}
+	if out.send("", ev) == nil {
+		_ = out.flush()
+	}
+}
+
+// detachedRequest stands for the request go-sse's Upgrade reads on a
+// detached connection (it only looks at Last-Event-ID, which the stream was
+// already positioned by).
+var detachedRequest = &http.Request{}
+
+// upgrader lends its 16 KiB write buffers from a pool while a frame is
+// written, so an idle WebSocket reader holds none; its read buffer is the
+// smallest that holds a control frame's payload (125 bytes, gorilla's
+// floor): a client sends nothing else a reader uses, and a larger message
+// (ignored) is read through it directly. With a read buffer size and a
+// write buffer pool set, gorilla keeps neither of net/http's hijacked
+// bufio buffers.
+var upgrader = websocket.Upgrader{ReadBufferSize: 128, WriteBufferSize: 16 << 10, WriteBufferPool: &sync.Pool{}}
+
+// serveWS answers with one JSON text frame per event.
+//
+// Once the connection is upgraded the reader is served on a goroutine of
+// its own that the server's detach group tracks, as a detached SSE reader
+// is: the handler returns, and net/http frees what it held for the request
+// (its buffers, the request, the handler's stack). The group's context
+// cuts the reader when Close's own ends; a goroutine reading control
+// frames, started when the client first sends anything, ends it when the
+// client closes or errors.
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request, tenant, id string, rec resume.Record, cur resume.Position) {
+	release, ok := s.takeReader(tenant, id)
+	if !ok {
+		failFor(w, rec, apierr.New(apierr.TooManyReaders))
+		return
+	}
+	conn, err := upgrader.Upgrade(w, r, w.Header())
+	if err != nil {
+		release()
+		return // the upgrader answered the client
+	}
+	conn.SetReadLimit(s.cfg.MaxWSMessage)
+	out := s.timed(r)(&wsWriter{conn: conn, timeout: s.cfg.WriteTimeout})
+	serve := func(ctx context.Context) {
+		defer release()
+		s.followWS(ctx, conn, out, tenant, id, &rec, cur)
+	}
+	if !s.detached.Track(serve) {
+		serve(r.Context()) // Close has begun: the handler serves it itself
+	}
+}
+
+// followWS writes rec's generation after cur to out on conn, then a close
+// frame, and closes conn; it returns once conn's reading goroutine has.
+func (s *Server) followWS(ctx context.Context, conn *websocket.Conn, out eventWriter, tenant, id string, rec *resume.Record, cur resume.Position) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	left := make(chan struct{})
+	// Read control frames once the client sends any (until then the detach
+	// group's poller watches the socket, and no goroutine waits on it); a
+	// close or an error ends the stream.
+	stop := s.detached.WhenReadable(conn.NetConn(), func() {
+		defer close(left)
+		defer cancel()
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				return
+			}
+		}
+	})
+	defer func() {
+		if stop() { // nothing heard: no goroutine reads conn
+			close(left)
+		}
+		_ = conn.Close()
+		<-left
+	}()
+	err := s.follow(ctx, out, tenant, id, rec, cur)
+	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "end of stream")
+	if err != nil {
+		msg = websocket.FormatCloseMessage(websocket.CloseGoingAway, "stream interrupted")
+	}
+	_ = conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
 }
