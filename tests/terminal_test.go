@@ -23,7 +23,7 @@ import (
 
 	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/internal/testutil"
-	"github.com/reprise-dev/reprise/web/webtest"
+	"github.com/reprise-dev/reprise/tests/webtest"
 )
 
 // A stream is completed only by its format's terminal event: whatever else
