@@ -3,7 +3,9 @@
 # the container health probe) on a distroless base, run as a non-root user.
 FROM golang:1.26 AS build
 WORKDIR /src
-ENV CGO_ENABLED=0
+# The binaries are the root module's alone: go.work would bring in the tests'
+# module (tests/go.mod) and its test-only dependencies.
+ENV CGO_ENABLED=0 GOWORK=off
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .

@@ -18,8 +18,8 @@ import (
 	"github.com/reprise-dev/reprise/internal/mockllm"
 	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/internal/testutil"
+	"github.com/reprise-dev/reprise/tests/webtest"
 	"github.com/reprise-dev/reprise/web"
-	"github.com/reprise-dev/reprise/web/webtest"
 )
 
 // clientPage is a page of another origin than the proxy's: it imports

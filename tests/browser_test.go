@@ -16,8 +16,8 @@ import (
 
 	"github.com/reprise-dev/reprise/internal/mockllm"
 	"github.com/reprise-dev/reprise/internal/testutil"
+	"github.com/reprise-dev/reprise/tests/webtest"
 	"github.com/reprise-dev/reprise/web"
-	"github.com/reprise-dev/reprise/web/webtest"
 )
 
 // TestBrowserDemo drives the real demo page, served by the real proxy on the

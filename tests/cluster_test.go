@@ -233,21 +233,16 @@ func TestClusterInstanceKilled(t *testing.T) {
 	checkStream(t, w.llm, donePrompt, rep, 1)
 }
 
-// Known bugs the NATS node tests reproduce (see the report of the chaos
-// suite): they skip with these texts when they meet them, and pass once
-// they are fixed.
+// What the NATS node tests pin, named in their failures.
 const (
-	bugReorder = "BUG: journal stored out of order on a JetStream stream leader election: journal/writer.go pipelines " +
-		"appends with PublishMsgAsync, and nats.go re-sends an append answered \"no responders\" 250ms later, after the " +
-		"appends behind it were stored; journal/reader.go Next skips offsets <= the last one returned, so every journal " +
-		"reader (another instance, any replay) silently misses those events of a generation that ends with [DONE]. " +
-		"Fix: jetstream.WithRetryAttempts(0) on the async append (the generation then fails, journal_failure) and a gap " +
-		"check in Reader.Next (ErrGap, sent as an error event by followJournal)"
-	bugNodeFails = "BUG: a NATS node failure fails the generations in flight on the instances connected to it, or on " +
-		"every instance while the journal stream elects a leader (journal_failure: \"server is disconnected\" / no " +
-		"responders), and each key regenerates: a second upstream generation, billed again. The writer does not " +
-		"survive a reconnect or an election (fixed: journal.Writer chains its messages by expected last subject " +
-		"sequence and tries again through failovers)"
+	pinInOrder = "a generation's journal holds its events in order through a JetStream stream leader election: the " +
+		"appends are not re-sent behind the ones after them (jetstream.WithRetryAttempts(0): an append answered " +
+		"\"no responders\" fails the generation, journal_failure, instead of landing after later ones), and " +
+		"journal.Reader checks every offset (ErrGap, sent as an error event), so no journal reader (another " +
+		"instance, any replay) silently misses events of a generation that ends with [DONE]"
+	pinNodeSurvived = "a NATS node failure, or the journal stream's leader election, fails no generation in flight on " +
+		"the instances connected to it: journal.Writer chains its messages by expected last subject sequence and " +
+		"tries again through failovers, so no key regenerates (a second upstream generation, billed again)"
 )
 
 // nodeKillOutcome classifies the streams of a NATS node kill.
@@ -403,9 +398,9 @@ func TestClusterNATSNodeKilled(t *testing.T) {
 			out := runNodeKill(t, w, a, b, kill, 8)
 			switch {
 			case len(out.silent) > 0:
-				t.Fatalf("regression of a fixed bug (silent loss): %s\n  seen here: %s", bugReorder, strings.Join(out.silent, "\n  "))
+				t.Fatalf("silent loss: %s\n  seen here: %s", pinInOrder, strings.Join(out.silent, "\n  "))
 			case out.failed > 0:
-				t.Fatalf("regression of a fixed bug: %s (here: %d of 8 streams)", bugNodeFails, out.failed)
+				t.Fatalf("%s (here: %d of 8 streams failed)", pinNodeSurvived, out.failed)
 			}
 		})
 	}

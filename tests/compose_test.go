@@ -753,6 +753,9 @@ func composeCheckDockerfile(t *testing.T, file string, p *types.Project, top com
 	if !regexp.MustCompile(`(?m)^(ENV|ARG|RUN).*\bCGO_ENABLED=0\b`).MatchString(build) {
 		t.Errorf("%s: the builder does not set CGO_ENABLED=0 (static binaries)", file)
 	}
+	if !regexp.MustCompile(`(?m)^(ENV|ARG|RUN).*\bGOWORK=off\b`).MatchString(build) {
+		t.Errorf("%s: the builder does not set GOWORK=off (go.work would bring in the tests' module and its dependencies)", file)
+	}
 	for _, pkg := range []string{"./cmd/reprise", "./cmd/mockllm"} {
 		if !strings.Contains(build, pkg) {
 			t.Errorf("%s: the builder does not build %s", file, pkg)

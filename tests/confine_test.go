@@ -256,7 +256,7 @@ func TestPassThroughTooLarge(t *testing.T) {
 	}
 	testutil.ExpectAPIError(t, resp, http.StatusBadRequest, "invalid_body")
 
-	// Under the limit, as before.
+	// Under the limit, the body goes through.
 	resp = do(t, "POST", e.URL+"/v1/files", "small", "Content-Type", "application/octet-stream")
 	if body := readBody(t, resp); resp.StatusCode != http.StatusOK {
 		t.Errorf("a small body: %d %s", resp.StatusCode, body)

@@ -18,9 +18,9 @@ import (
 // TestCursorPastTheEnd: every reader's cursor is checked against what its
 // key holds, on every path — GET on the owner and on another instance,
 // POST attach and POST replay: one past anything stored is 400 (it was
-// never issued), one at the end of a finished generation is 204. A cursor
-// past the end was accepted before, and its reader waited forever with
-// pings, holding the generation's memory.
+// never issued), one at the end of a finished generation is 204. Accepted,
+// a cursor past the end would leave its reader waiting forever with pings,
+// holding the generation's memory.
 func TestCursorPastTheEnd(t *testing.T) {
 	t.Parallel()
 	ns := startNATSServer(t)

@@ -178,7 +178,7 @@ func shutdownPastLong(t *testing.T, e *env) {
 }
 
 // TestDetachedNotOverHTTP2: HTTP/2 cannot be taken over; the stream is
-// served by net/http as before.
+// served by net/http itself.
 func TestDetachedNotOverHTTP2(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -23,5 +23,14 @@
 //
 // Shared helpers live in internal/testutil (waits, ports, HTTP, a key's
 // status, OpenAI-shaped errors) and internal/journaltest (embedded
-// JetStream servers and clusters).
+// JetStream servers and clusters); this package's own are the files named
+// helpers_*_test.go (the environment, clients, links, clusters, chaos runs).
+//
+// tests/ is a Go module of its own (tests/go.mod, joined to reprise's by the
+// root go.work): the SDKs, chromedp, toxiproxy, compose-go and the
+// Kubernetes types it needs stay out of reprise's go.mod. Its other
+// packages: kubernetes (deploy/kubernetes checked without a cluster),
+// webpage (the demo page in Chromium against a fake proxy) and webtest (the
+// Chromium driver). From the repository's root, go test ./... ./tests/...
+// runs both modules.
 package tests

@@ -21,8 +21,8 @@ import (
 // acknowledged them, so the answer was not received. The identical retry
 // is recognised as the retry of a request whose client left before its
 // result, and replays it: one upstream generation, the whole answer. (A
-// write into the socket's buffer is no delivery: before, the answer counted
-// as given once written, and the retry generated again.)
+// write into the socket's buffer is no delivery: an answer counted as given
+// once written would be generated again by the retry.)
 func TestKeylessTailCutRetryReplays(t *testing.T) {
 	t.Parallel()
 	const tokens = 100

@@ -187,7 +187,7 @@ func TestJSPackage(t *testing.T) {
 	// anything but the tarball fails (--offline) instead of using a cache.
 	npmEnv := []string{"npm_config_cache=" + filepath.Join(tmp, ".npm"), "npm_config_update_notifier=false"}
 
-	// The CommonJS build is what build.mjs makes of reprise.js now.
+	// The committed CommonJS build is what build.mjs makes of reprise.js.
 	runJS(t, client, nil, node, "build.mjs", "--check")
 
 	out := runJS(t, client, npmEnv, npm, "pack", "--json", "--pack-destination", tmp)

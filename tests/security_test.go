@@ -861,9 +861,9 @@ func TestSecurityMaliciousUpstream(t *testing.T) {
 		{"GARBAGE", []string{"upstream_interrupted"}, 0},
 		{"BADUTF8", []string{"upstream_invalid_event"}, 1},
 		{"BADTYPE", []string{"upstream_invalid_event"}, 0},
-		// An event over MaxEventSize: the parser's limit (see the report:
-		// its code is upstream_interrupted today; stream_too_large fits better).
-		{"HUGEEVENT", []string{"upstream_interrupted", "stream_too_large"}, 1},
+		// An event over MaxEventSize, the parser's limit, fails the
+		// generation as too large, after the event before it.
+		{"HUGEEVENT", []string{"stream_too_large"}, 1},
 		{"NEVERENDING", []string{"upstream_interrupted"}, 0},
 		{"ENDLESSLINES", []string{"upstream_interrupted"}, 0},
 	}
@@ -1076,77 +1076,76 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 	}
 }
 
-// TestSecurityKnownGaps guards against regressions of the gaps the first
-// review found (docs/security.md, "Fixed after review").
-func TestSecurityKnownGaps(t *testing.T) {
+// TestSecurityLowercaseBearerIsACredential: the auth scheme is
+// case-insensitive (RFC 9110 §11.1). In passthrough "bearer sk-…" is the
+// caller's credential, forwarded upstream, and its tenant's keys are its own:
+// a reader without credentials is told the key does not exist.
+func TestSecurityLowercaseBearerIsACredential(t *testing.T) {
 	t.Parallel()
-	t.Run("lowercase bearer scheme is a credential", func(t *testing.T) {
-		t.Parallel()
-		// RFC 9110 §11.1: the auth scheme is case-insensitive. In passthrough
-		// "bearer sk-…" is forwarded upstream but, today, gets the anonymous
-		// tenant: anyone without credentials reads it.
-		e := newEnv(t)
-		readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "gap-lower", "Authorization", "bearer sk-alice"), -1)
-		secSameNotFound(t, do(t, "GET", e.URL+"/v1/streams/gap-lower", ""), secNotFound(t, e), "anonymous reads a lowercase-bearer key")
+	e := newEnv(t)
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), "Idempotency-Key", "sec-lower", "Authorization", "bearer sk-alice"), -1)
+	secSameNotFound(t, do(t, "GET", e.URL+"/v1/streams/sec-lower", ""), secNotFound(t, e), "anonymous reads a lowercase-bearer key")
+}
+
+// TestSecurityUpstreamKeyEchoRedacted: an upstream's error body that echoes
+// the credential it got (OpenAI masks all but 4 characters; others echo it
+// whole) reaches neither the caller nor a reader with reprise's upstream key
+// in it (static mode: the key is reprise's, never a caller's).
+func TestSecurityUpstreamKeyEchoRedacted(t *testing.T) {
+	t.Parallel()
+	const upstreamKey = "sk-upstream-echo-9999"
+	up := newSecUpstream(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(401)
+		_, _ = fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s","type":"invalid_request_error","code":"invalid_api_key"}}`, r.Header.Get("Authorization"))
+		return true
 	})
-	t.Run("an upstream error echoing the upstream key does not reach clients", func(t *testing.T) {
-		t.Parallel()
-		// In static and none modes the upstream's error body is passed on
-		// verbatim; an upstream that echoes the credential it got (OpenAI
-		// masks all but 4 characters; others echo it whole) shows clients the
-		// upstream key.
-		const upstreamKey = "sk-upstream-gap-9999"
-		up := newSecUpstream(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(401)
-			_, _ = fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s","type":"invalid_request_error","code":"invalid_api_key"}}`, r.Header.Get("Authorization"))
-			return true
-		})
-		e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
-			c.Auth.Mode, c.Auth.ProxyKeys, c.Auth.UpstreamKey = auth.Static, []string{"pk-1"}, upstreamKey
-		}))
-		resp := do(t, "POST", e.URL+chatPath, chatBody("x", true), "Authorization", "Bearer pk-1", "Idempotency-Key", "gap-echo")
-		if b := readBody(t, resp); strings.Contains(b, upstreamKey) {
-			t.Errorf("the client got the upstream key: %s", b)
-		}
-		if evs := readEvents(t, do(t, "GET", e.URL+"/v1/streams/gap-echo", "", "Authorization", "Bearer pk-1"), -1); strings.Contains(lastEvent(t, evs).Data, upstreamKey) {
-			t.Errorf("a reader got the upstream key: %s", lastEvent(t, evs).Data)
-		}
-	})
-	t.Run("non-streamed readers count against MaxReadersPerKey", func(t *testing.T) {
-		t.Parallel()
-		// GETs of a non-streamed key (awaitResult, serveResult) take no reader
-		// place: each polls the record and buffers the whole result.
-		e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
-		body := chatBody(uniquePrompt(t, "[tokens=30] [delay=20ms]"), false)
-		done := make(chan struct{})
+	e := newEnv(t, withUpstream(up), withConfig(func(c *proxy.Config) {
+		c.Auth.Mode, c.Auth.ProxyKeys, c.Auth.UpstreamKey = auth.Static, []string{"pk-1"}, upstreamKey
+	}))
+	resp := do(t, "POST", e.URL+chatPath, chatBody("x", true), "Authorization", "Bearer pk-1", "Idempotency-Key", "sec-echo")
+	if b := readBody(t, resp); strings.Contains(b, upstreamKey) {
+		t.Errorf("the client got the upstream key: %s", b)
+	}
+	if evs := readEvents(t, do(t, "GET", e.URL+"/v1/streams/sec-echo", "", "Authorization", "Bearer pk-1"), -1); strings.Contains(lastEvent(t, evs).Data, upstreamKey) {
+		t.Errorf("a reader got the upstream key: %s", lastEvent(t, evs).Data)
+	}
+}
+
+// TestSecurityNonStreamedReadersTakeReaderPlaces: GETs of a non-streamed key
+// (awaitResult, serveResult), each of which polls the record and buffers the
+// whole result, count against MaxReadersPerKey like a stream's readers.
+func TestSecurityNonStreamedReadersTakeReaderPlaces(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withConfig(func(c *proxy.Config) { c.HTTP.MaxReadersPerKey = 1 }))
+	body := chatBody(uniquePrompt(t, "[tokens=30] [delay=20ms]"), false)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = secRawGet(e, "POST", chatPath, body, "Idempotency-Key", "sec-json")
+	}()
+	defer func() { <-done }()
+	testutil.WaitState(t, e.URL, "sec-json", "in_progress")
+	codes := make(chan int, 3)
+	for range 3 {
 		go func() {
-			defer close(done)
-			_, _ = secRawGet(e, "POST", chatPath, body, "Idempotency-Key", "gap-json")
-		}()
-		defer func() { <-done }()
-		testutil.WaitState(t, e.URL, "gap-json", "in_progress")
-		codes := make(chan int, 3)
-		for range 3 {
-			go func() {
-				r, err := secRawGet(e, "GET", "/v1/streams/gap-json", "")
-				if err != nil {
-					codes <- 0
-					return
-				}
-				codes <- r
-			}()
-		}
-		n429 := 0
-		for range 3 {
-			if <-codes == 429 {
-				n429++
+			r, err := secRawGet(e, "GET", "/v1/streams/sec-json", "")
+			if err != nil {
+				codes <- 0
+				return
 			}
+			codes <- r
+		}()
+	}
+	n429 := 0
+	for range 3 {
+		if <-codes == 429 {
+			n429++
 		}
-		if n429 < 2 {
-			t.Errorf("3 concurrent readers of a non-streamed key with MaxReadersPerKey 1: %d got 429, want ≥ 2", n429)
-		}
-	})
+	}
+	if n429 < 2 {
+		t.Errorf("3 concurrent readers of a non-streamed key with MaxReadersPerKey 1: %d got 429, want ≥ 2", n429)
+	}
 }
 
 // secRawGet sends a request from any goroutine and returns its status once

@@ -23,7 +23,7 @@ import (
 
 	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/internal/testutil"
-	"github.com/reprise-dev/reprise/web/webtest"
+	"github.com/reprise-dev/reprise/tests/webtest"
 )
 
 // A stream is completed only by its format's terminal event: whatever else
@@ -371,8 +371,8 @@ func dispatched(raw string) []event {
 // TestEmptyDataEvents: an upstream event with empty data (data: with
 // nothing after it), or with data that ends with an empty line, is re-sent
 // as it came — live and replayed — and a browser's EventSource dispatches
-// it with the same data; before, reprise wrote no data line for it and
-// browsers never saw it.
+// it with the same data (an event written without a data line is never
+// dispatched by a browser).
 func TestEmptyDataEvents(t *testing.T) {
 	t.Parallel()
 	const chunk = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}`

@@ -1,35 +1,40 @@
 package roundtrip_test
 
 import (
-	"context"
+	"bufio"
 	"fmt"
 	"net/http"
-
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
+	"strings"
 
 	"github.com/reprise-dev/reprise/resume/roundtrip"
 )
 
-// An openai-go client whose streams resume by themselves through reprise:
-// the SDK reads every event once, whatever the network dropped.
+// A client whose streams resume by themselves through reprise: the body reads
+// every event once, whatever the network dropped. An SDK takes the same
+// *http.Client (openai-go's and anthropic-sdk-go's option.WithHTTPClient).
 func Example() {
-	httpClient := &http.Client{Transport: &roundtrip.Transport{}}
-	client := openai.NewClient(
-		option.WithBaseURL("http://localhost:8080/v1/"),
-		option.WithAPIKey("sk-..."),
-		option.WithHTTPClient(httpClient),
-	)
-	s := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
-		Model:    "gpt-4o-mini",
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello")},
-	})
-	for s.Next() {
-		if c := s.Current(); len(c.Choices) > 0 {
-			fmt.Print(c.Choices[0].Delta.Content)
+	client := &http.Client{Transport: &roundtrip.Transport{}}
+	req, err := http.NewRequest(http.MethodPost, "http://localhost:8080/v1/chat/completions", strings.NewReader(
+		`{"model": "gpt-4o-mini", "stream": true, "messages": [{"role": "user", "content": "Say hello"}]}`))
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-...")
+	res, err := client.Do(req)
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	defer res.Body.Close()
+	lines := bufio.NewScanner(res.Body)
+	for lines.Scan() {
+		if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+			fmt.Println(data)
 		}
 	}
-	if err := s.Err(); err != nil {
+	if err := lines.Err(); err != nil {
 		fmt.Println("error:", err)
 	}
 }

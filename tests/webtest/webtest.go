@@ -1,5 +1,6 @@
 // Package webtest drives the demo page of package web in a headless Chromium,
-// for tests only: the page's own test in web and the end-to-end test in tests.
+// for tests only: the page's own test (tests/webpage) and the end-to-end tests
+// in tests.
 //
 // [Start] launches the browser with a throwaway profile and returns its tab;
 // the browser stops and the profile goes away when the test ends.

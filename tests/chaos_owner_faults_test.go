@@ -24,8 +24,8 @@ import (
 // surviving instance with its Last-Event-ID. It must get the rest of the
 // journaled generation and event: error owner_lost, exactly what a reader
 // from the start gets after that point — not 204, which tells an
-// EventSource the stream is over (found by the chaos suite; fixed in
-// 22b25e1, stream/get.go finalEvents). With the journal's linger off the
+// EventSource the stream is over (stream/get.go finalEvents). With the
+// journal's linger off the
 // journal holds more than the client saw; with the defaults (the events
 // shown linger --journal-linger-alone, 1 s) it holds less: the events the
 // client saw past it were never stored, and its cursor gets the reason the
@@ -85,21 +85,21 @@ func TestChaosOwnerLostResumeAfterCursor(t *testing.T) {
 	}
 }
 
-// bugFirstAppend is the bug TestChaosBugFirstAppendHangs reproduces.
-const bugFirstAppend = "BUG: a generation's first append (journal/writer.go first: a synchronous, fenced PublishMsg) " +
-	"runs under the pump's context, whose deadline is MaxGeneration (30 min); nats.go applies its own request " +
-	"timeout only to contexts without a deadline. When the connection to NATS drops with that request in flight, " +
-	"nats.go reconnects but the reply never comes: the generation hangs (key in_progress, 0 events, clients get " +
-	"only pings, graceful shutdown times out) while its upstream generation completed and was billed. Fix: bound " +
-	"first() with context.WithTimeout(ctx, DefaultAckTimeout)"
+// pinFirstAppend is what TestChaosFirstAppendCutEndsInAckTimeout pins.
+const pinFirstAppend = "a generation's first append (journal/writer.go first: a synchronous, fenced publish) is bounded " +
+	"by the journal's ack timeout (journal.DefaultAckTimeout), not by the generation's own deadline " +
+	"(MaxGeneration, 30 min): nats.go applies its request timeout only to contexts without a deadline, and " +
+	"a request in flight when the connection drops gets no reply after the reconnect. Unbounded, the generation " +
+	"would hang (key in_progress, 0 events, clients getting only pings, graceful shutdown timing out) while its " +
+	"upstream generation completed and was billed"
 
-// TestChaosBugFirstAppendHangs: the link between reprise and NATS (a
+// TestChaosFirstAppendCutEndsInAckTimeout: the link between reprise and NATS (a
 // toxiproxy link) is cut exactly when a generation's first append goes
 // out: the upstream answers 503 with retry-after-ms=400 first, and during
 // that wait the link gets a limit_data of 0 bytes toward NATS. reprise
 // reconnects to NATS directly. The client must hear how the generation
 // ended within the journal's ack timeout (10s): [DONE] or an error event.
-func TestChaosBugFirstAppendHangs(t *testing.T) {
+func TestChaosFirstAppendCutEndsInAckTimeout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out the journal's 10s ack timeout")
 	}
@@ -138,23 +138,21 @@ func TestChaosBugFirstAppendHangs(t *testing.T) {
 		}
 	case <-time.After(14 * time.Second):
 		st, _ := getStatus(t, e, "k-first")
-		t.Fatalf("regression of a fixed bug: %s (here: 14s after the cut the key is %s with %d events, the upstream %+v)", bugFirstAppend, st.State, st.Events, e.LLM.Ledger().Get(prompt))
+		t.Fatalf("%s (here: 14s after the cut the key is %s with %d events, the upstream %+v)", pinFirstAppend, st.State, st.Events, e.LLM.Ledger().Get(prompt))
 	}
 }
 
-// bugFalseOwnerLost is the bug TestChaosBugSlowJournalFalseOwnerLost reproduces.
-const bugFalseOwnerLost = "BUG: a reader of a completed generation gets event: error owner_lost when one journal read " +
-	"takes longer than its idle interval (min(Heartbeat, Lease/2)) plus 1s: stream/follow.go ownerLost counts a " +
-	"finished record as lost (rec.State != InProgress, added in 22b25e1) and the 1s \"last look\" gives up, though a " +
-	"completed generation's end marker is stored and the read is only slow (a loaded or failing-over JetStream). " +
-	"Fix: never treat a Completed record as lost (only OwnerLost, a newer generation, or a failure whose end marker " +
-	"could not be stored, i.e. journal_failure), and do not cancel an in-flight read on the idle tick (with a round " +
-	"trip above the idle interval every read is canceled and the reader makes no progress)"
+// pinCompletedNotLost is what TestChaosSlowJournalReadsCompletedKeyWhole pins.
+const pinCompletedNotLost = "a reader of a completed generation reads it to its end however slow each journal read is " +
+	"(a loaded or failing-over JetStream): a Completed record is never taken for a lost owner (stream/follow.go " +
+	"ownerLost: only OwnerLost, a newer generation, or a failure whose end marker could not be stored, " +
+	"journal_failure, are), and the idle tick (min(Heartbeat, Lease/2)) does not cancel a read in flight (with a " +
+	"round trip above the idle interval every read would be cancelled and the reader make no progress)"
 
-// TestChaosBugSlowJournalFalseOwnerLost: instance B's link to NATS gets
+// TestChaosSlowJournalReadsCompletedKeyWhole: instance B's link to NATS gets
 // 1.2s of latency (toxiproxy); a key completed earlier is read through B.
 // The client must get the whole stream and [DONE], however slowly.
-func TestChaosBugSlowJournalFalseOwnerLost(t *testing.T) {
+func TestChaosSlowJournalReadsCompletedKeyWhole(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads through a slow link")
 	}
@@ -179,8 +177,8 @@ func TestChaosBugSlowJournalFalseOwnerLost(t *testing.T) {
 			// after it (as EventSource does), even on a fast instance, never
 			// gets that event.
 			rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-slow", "", "Last-Event-ID", last.ID), -1)
-			t.Fatalf("regression of a fixed bug: %s (here: %d of %d events, then %s; a client resuming after it gets %v: the real event at that offset is lost to it)",
-				bugFalseOwnerLost, len(got)-1, len(want), last.ID, ids(rest))
+			t.Fatalf("%s (here: %d of %d events, then %s; a client resuming after it gets %v: the real event at that offset is lost to it)",
+				pinCompletedNotLost, len(got)-1, len(want), last.ID, ids(rest))
 		}
 	}
 	if err != nil || !slices.Equal(got, want) {
@@ -188,15 +186,13 @@ func TestChaosBugSlowJournalFalseOwnerLost(t *testing.T) {
 	}
 }
 
-// bugDoneThenOwnerLost is the bug TestChaosBugOwnerDiedAfterDone reproduces.
-const bugDoneThenOwnerLost = "BUG: an owner that dies after journaling its generation's terminal event ([DONE], or even " +
-	"the completed end marker) but before lease.Finish leaves the record in_progress; once the lease expires " +
-	"resume.Manager.Get marks it failed owner_lost although the journal holds the complete generation. Clients that " +
-	"already got [DONE] hold a result the key no longer has: the next request with the key generates again (billed " +
-	"twice) and replays then serve a different answer. Fix: before marking a generation owner_lost (stream ownerLost / " +
-	"handleStream / handleCreate via resume), look at the journal's last event (journal.Last): if it is the completed " +
-	"end marker or the terminal event, finish the record as completed with that event count instead (done: " +
-	"resume.Salvager, engine.Engine.Salvage, journal.Seal)"
+// pinDoneStaysCompleted is what TestChaosOwnerDiedAfterDoneStaysCompleted pins.
+const pinDoneStaysCompleted = "an owner that dies after journaling its generation's terminal event ([DONE], or the " +
+	"completed end marker too) but before finishing its record leaves the key completed: before a generation is " +
+	"marked owner_lost, the journal's last event is read (journal.Last), and a completed end marker or a terminal " +
+	"event finishes the record as completed with that event count (the salvage: resume.Salvager, engine Salvage, " +
+	"journal.Seal). Otherwise clients that got [DONE] would hold a result the key lacks: the next request with " +
+	"the key would generate again (billed twice) and replays would serve another answer"
 
 // sameContent reports whether two event streams carry the same types and
 // data (ids aside).
@@ -204,14 +200,14 @@ func sameContent(a, b []event) bool {
 	return slices.EqualFunc(a, b, func(x, y event) bool { return x.Type == y.Type && x.Data == y.Data })
 }
 
-// TestChaosBugOwnerDiedAfterDone reproduces what a reprise instance killed
+// TestChaosOwnerDiedAfterDoneStaysCompleted plays what a reprise instance killed
 // between its last journal append and its record update leaves behind,
 // with the real journal and resume packages: a "ghost" owner on its own
 // NATS connection begins the key, journals the upstream's whole stream
 // (and, in one case, the completed end marker), then loses its connection
 // before finishing the record. The surviving instance must treat the key
 // as the completed generation it is: replay it, not generate again.
-func TestChaosBugOwnerDiedAfterDone(t *testing.T) {
+func TestChaosOwnerDiedAfterDoneStaysCompleted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out a lease")
 	}
@@ -258,7 +254,7 @@ func TestChaosBugOwnerDiedAfterDone(t *testing.T) {
 				len(upstream), last.Offset, last.End, st, len(replay), replay[len(replay)-1].Type, replay[len(replay)-1].Data,
 				again[0].ID, resp.Header.Get("Idempotent-Replayed"), again[len(again)-1].Data, gens)
 			if st.Error == resume.OwnerLost || gens > 1 {
-				t.Fatalf("regression of a fixed bug: %s (here: the journal holds all %d events and [DONE]; the key became %s %s, %d generations)", bugDoneThenOwnerLost, len(upstream), st.State, st.Error, gens)
+				t.Fatalf("%s (here: the journal holds all %d events and [DONE]; the key became %s %s, %d generations)", pinDoneStaysCompleted, len(upstream), st.State, st.Error, gens)
 			}
 			if st.Events != len(upstream) || !sameContent(replay, upstream) {
 				t.Fatalf("record events %d, a reader got %d events; the upstream sent %d", st.Events, len(replay), len(upstream))
@@ -287,16 +283,16 @@ func (s *lapsingStore) Update(ctx context.Context, id string, value []byte, rev 
 	return s.Journal.Update(ctx, id, value, rev)
 }
 
-// TestChaosBugOwnerOutlivedLease: an owner that cannot renew its lease but
+// TestChaosOwnerOutlivedLeaseIsFenced: an owner that cannot renew its lease but
 // can still journal (the records' RAFT group recovers after the stream's)
 // keeps generating after its lease ran out. The instance that finds the
 // lease expired records owner_lost; the owner must not then store the
 // upstream's [DONE], which its readers (and every journal reader) would
 // take for a result the record denies — the key would replay another
-// generation than the one they got (found by reprise-chaos during a NATS
-// quorum loss: 8 of 2,500 keys). The generation is sealed with owner_lost
-// right after its last stored event, fencing the owner.
-func TestChaosBugOwnerOutlivedLease(t *testing.T) {
+// generation than the one they got (reprise-chaos meets this during a NATS
+// quorum loss). The generation is sealed with owner_lost right after its
+// last stored event, fencing the owner.
+func TestChaosOwnerOutlivedLeaseIsFenced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out a lease")
 	}
@@ -385,32 +381,23 @@ func beginOutside(t *testing.T, e *env, owner, key, body string, wrap func(*jour
 	return nc, j
 }
 
-// bugStalledReaderOwnerLost is the bug TestChaosBugStalledReaderFalseOwnerLost reproduces.
-const bugStalledReaderOwnerLost = "BUG: a reader following a generation from the journal on another instance than its " +
-	"owner ends with a made-up event: error owner_lost when its consumer's NATS node dies and the (alive) owner " +
-	"finishes the generation as failed meanwhile: stream/follow.go ownerLost counts any Failed record as lost " +
-	"(rec.State == resume.Failed) and the next idle tick (min(Heartbeat, Lease/2)) sends owner_lost at offset " +
-	"after+1, seq 0, while the journal holds the failed generation's own error event (upstream_interrupted here) " +
-	"at that offset and its end marker: the reader's ordered consumer is only replaced once nats.go misses two " +
-	"heartbeats (2 x 5 s), far longer than two ticks. The owner was never lost and no lease lapsed. Found by " +
-	"TestChaosNATSNodeKilled (-chaos.seed=59299751 before 5109e5a, 1 run in 3). Fix: a Failed record whose " +
-	"error is not journal_failure has its end marker stored (the pump's end, or Salvage's seal, comes first), " +
-	"so treat it like a Completed one: keep reading (journal.Reader gives up after readRetry with an error of " +
-	"its own); only journal_failure, a vanished key and a newer generation whose predecessor may lack an end " +
-	"marker leave nothing to wait for. Faster: give the reader's consumer a short PullHeartbeat " +
-	"(journal/reader.go), so a consumer on a dead node is replaced in seconds"
+// pinReaderOwnError is what TestChaosNodeDeathUnderReaderKeepsOwnError pins.
+const pinReaderOwnError = "a reader following a generation from the journal on another instance than its owner ends " +
+	"with the generation's own error event when the (alive) owner fails the generation while a NATS node dies " +
+	"under the reader, never with a made-up owner_lost: a Failed record whose error is not journal_failure has " +
+	"its end marker stored (the pump's end, or the salvage's seal, comes first), so the reader keeps reading like " +
+	"for a Completed one (journal.Reader gives up after readRetry with an error of its own); only journal_failure, " +
+	"a vanished key and a newer generation whose predecessor may lack an end marker leave nothing to wait for"
 
-// TestChaosBugStalledReaderFalseOwnerLost: instances A and B on node n0 of
+// TestChaosNodeDeathUnderReaderKeepsOwnError: instances A and B on node n0 of
 // a 3-node cluster; A runs a generation whose upstream writes 5 events and
 // stalls (A's idle timeout fails it, upstream_interrupted, 2 s later); B
 // follows it from the journal, and once B's reader has caught up, a node
 // other than n0 — the stream's leader, which republishes what the stream
 // stores to the readers' topics, when it is not n0 — is shut down. B's
 // reader must end exactly as a reader from the start does afterwards: the
-// 5 events, then the generation's own error event. (Readers held a
-// consumer each when this was found; they hold none now, but a node's
-// death under a reader is the same hazard.)
-func TestChaosBugStalledReaderFalseOwnerLost(t *testing.T) {
+// 5 events, then the generation's own error event.
+func TestChaosNodeDeathUnderReaderKeepsOwnError(t *testing.T) {
 	cw := newClusterWorld(t)
 	idle := func(cfg *proxy.Config) { cfg.Limits.IdleTimeout = 2 * time.Second }
 	a := startInstance(t, "A", cw.c.urlsFrom(0), cw.llmURL, instanceOptions{lease: 4 * time.Second, configure: idle})
@@ -463,7 +450,7 @@ func TestChaosBugStalledReaderFalseOwnerLost(t *testing.T) {
 		took, len(r.evs), r.err, r.evs[len(r.evs)-1], rec, len(full), full[len(full)-1])
 	if last := r.evs[len(r.evs)-1]; last.Type == "error" && strings.Contains(last.Data, "owner_lost") && rec.Error != "owner_lost" {
 		t.Fatalf("%s (here: B's reader got %s owner_lost %s after the kill; the record says %s %s; the journal has %+v at that offset)",
-			bugStalledReaderOwnerLost, last.ID, took, rec.State, rec.Error, full[len(r.evs)-1])
+			pinReaderOwnError, last.ID, took, rec.State, rec.Error, full[len(r.evs)-1])
 	}
 	if r.err != nil || !slices.Equal(r.evs, full) {
 		t.Fatalf("B's reader got %+v (%v), want the generation as stored: %+v", r.evs, r.err, full)

@@ -77,9 +77,10 @@ var (
 // wrapping, no names the reader must guess: paste it into a file of a
 // module and it builds. Each block becomes a package of a temporary
 // module that requires github.com/reprise-dev/reprise through a replace
-// directive to this checkout, with this repository's go.mod requirements
-// and go.sum; go vet and go build run there, offline (GOPROXY=off: every
-// module is one the repository's own build already has).
+// directive to this checkout, with the requirements of the tests' module
+// (tests/go.mod: reprise's own and the SDKs the docs show) and both go.sum
+// files; go vet and go build run there, offline (GOPROXY=off: every module
+// is one the repository's own build already has).
 func TestSnippetsGoBuild(t *testing.T) {
 	t.Parallel()
 	root, err := filepath.Abs("..")
@@ -102,13 +103,18 @@ func TestSnippetsGoBuild(t *testing.T) {
 		t.Fatal("no ```go block in README.md or docs/*.md")
 	}
 
-	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	gomod, err := os.ReadFile(filepath.Join(root, "tests", "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const self = "github.com/reprise-dev/reprise"
 	mod := regexp.MustCompile(`(?m)^module .*$`).ReplaceAll(gomod, []byte("module snippets"))
-	mod = fmt.Appendf(mod, "\nrequire %s v0.0.0\n\nreplace %s => %q\n", self, self, root)
+	// tests/go.mod requires reprise already; its replace names the checkout
+	// relative to tests/, this one absolutely.
+	mod = regexp.MustCompile(`(?m)^replace `+regexp.QuoteMeta(self)+` => .*$`).ReplaceAll(mod, fmt.Appendf(nil, "replace %s => %q", self, root))
+	if !bytes.Contains(mod, []byte(root)) {
+		t.Fatalf("tests/go.mod: no replace of %s", self)
+	}
 	tmp := t.TempDir()
 	write := func(name string, b []byte) {
 		t.Helper()
@@ -120,9 +126,13 @@ func TestSnippetsGoBuild(t *testing.T) {
 		}
 	}
 	write(filepath.Join(tmp, "go.mod"), mod)
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
+	var sum []byte
+	for _, f := range []string{"go.sum", filepath.Join("tests", "go.sum")} {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum = append(sum, b...)
 	}
 	write(filepath.Join(tmp, "go.sum"), sum)
 

@@ -1,8 +1,11 @@
-package mockllm_test
+package tests
 
 import (
+	"context"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -10,12 +13,15 @@ import (
 	"github.com/reprise-dev/reprise/internal/mockllm"
 )
 
-// TestOpenAIClientCompat checks that the official client accepts the fake's
-// wire format, streamed and not.
-func TestOpenAIClientCompat(t *testing.T) {
+// TestMockLLMOpenAIClientCompat checks that the official openai-go client
+// accepts the fake model's wire format, streamed and not.
+func TestMockLLMOpenAIClientCompat(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	fake, srv := newFake(t, mockllm.Config{Readable: true})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	fake := mockllm.New(mockllm.Config{Readable: true})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1"), option.WithAPIKey("test"), option.WithMaxRetries(0))
 	const prompt = "compat [tokens=12]"
 	want := strings.Join(mockllm.Content(prompt, 12, true), "")

@@ -1,4 +1,5 @@
-// Package kubernetes_test checks deploy/kubernetes without a cluster: every
+// Package kubernetes_test checks deploy/kubernetes (the directory
+// manifests) without a cluster: every
 // manifest decodes strictly into the Kubernetes API types, what one names
 // exists (ports, probes, Secrets, ConfigMaps and their keys, the files and
 // flags reprise is given), the kustomization lists the directory, the NATS
@@ -26,11 +27,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// manifests is the directory checked: the Kubernetes manifests, their
+// inputs and the NATS chart's values (testdata).
+const manifests = "../../deploy/kubernetes"
+
 // TestKubernetesManifests checks the manifests as they are in the
 // repository.
 func TestKubernetesManifests(t *testing.T) {
 	t.Parallel()
-	for _, err := range check(".", facts(t)) {
+	for _, err := range check(manifests, facts(t)) {
 		t.Error(err)
 	}
 	if b, err := os.ReadFile("../../docs/scaling.md"); err != nil || !strings.Contains(string(b), "(../deploy/kubernetes/README.md)") {
@@ -97,7 +102,7 @@ func TestKubernetesBrokenManifests(t *testing.T) {
 // within terminationGracePeriodSeconds.
 func TestKubernetesReprise(t *testing.T) {
 	t.Parallel()
-	s, errs := load(".")
+	s, errs := load(manifests)
 	if len(errs) > 0 {
 		t.Fatal(errors.Join(errs...))
 	}
@@ -128,12 +133,12 @@ func TestKubernetesKustomizeBuild(t *testing.T) {
 	if err != nil {
 		t.Skip("kubectl is not installed")
 	}
-	s, errs := load(".")
+	s, errs := load(manifests)
 	if len(errs) > 0 {
 		t.Fatal(errors.Join(errs...))
 	}
 	dir := t.TempDir()
-	copyDir(t, ".", dir)
+	copyDir(t, manifests, dir)
 	for name, content := range s.inputs { // the Secret's inputs, filled in
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
@@ -548,7 +553,7 @@ func helpFlags(help string) map[string]string {
 func mutate(tb testing.TB, file, old, new string) string {
 	tb.Helper()
 	dir := tb.TempDir()
-	copyDir(tb, ".", dir)
+	copyDir(tb, manifests, dir)
 	b, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		tb.Fatal(err)
