@@ -215,9 +215,14 @@ func TestStartFailures(t *testing.T) {
 			if r.code != tc.code {
 				t.Errorf("exit %d, want %d", r.code, tc.code)
 			}
-			line, rest, _ := strings.Cut(r.stderr, "\n")
-			if rest != "" || !strings.HasPrefix(line, "reprise: ") {
-				t.Errorf("stderr %q, want one line \"reprise: …\"", r.stderr)
+			steps, line := failure(r.stderr)
+			if !strings.HasPrefix(line, "reprise: ") {
+				t.Errorf("stderr %q, want its last line \"reprise: …\"", r.stderr)
+			}
+			for _, l := range steps {
+				if !strings.Contains(l, `"level":"INFO"`) && !strings.Contains(l, "level=INFO") {
+					t.Errorf("before the error: %q, want only the start's steps", l)
+				}
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(line, w) {
@@ -229,6 +234,13 @@ func TestStartFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failure splits a failed start's standard error into the steps it logged
+// and its last line, the error.
+func failure(stderr string) (steps []string, last string) {
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	return lines[:len(lines)-1], lines[len(lines)-1]
 }
 
 // TestFailedStartKeepsWhatWasThere: a start that fails after it made the
@@ -246,7 +258,7 @@ func TestFailedStartKeepsWhatWasThere(t *testing.T) {
 	}
 	before := entries(t, dir)
 	r := runBinary(t, dir, nil, "--listen", "127.0.0.1:0", "--data", data, "--max-event-size", "2000000")
-	if r.code == 0 || !strings.HasPrefix(r.stderr, "reprise: ") {
+	if _, line := failure(r.stderr); r.code == 0 || !strings.HasPrefix(line, "reprise: ") {
 		t.Fatalf("exit %d, stderr %q; want a failure", r.code, r.stderr)
 	}
 	if after := entries(t, dir); !slices.Equal(after, before) {

@@ -253,6 +253,7 @@ func connectNATS(cfg config, log *slog.Logger, made *created) (conns natsConns, 
 		if cfg.natsCA != "" {
 			opts = append(opts, nats.RootCAs(cfg.natsCA))
 		}
+		log.Info("connecting to NATS", "url", redactURLs(cfg.nats))
 		for _, name := range names {
 			nc, err := nats.Connect(cfg.nats, append(opts, nats.Name(name))...)
 			if err != nil {
@@ -290,7 +291,7 @@ func connectNATS(cfg config, log *slog.Logger, made *created) (conns natsConns, 
 		}
 		open = append(open, nc)
 	}
-	log.Debug("embedded JetStream started", "dir", dir)
+	log.Info("embedded JetStream started", "dir", dir)
 	return natsConns{events: open[0], records: open[1], reads: open[2]}, func() {
 		for _, nc := range open {
 			_ = nc.Drain()

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/reprise-dev/reprise/journal"
 )
 
@@ -86,5 +88,29 @@ func TestUnreachableNATS(t *testing.T) {
 	if err := json.Unmarshal(bytes.SplitN(logs.Bytes(), []byte("\n"), 2)[0], &warn); err != nil ||
 		warn.Level != "WARN" || warn.Name != "REPRISE_REPLICA" || warn.Nearest != "REPRISE_REPLICAS" {
 		t.Errorf("first log line %q, want a WARN naming REPRISE_REPLICA and REPRISE_REPLICAS", logs.String())
+	}
+}
+
+// TestReplicasOnOneNATS: --replicas 3 against a NATS server that is not
+// clustered fails the start at once with NATS's refusal, not after the
+// journal's open timeout.
+func TestReplicasOnOneNATS(t *testing.T) {
+	t.Parallel()
+	emb, err := journal.StartEmbedded(journal.EmbeddedConfig{Dir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Shutdown()
+	cfg, err := parseConfig([]string{"--nats", emb.Server.ClientURL(), "--replicas", "3", "--data", t.TempDir(), "--listen", "127.0.0.1:0",
+		"--upstream", "http://127.0.0.1:1", "--secret", "0123456789abcdef0123"}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.registerer = prometheus.NewRegistry()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the open timeout is a minute
+	defer cancel()
+	err = run(ctx, cfg, slog.New(slog.DiscardHandler), nil)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "replicas > 1 not supported") {
+		t.Fatalf("run: %v (context: %v), want NATS's refusal of replicas at once", err, ctx.Err())
 	}
 }

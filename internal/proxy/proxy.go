@@ -200,10 +200,20 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if user := cfg.Journal.OnAppend; user != nil {
 		jcfg.OnAppend = func(d time.Duration) { m.JournalAppend(d); user(d) }
 	}
+	if jcfg.OnOpenRetry == nil {
+		jcfg.OnOpenRetry = func(attempt int, err error) {
+			if attempt == 1 || attempt%10 == 0 { // about every 20 s once the backoff is at its longest
+				cfg.Logger.Warn("journal: JetStream cannot take the journal yet; trying again", "attempt", attempt, "within", DefaultOpenTimeout, "err", err)
+			}
+		}
+	}
+	cfg.Logger.Info("journal: creating or updating its stream and bucket", "stream", cmp.Or(jcfg.Stream, journal.DefaultStream),
+		"bucket", cmp.Or(jcfg.Bucket, journal.DefaultBucket), "replicas", cmp.Or(jcfg.Replicas, journal.DefaultReplicas), "memory", jcfg.Memory)
 	j, err = journal.Open(octx, cfg.NATS, jcfg)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Logger.Info("journal: ready")
 	m.WatchLag(j.Lag)
 	name := owner(cfg.Owner)
 	if cfg.Client == nil {
