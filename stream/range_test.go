@@ -42,11 +42,9 @@ func TestParseRangeTable(t *testing.T) {
 	}
 }
 
-// TestRangeKnownGaps guards against regressions of the gaps the first
-// review found (docs/security.md, "Fixed after review").
-func TestRangeKnownGaps(t *testing.T) {
-	// RFC 9110 §14.1.1: a suffix range of length 0 is unsatisfiable; today
-	// "bytes=-0" serves the whole result as 206.
+// TestRangeEmptySuffixUnsatisfiable: RFC 9110 §14.1.1, a suffix range of
+// length 0 ("bytes=-0") is unsatisfiable (416), not the whole result.
+func TestRangeEmptySuffixUnsatisfiable(t *testing.T) {
 	if _, _, _, err := parseRange("bytes=-0", 1000); !errors.Is(err, errRangeUnsatisfiable) {
 		t.Errorf("bytes=-0: %v, want unsatisfiable", err)
 	}
