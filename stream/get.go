@@ -119,10 +119,11 @@ func (s *Server) record(ctx context.Context, id string) (resume.Record, error) {
 	return s.resume.Get(ctx, id)
 }
 
-// statusRecord is record for a key's status: a result kept here has the
-// counts it finished with, while the store's move on (billed, saved).
+// statusRecord is record for a key's status: the owner's own copy only
+// while its generation runs; a finished one's counts move on in the store
+// (billed, saved), as the result kept here and the owner's last copy do not.
 func (s *Server) statusRecord(ctx context.Context, id string) (resume.Record, error) {
-	if rec, ok := s.engine.Owned(id); ok {
+	if rec, ok := s.engine.Owned(id); ok && rec.State == resume.InProgress {
 		return rec, nil
 	}
 	return s.resume.Get(ctx, id)
