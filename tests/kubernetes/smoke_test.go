@@ -157,8 +157,8 @@ func smoke(tb testing.TB, s *source, bin string) error {
 		return fmt.Errorf("reprise was not ready within a minute:\n%s", output())
 	}
 	ups, _ := s.file(c, c.flags["upstreams"])
-	if want := countRoutes(ups); up.Routes != want {
-		return fmt.Errorf("reprise started with %d routes, the upstreams file has %d:\n%s", up.Routes, want, output())
+	if want := countRoutes(ups); len(up.Routes) != want {
+		return fmt.Errorf("reprise started with %d routes, the upstreams file has %d:\n%s", len(up.Routes), want, output())
 	}
 
 	// The probes' and the metrics' paths answer.
@@ -262,9 +262,9 @@ func countRoutes(content string) int {
 
 // logLine is one line of reprise's JSON log.
 type logLine struct {
-	Level  string `json:"level"`
-	Msg    string `json:"msg"`
-	Routes int    `json:"routes"`
+	Level  string   `json:"level"`
+	Msg    string   `json:"msg"`
+	Routes []string `json:"routes"` // each "name url"
 }
 
 func parseLogLine(line string) (logLine, bool) {
