@@ -799,7 +799,20 @@ func composeCheckDockerfile(t *testing.T, file string, p *types.Project, top com
 			t.Errorf("%s: the builder does not build %s", file, pkg)
 		}
 	}
+	// The release stamp: the VERSION and REVISION build arguments go into
+	// the binary (cmd/reprise/version.go's variables) and the OCI labels.
+	for _, want := range []string{`-X main.version=${VERSION}`, `-X main.revision=${REVISION}`} {
+		if !strings.Contains(build, want) {
+			t.Errorf("%s: the builder's go build does not stamp %s", file, want)
+		}
+	}
 	final := stages[len(stages)-1]
+	labels := strings.Join(final.lines, "\n")
+	for _, want := range []string{`org.opencontainers.image.version="${VERSION}"`, `org.opencontainers.image.revision="${REVISION}"`, `org.opencontainers.image.source=`} {
+		if !strings.Contains(labels, want) {
+			t.Errorf("%s: the final stage has no label %s", file, want)
+		}
+	}
 	if !strings.HasPrefix(final.from, "gcr.io/distroless/") && final.from != "scratch" {
 		t.Errorf("%s: final stage FROM %s, want distroless or scratch", file, final.from)
 	}
