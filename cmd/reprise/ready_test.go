@@ -45,6 +45,9 @@ func TestReadyLine(t *testing.T) {
 		t.Errorf("message %q, want %q", msg, want)
 	}
 	a := attrsOf(attrs)
+	if a["url"] != "https://localhost:8443" {
+		t.Errorf("url %v, want https://localhost:8443", a["url"])
+	}
 	if got, want := a["routes"], []string{"openai https://api.openai.com", "api.anthropic.com https://api.anthropic.com"}; !slices.Equal(got.([]string), want) {
 		t.Errorf("routes %v, want %v", got, want)
 	}

@@ -224,7 +224,7 @@ func openRelay(cfg config, pc proxy.Config, addr net.Addr) error {
 
 // readyLine is the log line that says the instance serves: where (https://
 // under --tls-cert; the demo page's address, or the base URL when --page is
-// off), the version, every upstream (the routes by name and host, or
+// off; url: the base URL alone, for programs), the version, every upstream (the routes by name and host, or
 // --upstream and its fallbacks), the store (the redacted --nats list, or the
 // embedded store's --data) and the grace a SIGTERM gives.
 func readyLine(cfg config, addr net.Addr, tls bool, upstreams []*url.URL, routes []proxy.Route) (string, []any) {
@@ -232,7 +232,7 @@ func readyLine(cfg config, addr net.Addr, tls bool, upstreams []*url.URL, routes
 	if !cfg.page {
 		msg = "reprise is ready: serving " + pageURL(addr, tls) + " (no demo page: --page=false)"
 	}
-	attrs := []any{"version", shortVersion()}
+	attrs := []any{"url", strings.TrimSuffix(pageURL(addr, tls), "/"), "version", shortVersion()}
 	if len(routes) > 0 {
 		names := make([]string, len(routes))
 		for i, rt := range routes {

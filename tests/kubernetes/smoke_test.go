@@ -126,7 +126,7 @@ func smoke(tb testing.TB, s *source, bin string) error {
 			mu.Lock()
 			lines = append(lines, sc.Text())
 			mu.Unlock()
-			if l, ok := parseLogLine(sc.Text()); ok && strings.HasPrefix(l.Msg, "reprise is ready: open ") {
+			if l, ok := parseLogLine(sc.Text()); ok && strings.HasPrefix(l.Msg, "reprise is ready: ") {
 				ready <- l
 			}
 		}
@@ -162,7 +162,7 @@ func smoke(tb testing.TB, s *source, bin string) error {
 	}
 
 	// The probes' and the metrics' paths answer.
-	base := strings.TrimSuffix(strings.TrimPrefix(up.Msg, "reprise is ready: open "), "/")
+	base := up.URL
 	paths := []string{s.deployment().Spec.Template.Annotations["prometheus.io/path"]}
 	for _, pr := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
 		if pr != nil && pr.HTTPGet != nil {
@@ -264,6 +264,7 @@ func countRoutes(content string) int {
 type logLine struct {
 	Level  string   `json:"level"`
 	Msg    string   `json:"msg"`
+	URL    string   `json:"url"`    // the ready line's base URL
 	Routes []string `json:"routes"` // each "name url"
 }
 
