@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/reprise-dev/reprise/internal/proxy"
 )
 
@@ -95,6 +97,7 @@ func TestPageOff(t *testing.T) {
 	if cfg.page {
 		t.Fatal("REPRISE_PAGE=false left --page on")
 	}
+	cfg.registerer = prometheus.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan string, 1), make(chan error, 1)
 	go func() { done <- run(ctx, cfg, slog.New(slog.DiscardHandler), ready) }()
