@@ -271,6 +271,44 @@ func TestComposeFile(t *testing.T) {
 		composeCheckGrafana(t, p, top)
 	})
 
+	t.Run("monitoring on loopback", func(t *testing.T) {
+		for _, svc := range []string{top.prometheus, top.grafana} {
+			for _, port := range p.Services[svc].Ports {
+				if port.Published != "" && port.HostIP != "127.0.0.1" && port.HostIP != "::1" {
+					t.Errorf("%s publishes %s on %q: want loopback only (127.0.0.1), it has no authentication", svc, port.Published, port.HostIP)
+				}
+			}
+		}
+	})
+
+	t.Run("grafana without login", func(t *testing.T) {
+		env := composeEnvOf(p.Services[top.grafana])
+		for k, want := range map[string]string{
+			"GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
+			"GF_AUTH_DISABLE_LOGIN": "true", "GF_AUTH_DISABLE_LOGIN_FORM": "true", "GF_AUTH_BASIC_ENABLED": "false",
+		} {
+			if env[k] != want {
+				t.Errorf("%s: %s=%q, want %q (read-only, and no login with the default admin password)", top.grafana, k, env[k], want)
+			}
+		}
+	})
+
+	t.Run("compose variables outside REPRISE_", func(t *testing.T) {
+		// A REPRISE_* variable the file interpolates is one reprise reads
+		// itself, handed on under its own name: a compose-only one there
+		// would be warned about by every reprise started in that shell.
+		given := composeEnvOf(p.Services[top.reprise[0]])
+		b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`\$\{(REPRISE_\w+)`).FindAllStringSubmatch(string(b), -1) {
+			if _, ok := given[m[1]]; !ok {
+				t.Errorf("docker-compose.yml reads ${%s} but gives reprise no %s: a compose-only variable belongs outside the REPRISE_* namespace", m[1], m[1])
+			}
+		}
+	})
+
 	t.Run("secret required", func(t *testing.T) {
 		for _, env := range []map[string]string{{}, {"REPRISE_SECRET": ""}} {
 			_, err := composeLoad(root, env)
@@ -761,7 +799,20 @@ func composeCheckDockerfile(t *testing.T, file string, p *types.Project, top com
 			t.Errorf("%s: the builder does not build %s", file, pkg)
 		}
 	}
+	// The release stamp: the VERSION and REVISION build arguments go into
+	// the binary (cmd/reprise/version.go's variables) and the OCI labels.
+	for _, want := range []string{`-X main.version=${VERSION}`, `-X main.revision=${REVISION}`} {
+		if !strings.Contains(build, want) {
+			t.Errorf("%s: the builder's go build does not stamp %s", file, want)
+		}
+	}
 	final := stages[len(stages)-1]
+	labels := strings.Join(final.lines, "\n")
+	for _, want := range []string{`org.opencontainers.image.version="${VERSION}"`, `org.opencontainers.image.revision="${REVISION}"`, `org.opencontainers.image.source=`} {
+		if !strings.Contains(labels, want) {
+			t.Errorf("%s: the final stage has no label %s", file, want)
+		}
+	}
 	if !strings.HasPrefix(final.from, "gcr.io/distroless/") && final.from != "scratch" {
 		t.Errorf("%s: final stage FROM %s, want distroless or scratch", file, final.from)
 	}

@@ -388,7 +388,7 @@ func launchLogged(tb testing.TB, args []string, env map[string]string) *loggedPr
 	select {
 	case l := <-ready:
 		p.URL = strings.TrimSuffix(strings.TrimPrefix(l.Msg, "reprise is ready: open "), "/")
-		p.routes = l.Routes
+		p.routes = len(l.Routes)
 	case <-p.exited:
 		tb.Fatalf("reprise %v exited before it was ready (%v):\n%s", args, p.waitErr, p.output())
 	case <-time.After(time.Minute):
@@ -399,8 +399,8 @@ func launchLogged(tb testing.TB, args []string, env map[string]string) *loggedPr
 
 // readyLine is what launchLogged reads of reprise's ready log line.
 type readyLine struct {
-	Msg    string `json:"msg"`
-	Routes int    `json:"routes"`
+	Msg    string   `json:"msg"`
+	Routes []string `json:"routes"` // each "name url"
 }
 
 // stop sends SIGTERM and checks that reprise stops cleanly and logged no
@@ -487,7 +487,7 @@ func TestComposeProviders(t *testing.T) {
 		}
 	}
 	gateway["REPRISE_SECRET"], gateway["OPENAI_API_KEY"], gateway["ANTHROPIC_API_KEY"] = composeSecret, "sk-openai-test", "sk-ant-test"
-	gateway["REPRISE_PROXY_KEYS_FILE"] = keys // the copy the file says to make
+	gateway["PROXY_KEYS_FILE"] = keys // the copy the file says to make
 	for _, c := range []struct {
 		name      string
 		env       map[string]string
@@ -496,7 +496,7 @@ func TestComposeProviders(t *testing.T) {
 		hosts     []string // the hosts its routes reach
 	}{
 		{"demo", map[string]string{"REPRISE_SECRET": composeSecret}, "deploy/upstreams.demo", "passthrough", []string{"mockllm"}},
-		{"passthrough", map[string]string{"REPRISE_SECRET": composeSecret, "REPRISE_UPSTREAMS_FILE": "./deploy/upstreams-passthrough.example"},
+		{"passthrough", map[string]string{"REPRISE_SECRET": composeSecret, "UPSTREAMS_FILE": "./deploy/upstreams-passthrough.example"},
 			"deploy/upstreams-passthrough.example", "passthrough", []string{"api.anthropic.com", "api.openai.com"}},
 		{"gateway", gateway, "deploy/upstreams.example", "static", []string{"api.anthropic.com", "api.openai.com"}},
 	} {

@@ -154,7 +154,7 @@ type composeGrafanaDashboard struct {
 
 // composeCheckGrafana checks that Grafana is provisioned with a data source
 // on the compose Prometheus and with deploy/grafana/reprise.json, and that
-// the dashboard shows what issue 13 asks for.
+// the dashboard shows the upstream, the instances and their journal.
 func composeCheckGrafana(t *testing.T, p *types.Project, top composeTopology) {
 	t.Helper()
 	s := p.Services[top.grafana]
@@ -247,6 +247,16 @@ func composeCheckGrafana(t *testing.T, p *types.Project, top composeTopology) {
 		"cost":                  `reprise_cost_total`,
 		"cost saved":            `reprise_cost_saved_total`,
 		"resume latency":        `histogram_quantile\(.*reprise_resume_\w+_seconds_bucket`,
+		"instances up":          `up\{job="reprise"\}`,
+		"request rate":          `rate\(reprise_requests_total`,
+		"first-token latency":   `histogram_quantile\(.*reprise_client_first_token_seconds_bucket`,
+		"journal lag":           `reprise_journal_lag_seconds`,
+		"append latency":        `histogram_quantile\(.*reprise_journal_append_seconds_bucket`,
+		"journal errors":        `rate\(reprise_journal_errors_total`,
+		"journal stalls":        `rate\(reprise_journal_stalls_total`,
+		"running generations":   `reprise_generations_running`,
+		"failed generations":    `reprise_generations_total\{outcome!="completed"\}`,
+		"saved generations":     `reprise_generations_saved_total`,
 	} {
 		if !regexp.MustCompile(re).MatchString(all) {
 			t.Errorf("the dashboard does not show the %s (no query matches %s)", what, re)

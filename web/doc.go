@@ -12,7 +12,9 @@
 //
 // It also serves /reprise.js (client/reprise.js): an ES module for other
 // pages and for Node, a fetch that adds an Idempotency-Key and resumes a
-// broken stream from its Location by itself.
+// broken stream from its Location by itself. [Mount] registers the page and
+// the helper; [MountClient] the helper alone, for a gateway that serves no
+// demo (reprise --page=false).
 //
 // The package holds no proxy logic. [Handler] only serves the static files.
 package web

@@ -50,6 +50,15 @@ func Mount(mux interface{ Handle(string, http.Handler) }) {
 	}
 }
 
+// MountClient registers only "/reprise.js", the client helper apps load, on
+// mux: a gateway that serves no demo page still serves it.
+func MountClient(mux interface{ Handle(string, http.Handler) }) {
+	mux.Handle(clientPath, Handler())
+}
+
+// clientPath is where the client helper is served.
+const clientPath = "/reprise.js"
+
 // Handler returns the handler of the demo page. It answers GET and HEAD for
 // "/" (the page), its modules "/app.js", "/session.js" and
 // "/speech.js", "/style.css", and "/reprise.js" (the client helper, an

@@ -142,3 +142,38 @@ var pageIDs = []string{
 	"sp-input", "sp-speak", "sp-drop", "sp-conn", "sp-played", "sp-generated", "sp-verdict", "sp-dupes",
 	"sp-saved",
 }
+
+// TestMountClientServesOnlyTheHelper: a mux given MountClient serves
+// /reprise.js and none of the page's paths (they fall to the mux's 404),
+// while Mount serves both.
+func TestMountClientServesOnlyTheHelper(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mount func(interface{ Handle(string, http.Handler) })
+		page  int
+	}{
+		{"Mount", web.Mount, http.StatusOK},
+		{"MountClient", web.MountClient, http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			tc.mount(mux)
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			for path, want := range map[string]int{
+				"/reprise.js": http.StatusOK, "/": tc.page, "/app.js": tc.page, "/session.js": tc.page,
+				"/speech.js": tc.page, "/style.css": tc.page,
+			} {
+				res, err := http.Get(srv.URL + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != want {
+					t.Errorf("GET %s: %d, want %d", path, res.StatusCode, want)
+				}
+			}
+		})
+	}
+}

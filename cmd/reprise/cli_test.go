@@ -168,7 +168,7 @@ func TestVersionLine(t *testing.T) {
 		}}, true, "reprise v1.2.0, revision abc, go1.26.8 " + platform},
 		{"no build info", nil, false, "reprise (unknown), revision unknown, " + runtime.Version() + " " + platform},
 	} {
-		if got := versionLine(tc.info, tc.ok); got != tc.want {
+		if got := versionLine(tc.info, tc.ok, stamp{}); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -51,6 +51,10 @@ type config struct {
 	// loopback (openRelay).
 	allowOpenRelay bool
 
+	// page: serve the demo page at / (--page); off, only /reprise.js of
+	// the web package is served.
+	page bool
+
 	upstreams      string // routes file
 	prices         string // price table file
 	connectTimeout time.Duration
@@ -81,6 +85,7 @@ func newFlagSet(c *config, file *string) *flags {
 	fs.in(groupServer).StringVar(file, "config", "", "settings `FILE`: one name = value line per setting, names as the flags (a flag beats REPRISE_*, which beats the file)")
 	fs.in(groupServer).StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
 	fs.in(groupServer).DurationVar(&c.grace, "grace", 30*time.Second, "on SIGTERM, how long running generations may finish journaling")
+	fs.in(groupServer).BoolVar(&c.page, "page", true, "serve the demo page at / (and its scripts and style); false: only the API, /reprise.js (the client helper apps load) and the probes")
 	fs.in(groupServer).StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS with this certificate `FILE` (with --tls-key)")
 	fs.in(groupServer).StringVar(&c.tlsKey, "tls-key", "", "the TLS private key `FILE`")
 	fs.in(groupServer).Func("cors-origins", "`ORIGINS` (comma-separated: https://app.example, https://*.example.com, or * for any) whose pages may call the proxy from a browser: preflights answered, Location, Idempotency-Key and Reprise-* exposed; never with cookies (default none)", func(v string) (err error) {

@@ -22,7 +22,8 @@ func main() {
 		writeHelp(os.Stdout)
 		return
 	case errors.Is(err, errVersion):
-		fmt.Println(versionLine(debug.ReadBuildInfo()))
+		info, ok := debug.ReadBuildInfo()
+		fmt.Println(versionLine(info, ok, stamped()))
 		return
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "reprise:", err)

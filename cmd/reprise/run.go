@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -144,7 +145,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	if err != nil {
 		return err
 	}
-	web.Mount(p)
+	if cfg.page {
+		web.Mount(p)
+	} else {
+		web.MountClient(p) // apps fetch the client helper; no page
+	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil { // taken since it was tried
 		stopping, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -162,7 +167,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 	if cfg.upstreamURLs == nil && len(pc.Routes) == 0 {
 		log.Info("using the built-in demo upstream (a fake model, ~30 tokens/s)")
 	}
-	log.Info("reprise is ready: open "+pageURL(ln.Addr()), "version", shortVersion(), "upstream", upstreams[0].Redacted(), "fallbacks", len(upstreams)-1, "routes", len(pc.Routes), "data", cfg.data)
+	msg, attrs := readyLine(cfg, ln.Addr(), pc.TLS != nil, upstreams, pc.Routes)
+	log.Info(msg, attrs...)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -173,7 +179,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: letting running generations finish", "grace", cfg.grace)
+	log.Info("shutting down: letting running generations finish", "grace", cfg.grace.String())
 	grace, cancel := context.WithTimeout(context.Background(), cfg.grace)
 	defer cancel()
 	if err := p.Shutdown(grace); err != nil {
@@ -216,16 +222,54 @@ func openRelay(cfg config, pc proxy.Config, addr net.Addr) error {
 		"or pass --allow-open-relay if what is in front of reprise already does", cfg.listen, where, port)
 }
 
-func pageURL(a net.Addr) string {
+// readyLine is the log line that says the instance serves: where (https://
+// under --tls-cert; the demo page's address, or the base URL when --page is
+// off; url: the base URL alone, for programs), the version, every upstream (the routes by name and host, or
+// --upstream and its fallbacks), the store (the redacted --nats list, or the
+// embedded store's --data) and the grace a SIGTERM gives.
+func readyLine(cfg config, addr net.Addr, tls bool, upstreams []*url.URL, routes []proxy.Route) (string, []any) {
+	msg := "reprise is ready: open " + pageURL(addr, tls)
+	if !cfg.page {
+		msg = "reprise is ready: serving " + pageURL(addr, tls) + " (no demo page: --page=false)"
+	}
+	attrs := []any{"url", strings.TrimSuffix(pageURL(addr, tls), "/"), "version", shortVersion()}
+	if len(routes) > 0 {
+		names := make([]string, len(routes))
+		for i, rt := range routes {
+			names[i] = cmp.Or(rt.Name, rt.URL.Host) + " " + rt.URL.Redacted()
+		}
+		attrs = append(attrs, "routes", names)
+	} else {
+		fallbacks := make([]string, 0, len(upstreams))
+		for _, u := range upstreams[1:] {
+			fallbacks = append(fallbacks, u.Redacted())
+		}
+		attrs = append(attrs, "upstream", upstreams[0].Redacted(), "fallbacks", fallbacks)
+	}
+	if cfg.nats != "" {
+		attrs = append(attrs, "nats", redactURLs(cfg.nats))
+	} else {
+		attrs = append(attrs, "data", cfg.data)
+	}
+	return msg, append(attrs, "grace", cfg.grace.String())
+}
+
+// pageURL is the address a browser opens: localhost for a wildcard
+// listener, https:// when the listener serves TLS.
+func pageURL(a net.Addr, tls bool) string {
+	scheme := "http://"
+	if tls {
+		scheme = "https://"
+	}
 	tcp, ok := a.(*net.TCPAddr)
 	if !ok || tcp.IP.IsUnspecified() {
 		port := 8080
 		if ok {
 			port = tcp.Port
 		}
-		return fmt.Sprintf("http://localhost:%d/", port)
+		return fmt.Sprintf("%slocalhost:%d/", scheme, port)
 	}
-	return "http://" + a.String() + "/"
+	return scheme + a.String() + "/"
 }
 
 // connectNATS connects to NATS three times: for the events, for the key

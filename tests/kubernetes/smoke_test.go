@@ -126,7 +126,7 @@ func smoke(tb testing.TB, s *source, bin string) error {
 			mu.Lock()
 			lines = append(lines, sc.Text())
 			mu.Unlock()
-			if l, ok := parseLogLine(sc.Text()); ok && strings.HasPrefix(l.Msg, "reprise is ready: open ") {
+			if l, ok := parseLogLine(sc.Text()); ok && strings.HasPrefix(l.Msg, "reprise is ready: ") {
 				ready <- l
 			}
 		}
@@ -157,12 +157,12 @@ func smoke(tb testing.TB, s *source, bin string) error {
 		return fmt.Errorf("reprise was not ready within a minute:\n%s", output())
 	}
 	ups, _ := s.file(c, c.flags["upstreams"])
-	if want := countRoutes(ups); up.Routes != want {
-		return fmt.Errorf("reprise started with %d routes, the upstreams file has %d:\n%s", up.Routes, want, output())
+	if want := countRoutes(ups); len(up.Routes) != want {
+		return fmt.Errorf("reprise started with %d routes, the upstreams file has %d:\n%s", len(up.Routes), want, output())
 	}
 
 	// The probes' and the metrics' paths answer.
-	base := strings.TrimSuffix(strings.TrimPrefix(up.Msg, "reprise is ready: open "), "/")
+	base := up.URL
 	paths := []string{s.deployment().Spec.Template.Annotations["prometheus.io/path"]}
 	for _, pr := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
 		if pr != nil && pr.HTTPGet != nil {
@@ -262,9 +262,10 @@ func countRoutes(content string) int {
 
 // logLine is one line of reprise's JSON log.
 type logLine struct {
-	Level  string `json:"level"`
-	Msg    string `json:"msg"`
-	Routes int    `json:"routes"`
+	Level  string   `json:"level"`
+	Msg    string   `json:"msg"`
+	URL    string   `json:"url"`    // the ready line's base URL
+	Routes []string `json:"routes"` // each "name url"
 }
 
 func parseLogLine(line string) (logLine, bool) {
