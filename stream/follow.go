@@ -64,7 +64,11 @@ func (s *Server) followFrom(ctx context.Context, out eventWriter, tenant, id str
 		defer cut()
 		defer context.AfterFunc(s.closing, cut)()
 	}
-	return s.followJournal(ctx, out, tenant, ref, engine.ShapeOf(rec.Path), after, hint)
+	owner := "" // a finished generation has none to ask about
+	if rec.State == resume.InProgress {
+		owner = rec.Owner
+	}
+	return s.followJournal(ctx, out, tenant, ref, engine.ShapeOf(rec.Path), after, hint, owner)
 }
 
 // tail is the tail of ref's generation on this instance, and the source
@@ -176,7 +180,12 @@ func sendTail(out eventWriter, ref journal.Ref, t *engine.Tail, evs []journal.Ev
 // Errors it writes itself are in shape, the key's format's. What it reads
 // of what was stored goes out a batch per turn of tenant's, and its gets
 // take their turns as tenant's; what it reads live goes out as it comes.
-func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant string, ref journal.Ref, shape apierr.Shape, after, hint uint64) error {
+// A generation running on another instance, owner, that goes quiet (a
+// quietTick with nothing read) is looked at sooner than its lease:
+// resume.Manager.Check asks whether owner is gone, and settles the
+// generation at once if so — sealed with owner_lost, which this reader
+// reads as the generation's end, or adopted, which it follows on.
+func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant string, ref journal.Ref, shape apierr.Shape, after, hint uint64, owner string) error {
 	q := s.turns.Stream(tenant)
 	if q == nil {
 		tenant = "" // no turns by tenant: the gets' in the order they come
@@ -191,6 +200,8 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant stri
 
 	idle := time.NewTicker(s.idleTick())
 	defer idle.Stop()
+	ow := s.watchOwner(ctx, ref, owner)
+	defer ow.stop()
 	sent, unflushed := 0, false
 	var lost *apierr.Error // why the generation can no longer end, once seen
 	for {
@@ -207,6 +218,12 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant stri
 			}
 			select {
 			case r, ok = <-events:
+			case <-ow.tick:
+				ow.quiet()
+				continue
+			case c := <-ow.checked:
+				ow.answer(c)
+				continue
 			case <-idle.C:
 				if err := out.ping(); err != nil {
 					return err
@@ -238,6 +255,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant stri
 		if !ok {
 			return ctx.Err()
 		}
+		ow.heard = true
 		if !r.live && !q.TryWait() { // a batch of what was stored: in its turn
 			if unflushed { // out of turn: a slow client holds up no turn, and what was written reaches it meanwhile
 				if err := out.flush(); err != nil {
@@ -453,4 +471,91 @@ func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) *apierr.Error {
 	}
 	e := apierr.New(code)
 	return &e
+}
+
+// quietTick is how long a generation running on another instance may go
+// without an event before its reader asks whether its owner is gone
+// (ownerWatch): a dead owner's readers learn of it within about two of
+// them and the ask, not a lease.
+const quietTick = 500 * time.Millisecond
+
+// ownerWatch is a journal reader's watch on the instance that runs its
+// generation. It asks only when the generation went quiet, in a goroutine
+// of its own: an ask that takes long (an owner that does not answer
+// waits out its timeout) holds up no event.
+type ownerWatch struct {
+	s      *Server
+	ctx    context.Context
+	cancel context.CancelFunc
+	ref    journal.Ref
+	owner  string // "": nothing to watch (a finished generation, or settled)
+	ticker *time.Ticker
+	tick   <-chan time.Time // nil while nothing is watched
+	// heard is set by the reader for each read: the generation was not
+	// quiet since the last tick.
+	heard   bool
+	asking  bool
+	checked chan ownerChecked // an ask's answer
+	asked   sync.WaitGroup
+}
+
+// ownerChecked is resume.Manager.Check's answer.
+type ownerChecked struct {
+	rec  resume.Record
+	gone bool
+	err  error
+}
+
+// watchOwner watches owner, which runs ref's generation ("" for none).
+func (s *Server) watchOwner(ctx context.Context, ref journal.Ref, owner string) *ownerWatch {
+	w := &ownerWatch{s: s, ref: ref, owner: owner, checked: make(chan ownerChecked, 1)}
+	w.ctx, w.cancel = context.WithCancel(ctx)
+	if owner != "" {
+		w.ticker = time.NewTicker(quietTick)
+		w.tick = w.ticker.C
+	}
+	return w
+}
+
+// quiet is a tick: unless something was read since the last one, or an
+// ask is under way, ask whether the owner is gone.
+func (w *ownerWatch) quiet() {
+	if w.heard || w.asking {
+		w.heard = false
+		return
+	}
+	w.asking = true
+	owner := w.owner
+	w.asked.Go(func() {
+		rec, gone, err := w.s.resume.Check(w.ctx, w.ref.ID, owner)
+		w.checked <- ownerChecked{rec: rec, gone: gone, err: err}
+	})
+}
+
+// answer takes an ask's answer. An owner gone had its generation settled:
+// sealed (its end comes through the journal), completed, or adopted by an
+// instance whose name the watch takes on. An error changes nothing: the
+// next quiet tick asks again.
+func (w *ownerWatch) answer(c ownerChecked) {
+	w.asking = false
+	if !c.gone || c.err != nil {
+		return
+	}
+	w.s.log.Info("the instance running a generation read here is gone; the generation was settled without waiting for its lease",
+		"key_id", w.ref.ID, "gen", w.ref.Gen, "owner", w.owner, "state", c.rec.State)
+	if c.rec.State == resume.InProgress && c.rec.Generation == w.ref.Gen && c.rec.Owner != w.owner {
+		w.owner = c.rec.Owner // adopted
+		return
+	}
+	w.owner, w.tick = "", nil
+	w.ticker.Stop()
+}
+
+// stop ends the watch and waits for an ask under way.
+func (w *ownerWatch) stop() {
+	w.cancel()
+	if w.ticker != nil {
+		w.ticker.Stop()
+	}
+	w.asked.Wait()
 }
