@@ -477,7 +477,7 @@ func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) *apierr.Error {
 // without an event before its reader asks whether its owner is gone
 // (ownerWatch): a dead owner's readers learn of it within about two of
 // them and the ask, not a lease.
-const quietTick = 500 * time.Millisecond
+const quietTick = 400 * time.Millisecond
 
 // ownerWatch is a journal reader's watch on the instance that runs its
 // generation. It asks only when the generation went quiet, in a goroutine
