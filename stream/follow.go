@@ -482,11 +482,13 @@ const quietTick = 400 * time.Millisecond
 // ownerWatch is a journal reader's watch on the instance that runs its
 // generation. It asks only when the generation went quiet, in a goroutine
 // of its own: an ask that takes long (an owner that does not answer
-// waits out its timeout) holds up no event.
+// waits out its timeout) holds up no event. An ask runs to its end though
+// its reader ended meanwhile: the settling it may start seals the journal
+// first — which ends this reader — and records the end next, which a
+// reader's end must not cut.
 type ownerWatch struct {
 	s      *Server
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx    context.Context // the reader's values, not its end
 	ref    journal.Ref
 	owner  string // "": nothing to watch (a finished generation, or settled)
 	ticker *time.Ticker
@@ -495,8 +497,7 @@ type ownerWatch struct {
 	// quiet since the last tick.
 	heard   bool
 	asking  bool
-	checked chan ownerChecked // an ask's answer
-	asked   sync.WaitGroup
+	checked chan ownerChecked // an ask's answer (one ask at a time)
 }
 
 // ownerChecked is resume.Manager.Check's answer.
@@ -508,8 +509,7 @@ type ownerChecked struct {
 
 // watchOwner watches owner, which runs ref's generation ("" for none).
 func (s *Server) watchOwner(ctx context.Context, ref journal.Ref, owner string) *ownerWatch {
-	w := &ownerWatch{s: s, ref: ref, owner: owner, checked: make(chan ownerChecked, 1)}
-	w.ctx, w.cancel = context.WithCancel(ctx)
+	w := &ownerWatch{s: s, ctx: context.WithoutCancel(ctx), ref: ref, owner: owner, checked: make(chan ownerChecked, 1)}
 	if owner != "" {
 		w.ticker = time.NewTicker(quietTick)
 		w.tick = w.ticker.C
@@ -518,7 +518,9 @@ func (s *Server) watchOwner(ctx context.Context, ref journal.Ref, owner string) 
 }
 
 // quiet is a tick: unless something was read since the last one, or an
-// ask is under way, ask whether the owner is gone.
+// ask is under way, ask whether the owner is gone. An ask and the
+// settling it starts take at most a lease: a lease later, the generation
+// is the lease's to settle.
 func (w *ownerWatch) quiet() {
 	if w.heard || w.asking {
 		w.heard = false
@@ -526,10 +528,16 @@ func (w *ownerWatch) quiet() {
 	}
 	w.asking = true
 	owner := w.owner
-	w.asked.Go(func() {
-		rec, gone, err := w.s.resume.Check(w.ctx, w.ref.ID, owner)
+	go func() {
+		ctx, cancel := context.WithTimeout(w.ctx, w.s.resume.Lease())
+		defer cancel()
+		rec, gone, err := w.s.resume.Check(ctx, w.ref.ID, owner)
+		if gone && err == nil {
+			w.s.log.Info("the instance running a generation read here is gone; the generation was settled without waiting for its lease",
+				"key_id", w.ref.ID, "gen", w.ref.Gen, "owner", owner, "state", rec.State)
+		}
 		w.checked <- ownerChecked{rec: rec, gone: gone, err: err}
-	})
+	}()
 }
 
 // answer takes an ask's answer. An owner gone had its generation settled:
@@ -541,8 +549,6 @@ func (w *ownerWatch) answer(c ownerChecked) {
 	if !c.gone || c.err != nil {
 		return
 	}
-	w.s.log.Info("the instance running a generation read here is gone; the generation was settled without waiting for its lease",
-		"key_id", w.ref.ID, "gen", w.ref.Gen, "owner", w.owner, "state", c.rec.State)
 	if c.rec.State == resume.InProgress && c.rec.Generation == w.ref.Gen && c.rec.Owner != w.owner {
 		w.owner = c.rec.Owner // adopted
 		return
@@ -551,11 +557,9 @@ func (w *ownerWatch) answer(c ownerChecked) {
 	w.ticker.Stop()
 }
 
-// stop ends the watch and waits for an ask under way.
+// stop ends the watch; an ask under way runs on (see ownerWatch).
 func (w *ownerWatch) stop() {
-	w.cancel()
 	if w.ticker != nil {
 		w.ticker.Stop()
 	}
-	w.asked.Wait()
 }
