@@ -90,23 +90,38 @@ func (o *owners) gone(ctx context.Context, owner string, now func() time.Time, a
 	}
 }
 
+// Checked is Check's answer.
+type Checked struct {
+	// Gone: the owner asked about is gone. Record is then the key's
+	// record, as the check left it.
+	Gone   bool
+	Record Record
+	// Settled: this check settled the generation itself (adopted,
+	// completed or failed it), not another reader or instance before it.
+	Settled bool
+}
+
 // Check is for a reader whose generation, run by owner on another
 // instance, went quiet: when owner is gone (Config.Gone), id's generation
 // in progress under it is settled at once, as a lapsed lease is (see
-// above), and Check returns its record with gone true. When owner is not
-// found gone (or is this instance, or no Config.Gone is set) it returns
-// gone false and reads no record: a quiet generation of a live owner costs
-// an ask, shared by every reader here, and no store operation.
-func (m *Manager) Check(ctx context.Context, id, owner string) (rec Record, gone bool, err error) {
+// above). When owner is not found gone (or is this instance, or no
+// Config.Gone is set) it reads no record: a quiet generation of a live
+// owner costs an ask, shared by every reader here, and no store
+// operation.
+func (m *Manager) Check(ctx context.Context, id, owner string) (Checked, error) {
 	if m.cfg.Gone == nil || owner == "" || owner == m.cfg.Owner {
-		return Record{}, false, nil
+		return Checked{}, nil
 	}
 	if gone, err := m.owners.gone(ctx, owner, m.cfg.Now, m.cfg.Gone); !gone || err != nil {
-		return Record{}, false, err
+		return Checked{}, err
 	}
-	rec, _, err = m.look(ctx, id, owner)
-	return rec, true, err
+	rec, settled, err := m.look(ctx, id, owner)
+	return Checked{Gone: true, Record: rec, Settled: settled}, err
 }
+
+// Owner is the name this instance writes in the records of the
+// generations it runs (Config.Owner).
+func (m *Manager) Owner() string { return m.cfg.Owner }
 
 // ownerGone reports whether rec is a generation in progress under gone,
 // an owner found gone (Check) — never this instance.

@@ -47,8 +47,8 @@ func TestCheckSettlesAGoneOwnersGeneration(t *testing.T) {
 	}
 
 	for _, owner := range []string{"owner-a", "owner-b", ""} {
-		if _, gone, err := b.Check(waitCtx(t), req.ID, owner); gone || err != nil {
-			t.Fatalf("Check(%q) with A alive: gone %v, %v", owner, gone, err)
+		if c, err := b.Check(waitCtx(t), req.ID, owner); c.Gone || err != nil {
+			t.Fatalf("Check(%q) with A alive: %+v, %v", owner, c, err)
 		}
 	}
 	if s := stored(t, ja, req.ID); s.State != resume.InProgress || s.Owner != "owner-a" {
@@ -56,20 +56,31 @@ func TestCheckSettlesAGoneOwnersGeneration(t *testing.T) {
 	}
 	// A name nothing answers for that owns no generation: gone, and the
 	// record, another owner's, is left as it is.
-	if rec, gone, err := b.Check(waitCtx(t), req.ID, "owner-x"); !gone || err != nil || rec.State != resume.InProgress || rec.Owner != "owner-a" {
-		t.Fatalf("Check(owner-x) = %+v, gone %v, %v; want the record untouched", rec, gone, err)
+	if c, err := b.Check(waitCtx(t), req.ID, "owner-x"); !c.Gone || c.Settled || err != nil || c.Record.State != resume.InProgress || c.Record.Owner != "owner-a" {
+		t.Fatalf("Check(owner-x) = %+v, %v; want gone, the record untouched", c, err)
 	}
 	if len(asked) != 0 {
 		t.Fatalf("Salvager asked %d times about a live owner's generation", len(asked))
 	}
 
 	ncA.Close() // A's process died
-	rec, gone, err := b.Check(waitCtx(t), req.ID, "owner-a")
-	if err != nil || !gone {
-		t.Fatalf("Check(owner-a) after A died: gone %v, %v", gone, err)
+	// The server notices the closed connection a moment later: an ask
+	// meanwhile is delivered to A, and goes unanswered (not gone).
+	var c resume.Checked
+	eventually(t, "A found gone", func() bool {
+		var err error
+		c, err = b.Check(waitCtx(t), req.ID, "owner-a")
+		return err == nil && c.Gone
+	})
+	if !c.Settled {
+		t.Fatalf("Check(owner-a) after A died: %+v; want settled by it", c)
 	}
-	if rec.State != resume.Failed || rec.Error != resume.OwnerLost || rec.Generation != 1 {
+	if rec := c.Record; rec.State != resume.Failed || rec.Error != resume.OwnerLost || rec.Generation != 1 {
 		t.Fatalf("Check = %+v, want generation 1 failed owner_lost", rec)
+	}
+	// Another reader's check finds it settled already.
+	if c, err := b.Check(waitCtx(t), req.ID, "owner-a"); err != nil || !c.Gone || c.Settled || c.Record.State != resume.Failed {
+		t.Fatalf("a second Check = %+v, %v; want gone, failed, settled by the first", c, err)
 	}
 	if len(asked) != 1 || asked[0].State != resume.InProgress {
 		t.Fatalf("Salvager asked about %+v, want the generation in progress, once", asked)

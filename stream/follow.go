@@ -502,13 +502,16 @@ type ownerWatch struct {
 
 // ownerChecked is resume.Manager.Check's answer.
 type ownerChecked struct {
-	rec  resume.Record
-	gone bool
-	err  error
+	resume.Checked
+	err error
 }
 
-// watchOwner watches owner, which runs ref's generation ("" for none).
+// watchOwner watches owner, which runs ref's generation ("" for none; this
+// instance is never watched).
 func (s *Server) watchOwner(ctx context.Context, ref journal.Ref, owner string) *ownerWatch {
+	if owner == s.resume.Owner() {
+		owner = ""
+	}
 	w := &ownerWatch{s: s, ctx: context.WithoutCancel(ctx), ref: ref, owner: owner, checked: make(chan ownerChecked, 1)}
 	if owner != "" {
 		w.ticker = time.NewTicker(quietTick)
@@ -531,12 +534,12 @@ func (w *ownerWatch) quiet() {
 	go func() {
 		ctx, cancel := context.WithTimeout(w.ctx, w.s.resume.Lease())
 		defer cancel()
-		rec, gone, err := w.s.resume.Check(ctx, w.ref.ID, owner)
-		if gone && err == nil {
+		c, err := w.s.resume.Check(ctx, w.ref.ID, owner)
+		if c.Settled && err == nil {
 			w.s.log.Info("the instance running a generation read here is gone; the generation was settled without waiting for its lease",
-				"key_id", w.ref.ID, "gen", w.ref.Gen, "owner", owner, "state", rec.State)
+				"key_id", w.ref.ID, "gen", c.Record.Generation, "owner", owner, "state", c.Record.State)
 		}
-		w.checked <- ownerChecked{rec: rec, gone: gone, err: err}
+		w.checked <- ownerChecked{Checked: c, err: err}
 	}()
 }
 
@@ -546,11 +549,11 @@ func (w *ownerWatch) quiet() {
 // next quiet tick asks again.
 func (w *ownerWatch) answer(c ownerChecked) {
 	w.asking = false
-	if !c.gone || c.err != nil {
+	if !c.Gone || c.err != nil {
 		return
 	}
-	if c.rec.State == resume.InProgress && c.rec.Generation == w.ref.Gen && c.rec.Owner != w.owner {
-		w.owner = c.rec.Owner // adopted
+	if rec := c.Record; rec.State == resume.InProgress && rec.Generation == w.ref.Gen && rec.Owner != w.owner && rec.Owner != w.s.resume.Owner() {
+		w.owner = rec.Owner // adopted elsewhere
 		return
 	}
 	w.owner, w.tick = "", nil
