@@ -255,7 +255,7 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant stri
 		if !ok {
 			return ctx.Err()
 		}
-		ow.heard = true
+		ow.heard = ow.heard || r.live // what was stored before says nothing of the owner now
 		if !r.live && !q.TryWait() { // a batch of what was stored: in its turn
 			if unflushed { // out of turn: a slow client holds up no turn, and what was written reaches it meanwhile
 				if err := out.flush(); err != nil {
@@ -493,8 +493,9 @@ type ownerWatch struct {
 	owner  string // "": nothing to watch (a finished generation, or settled)
 	ticker *time.Ticker
 	tick   <-chan time.Time // nil while nothing is watched
-	// heard is set by the reader for each read: the generation was not
-	// quiet since the last tick.
+	// heard is set by the reader for each live read (the owner wrote it
+	// lately; a stored backlog says nothing of it now): the generation was
+	// not quiet since the last tick.
 	heard   bool
 	asking  bool
 	checked chan ownerChecked // an ask's answer (one ask at a time)
