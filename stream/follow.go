@@ -255,8 +255,10 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant stri
 		if !ok {
 			return ctx.Err()
 		}
-		ow.heard = ow.heard || r.live // what was stored before says nothing of the owner now
-		if !r.live && !q.TryWait() {  // a batch of what was stored: in its turn
+		if r.live { // what was stored before says nothing of the owner now
+			ow.heard = true
+		}
+		if !r.live && !q.TryWait() { // a batch of what was stored: in its turn
 			if unflushed { // out of turn: a slow client holds up no turn, and what was written reaches it meanwhile
 				if err := out.flush(); err != nil {
 					return err
