@@ -498,9 +498,11 @@ type ownerWatch struct {
 	// heard is set by the reader for each live read (the owner wrote it
 	// lately; a stored backlog says nothing of it now): the generation was
 	// not quiet since the last tick.
-	heard   bool
-	asking  bool
-	checked chan ownerChecked // an ask's answer (one ask at a time)
+	heard  bool
+	asking bool
+	// checked takes an ask's answer (one ask at a time), by pointer: a
+	// Record is stack an idle reader would keep (see follow).
+	checked chan *ownerChecked
 }
 
 // ownerChecked is resume.Manager.Check's answer.
@@ -515,7 +517,7 @@ func (s *Server) watchOwner(ctx context.Context, ref journal.Ref, owner string) 
 	if owner == s.resume.Owner() {
 		owner = ""
 	}
-	w := &ownerWatch{s: s, ctx: context.WithoutCancel(ctx), ref: ref, owner: owner, checked: make(chan ownerChecked, 1)}
+	w := &ownerWatch{s: s, ctx: context.WithoutCancel(ctx), ref: ref, owner: owner, checked: make(chan *ownerChecked, 1)}
 	if owner != "" {
 		w.ticker = time.NewTicker(quietTick)
 		w.tick = w.ticker.C
@@ -542,7 +544,7 @@ func (w *ownerWatch) quiet() {
 			w.s.log.Info("the instance running a generation read here is gone; the generation was settled without waiting for its lease",
 				"key_id", w.ref.ID, "gen", c.Record.Generation, "owner", owner, "state", c.Record.State)
 		}
-		w.checked <- ownerChecked{Checked: c, err: err}
+		w.checked <- &ownerChecked{Checked: c, err: err}
 	}()
 }
 
@@ -550,7 +552,7 @@ func (w *ownerWatch) quiet() {
 // sealed (its end comes through the journal), completed, or adopted by an
 // instance whose name the watch takes on. An error changes nothing: the
 // next quiet tick asks again.
-func (w *ownerWatch) answer(c ownerChecked) {
+func (w *ownerWatch) answer(c *ownerChecked) {
 	w.asking = false
 	if !c.Gone || c.err != nil {
 		return
