@@ -177,6 +177,7 @@ type Journal struct {
 	reads    *lanes // the turns of this instance's readers' gets
 	direct   string // the subject of the stream's direct gets
 	lag      lag    // this instance's writers, for Lag
+	conn     conn   // the connection's reconnects, for OwnerGone
 
 	appendRetries, readRetries, recordRetries atomic.Uint64
 	appendErrors, appendStalls                atomic.Uint64
@@ -273,6 +274,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Journal, error) {
 		}
 	}
 	j := &Journal{cfg: cfg, nc: nc, js: js, stream: st, kv: kv, watchKV: watchKV, maxFrame: frameLimit(nc.MaxPayload()), maxEvent: eventLimit(nc.MaxPayload())}
+	j.conn.reconnects = nc.Stats().Reconnects
 	j.live = &hub{j: j, topics: map[string]*topic{}}
 	if j.reads, err = newLanes(cfg.MaxReads); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)

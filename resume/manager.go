@@ -64,6 +64,12 @@ type Config struct {
 	// lease ran out and that is not adopted, before it is declared lost
 	// (Failed, OwnerLost). Default: none is salvaged.
 	Salvager Salvager
+	// Gone, when set, reports whether the instance named owner is gone:
+	// its connection to the store closed (journal.Journal.OwnerGone). Its
+	// generations are then settled without waiting for their lease
+	// (Check). An error says nothing of the owner. Default: owners are
+	// judged by their lease only.
+	Gone func(ctx context.Context, owner string) (bool, error)
 }
 
 // An Adopter continues, on this instance, a generation whose owner's lease
@@ -107,6 +113,7 @@ type Manager struct {
 	names   Names        // the upstream's own ids of generations
 	watched atomic.Int64 // writes that got no answer, watched (unanswered.go)
 	gaveUp  gaveUp       // generations this instance gave up on (gaveup.go)
+	owners  owners       // the answers of Config.Gone (gone.go)
 }
 
 // errRaced: the record changed while a decision was taken on it; decide
@@ -376,13 +383,15 @@ func newAttempt() string {
 // (contact.go) is marked failed (Error OwnerLost) before it is returned — or completed,
 // when the Salvager finds the generation whole.
 func (m *Manager) Get(ctx context.Context, id string) (Record, error) {
-	rec, _, err := m.look(ctx, id)
+	rec, _, err := m.look(ctx, id, "")
 	return rec, err
 }
 
 // look is Get; settled reports whether this look found the lease lapsed
 // and settled the generation itself (adopted, completed or failed it).
-func (m *Manager) look(ctx context.Context, id string) (rec Record, settled bool, err error) {
+// gone, when set, names an owner found gone (Check): a generation in
+// progress under it is lapsed whatever its lease.
+func (m *Manager) look(ctx context.Context, id, gone string) (rec Record, settled bool, err error) {
 	for range maxCAS {
 		val, rev, found, err := m.cfg.Store.Get(ctx, id)
 		if err != nil {
@@ -396,7 +405,7 @@ func (m *Manager) look(ctx context.Context, id string) (rec Record, settled bool
 			return Record{}, false, fmt.Errorf("resume: corrupt record: %w", err)
 		}
 		now := m.cfg.Now()
-		if !m.lapsed(id, rec, rev, now) {
+		if !m.lapsed(id, rec, rev, now) && !m.ownerGone(rec, gone) {
 			if m.gone(ctx, id, rec) {
 				return Record{}, false, ErrNotFound
 			}

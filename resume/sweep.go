@@ -230,7 +230,7 @@ func (s *Sweeper) settle(ctx context.Context, id string) {
 	s.mu.Lock()
 	h := s.held[id]
 	s.mu.Unlock()
-	rec, settled, err := s.m.look(ctx, id)
+	rec, settled, err := s.m.look(ctx, id, "")
 	switch {
 	case err != nil && !errors.Is(err, ErrNotFound):
 		if ctx.Err() == nil {

@@ -128,7 +128,7 @@ func BenchmarkReplay(b *testing.B) {
 				s.turns = scheduler
 			}
 			start := time.Now()
-			if err := s.followJournal(ctx, sw, "bench", ref, apierr.OpenAI, 0, 0); err != nil {
+			if err := s.followJournal(ctx, sw, "bench", ref, apierr.OpenAI, 0, 0, ""); err != nil {
 				b.Fatal(err)
 			}
 			if turns {

@@ -78,7 +78,7 @@ func TestReplayWaitsForItsTurn(t *testing.T) {
 	}
 	out := newChanWriter()
 	errc := make(chan error, 1)
-	go func() { errc <- s.followJournal(ctx, out, "small", ref, apierr.OpenAI, 0, 0) }()
+	go func() { errc <- s.followJournal(ctx, out, "small", ref, apierr.OpenAI, 0, 0, "") }()
 	untilWaiting(ctx, t, s, 1)
 	if n := len(out.events); n > 0 {
 		t.Fatalf("the replay wrote %d events without a turn", n)
@@ -106,7 +106,7 @@ func TestCaughtUpReaderTakesNoTurn(t *testing.T) {
 	appendEvents(ctx, t, w, 3)
 	out := newChanWriter()
 	errc := make(chan error, 1)
-	go func() { errc <- s.followJournal(ctx, out, "small", ref, apierr.OpenAI, 0, 0) }()
+	go func() { errc <- s.followJournal(ctx, out, "small", ref, apierr.OpenAI, 0, 0, "") }()
 	for range 3 {
 		<-out.events
 	}

@@ -64,7 +64,11 @@ func (s *Server) followFrom(ctx context.Context, out eventWriter, tenant, id str
 		defer cut()
 		defer context.AfterFunc(s.closing, cut)()
 	}
-	return s.followJournal(ctx, out, tenant, ref, engine.ShapeOf(rec.Path), after, hint)
+	owner := "" // a finished generation has none to ask about
+	if rec.State == resume.InProgress {
+		owner = rec.Owner
+	}
+	return s.followJournal(ctx, out, tenant, ref, engine.ShapeOf(rec.Path), after, hint, owner)
 }
 
 // tail is the tail of ref's generation on this instance, and the source
@@ -176,7 +180,12 @@ func sendTail(out eventWriter, ref journal.Ref, t *engine.Tail, evs []journal.Ev
 // Errors it writes itself are in shape, the key's format's. What it reads
 // of what was stored goes out a batch per turn of tenant's, and its gets
 // take their turns as tenant's; what it reads live goes out as it comes.
-func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant string, ref journal.Ref, shape apierr.Shape, after, hint uint64) error {
+// A generation running on another instance, owner, that goes quiet (a
+// quietTick with nothing read) is looked at sooner than its lease:
+// resume.Manager.Check asks whether owner is gone, and settles the
+// generation at once if so — sealed with owner_lost, which this reader
+// reads as the generation's end, or adopted, which it follows on.
+func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant string, ref journal.Ref, shape apierr.Shape, after, hint uint64, owner string) error {
 	q := s.turns.Stream(tenant)
 	if q == nil {
 		tenant = "" // no turns by tenant: the gets' in the order they come
@@ -191,6 +200,8 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant stri
 
 	idle := time.NewTicker(s.idleTick())
 	defer idle.Stop()
+	ow := s.watchOwner(ctx, ref, owner)
+	defer ow.stop()
 	sent, unflushed := 0, false
 	var lost *apierr.Error // why the generation can no longer end, once seen
 	for {
@@ -207,6 +218,12 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant stri
 			}
 			select {
 			case r, ok = <-events:
+			case <-ow.tick:
+				ow.quiet()
+				continue
+			case c := <-ow.checked:
+				ow.answer(c)
+				continue
 			case <-idle.C:
 				if err := out.ping(); err != nil {
 					return err
@@ -237,6 +254,9 @@ func (s *Server) followJournal(ctx context.Context, out eventWriter, tenant stri
 		}
 		if !ok {
 			return ctx.Err()
+		}
+		if r.live { // what was stored before says nothing of the owner now
+			ow.heard = true
 		}
 		if !r.live && !q.TryWait() { // a batch of what was stored: in its turn
 			if unflushed { // out of turn: a slow client holds up no turn, and what was written reaches it meanwhile
@@ -453,4 +473,101 @@ func (s *Server) ownerLost(ctx context.Context, ref journal.Ref) *apierr.Error {
 	}
 	e := apierr.New(code)
 	return &e
+}
+
+// quietTick is how long a generation running on another instance may go
+// without an event before its reader asks whether its owner is gone
+// (ownerWatch): a dead owner's readers learn of it within about two of
+// them and the ask, not a lease.
+const quietTick = 400 * time.Millisecond
+
+// ownerWatch is a journal reader's watch on the instance that runs its
+// generation. It asks only when the generation went quiet, in a goroutine
+// of its own: an ask that takes long (an owner that does not answer
+// waits out its timeout) holds up no event. An ask runs to its end though
+// its reader ended meanwhile: the settling it may start seals the journal
+// first — which ends this reader — and records the end next, which a
+// reader's end must not cut.
+type ownerWatch struct {
+	s      *Server
+	ctx    context.Context // the reader's values, not its end
+	ref    journal.Ref
+	owner  string // "": nothing to watch (a finished generation, or settled)
+	ticker *time.Ticker
+	tick   <-chan time.Time // nil while nothing is watched
+	// heard is set by the reader for each live read (the owner wrote it
+	// lately; a stored backlog says nothing of it now): the generation was
+	// not quiet since the last tick.
+	heard  bool
+	asking bool
+	// checked takes an ask's answer (one ask at a time), by pointer: a
+	// Record is stack an idle reader would keep (see follow).
+	checked chan *ownerChecked
+}
+
+// ownerChecked is resume.Manager.Check's answer.
+type ownerChecked struct {
+	resume.Checked
+	err error
+}
+
+// watchOwner watches owner, which runs ref's generation ("" for none; this
+// instance is never watched).
+func (s *Server) watchOwner(ctx context.Context, ref journal.Ref, owner string) *ownerWatch {
+	if owner == s.resume.Owner() {
+		owner = ""
+	}
+	w := &ownerWatch{s: s, ctx: context.WithoutCancel(ctx), ref: ref, owner: owner, checked: make(chan *ownerChecked, 1)}
+	if owner != "" {
+		w.ticker = time.NewTicker(quietTick)
+		w.tick = w.ticker.C
+	}
+	return w
+}
+
+// quiet is a tick: unless something was read since the last one, or an
+// ask is under way, ask whether the owner is gone. An ask and the
+// settling it starts take at most a lease: a lease later, the generation
+// is the lease's to settle.
+func (w *ownerWatch) quiet() {
+	if w.heard || w.asking {
+		w.heard = false
+		return
+	}
+	w.asking = true
+	owner := w.owner
+	go func() {
+		ctx, cancel := context.WithTimeout(w.ctx, w.s.resume.Lease())
+		defer cancel()
+		c, err := w.s.resume.Check(ctx, w.ref.ID, owner)
+		if c.Settled && err == nil {
+			w.s.log.Info("the instance running a generation read here is gone; the generation was settled without waiting for its lease",
+				"key_id", w.ref.ID, "gen", c.Record.Generation, "owner", owner, "state", c.Record.State)
+		}
+		w.checked <- &ownerChecked{Checked: c, err: err}
+	}()
+}
+
+// answer takes an ask's answer. An owner gone had its generation settled:
+// sealed (its end comes through the journal), completed, or adopted by an
+// instance whose name the watch takes on. An error changes nothing: the
+// next quiet tick asks again.
+func (w *ownerWatch) answer(c *ownerChecked) {
+	w.asking = false
+	if !c.Gone || c.err != nil {
+		return
+	}
+	if rec := c.Record; rec.State == resume.InProgress && rec.Generation == w.ref.Gen && rec.Owner != w.owner && rec.Owner != w.s.resume.Owner() {
+		w.owner = rec.Owner // adopted elsewhere
+		return
+	}
+	w.owner, w.tick = "", nil
+	w.ticker.Stop()
+}
+
+// stop ends the watch; an ask under way runs on (see ownerWatch).
+func (w *ownerWatch) stop() {
+	if w.ticker != nil {
+		w.ticker.Stop()
+	}
 }

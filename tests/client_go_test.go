@@ -4,8 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -328,4 +335,56 @@ func TestRoundTripperStop(t *testing.T) {
 			t.Errorf("upstream generations %+v, want one aborted early: the transport cancelled its key", gens)
 		}
 	})
+}
+
+// TestRoundTripperOwnerKilled: the OpenAI SDK, with the Go client helper,
+// streams a chat answer through a balancer from instance A (a reprise
+// binary), which is SIGKILLed mid-answer; the balancer sends what comes
+// next to B. The helper resumes on B, B finds A's connection gone, and the
+// SDK's stream ends with the SDK's error for an error event, owner_lost's,
+// within about a second — the lease is 30 s.
+func TestRoundTripperOwnerKilled(t *testing.T) {
+	// Not parallel: it SIGKILLs a reprise process and times how long the client waits.
+	if testing.Short() {
+		t.Skip("builds and kills a reprise binary")
+	}
+	const lease = 30 * time.Second
+	e := newEnv(t, withNATSPort(), withLease(lease))
+	a := startProcess(t, e)
+	var target atomic.Pointer[url.URL]
+	aURL, _ := url.Parse(a.URL)
+	bURL, _ := url.Parse(e.URL)
+	target.Store(aURL)
+	front := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target.Load()) },
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+	})
+	t.Cleanup(front.Close)
+	client := openai.NewClient(option.WithBaseURL(front.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{Transport: &roundtrip.Transport{RetryDelay: 50 * time.Millisecond}}))
+	prompt := uniquePrompt(t, "[tokens=2000] [delay=20ms]") // 40 s: it runs past the kill
+	s := client.Chat.Completions.NewStreaming(waitCtx(t, lease), openai.ChatCompletionNewParams{
+		Model: "mock-1", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+	}, option.WithHeader("Idempotency-Key", "k-sdk-owner-killed"))
+	var killed time.Time
+	for n := 0; s.Next(); n++ {
+		if n == 5 {
+			target.Store(bURL)
+			if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed = time.Now()
+		}
+	}
+	took := time.Since(killed)
+	// openai-go reports an error event as "received error while
+	// streaming" with the event's body.
+	if err := s.Err(); err == nil || !strings.Contains(err.Error(), `"code":"owner_lost"`) {
+		t.Fatalf("the SDK's stream ended with %v, want the error event's, owner_lost", err)
+	}
+	t.Logf("the SDK got owner_lost %s after the kill (lease %s)", took, lease)
+	if killed.IsZero() || took > 5*time.Second {
+		t.Errorf("the SDK waited %s for a dead owner, want about a second (lease %s)", took, lease)
+	}
 }

@@ -145,3 +145,88 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Errorf("ledger %+v", g)
 	}
 }
+
+// TestOwnerKilledSeenWithinASecond: the owner of a generation, A (a
+// reprise binary), is SIGKILLed while a reader on B follows the generation
+// live. B learns at once that A's NATS connection closed: the reader gets
+// event: error owner_lost within about a second — the lease (30 s) is far
+// off — the record is failed owner_lost, and the key generates again.
+func TestOwnerKilledSeenWithinASecond(t *testing.T) {
+	// Not parallel: it SIGKILLs a reprise process and times how long a reader elsewhere waits.
+	if testing.Short() {
+		t.Skip("builds and kills a reprise binary")
+	}
+	const lease = 30 * time.Second
+	e := newEnv(t, withNATSPort(), withLease(lease))
+	a := startProcess(t, e)
+	prompt := uniquePrompt(t, "[tokens=2000] [delay=20ms]") // 40 s: it runs past the kill
+	body := chatBody(prompt, true)
+	key := "k-kill-seen"
+	first := readEvents(t, do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key), 3)
+	var killed time.Time
+	evs, err := fetchEvents(waitCtx(t, lease), "GET", e.URL+"/v1/streams/"+key, "", 3, func() {
+		// B's reader follows the generation live: kill its owner.
+		if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Error(err)
+		}
+		killed = time.Now()
+	}, "Last-Event-ID", lastID(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := time.Since(killed)
+	last := evs[len(evs)-1]
+	if last.Type != "error" || !strings.Contains(last.Data, "owner_lost") || last.ID == "" {
+		t.Fatalf("the reader on B ended with %+v, want event: error owner_lost with its id", last)
+	}
+	t.Logf("the reader on B got owner_lost %s after the kill (lease %s)", seen, lease)
+	if seen > 5*time.Second {
+		t.Errorf("the reader on B waited %s for a dead owner, want about a second (lease %s)", seen, lease)
+	}
+	checkUnique(t, append(first, evs...))
+	if st := waitState(t, e, key, "failed"); st.Error != "owner_lost" {
+		t.Errorf("error %q, want owner_lost", st.Error)
+	}
+	again := readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=5]"), true), "Idempotency-Key", key+"-next"), -1)
+	if again[len(again)-1].Data != "[DONE]" {
+		t.Errorf("B after the kill: last %+v", again[len(again)-1])
+	}
+}
+
+// TestOwnerPausedIsNotTakenForDead: the owner of a generation, A, is
+// paused (SIGSTOP) for several of its readers' quiet checks while a reader
+// on B follows the generation. A paused process keeps its NATS connection
+// open: its subscription stays, B's asks get no answer, which is not
+// taken for death. Continued, A finishes the generation, and B's reader
+// gets all of it.
+func TestOwnerPausedIsNotTakenForDead(t *testing.T) {
+	// Not parallel: it pauses a reprise process.
+	if testing.Short() {
+		t.Skip("builds and pauses a reprise binary")
+	}
+	const lease = 30 * time.Second
+	e := newEnv(t, withNATSPort(), withLease(lease))
+	a := startProcess(t, e)
+	prompt := uniquePrompt(t, "[tokens=100] [delay=10ms]")
+	key := "k-paused-owner"
+	first := readEvents(t, do(t, "POST", a.URL+chatPath, chatBody(prompt, true), "Idempotency-Key", key), 3)
+	evs, err := fetchEvents(waitCtx(t, lease), "GET", e.URL+"/v1/streams/"+key, "", 3, func() {
+		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Error(err)
+		}
+		// Several quiet ticks (0.4 s each) and their asks, each
+		// waiting out its timeout.
+		time.Sleep(4 * time.Second)
+		if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Error(err)
+		}
+	}, "Last-Event-ID", lastID(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := evs[len(evs)-1]; last.Data != "[DONE]" {
+		t.Fatalf("the reader on B ended with %+v after A's pause, want the whole answer", last)
+	}
+	checkUnique(t, append(first, evs...))
+	waitState(t, e, key, "completed")
+}

@@ -345,3 +345,44 @@ func TestPausedOwnerReattach(t *testing.T) {
 		t.Fatalf("ledger %+v, want one generation", g)
 	}
 }
+
+// TestOwnerKilledAdoptedWithoutTheLease: with --upstream-background, the
+// owner A of a Responses generation is SIGKILLed under a 30 s lease; B,
+// whose reader follows the key, finds A's connection gone and takes the
+// generation over at once: the reader gets the whole generation, the same
+// generation, long before the lease would have run out.
+func TestOwnerKilledAdoptedWithoutTheLease(t *testing.T) {
+	// Not parallel: it SIGKILLs a reprise process and times the takeover.
+	if testing.Short() {
+		t.Skip("builds and kills a reprise binary")
+	}
+	const lease = 30 * time.Second
+	fake := mockllm.New(mockllm.Config{TokenDelay: 2 * time.Millisecond, Background: true})
+	e := newEnv(t, withNATSPort(), withLease(lease), withUpstream(fake), withConfig(func(c *proxy.Config) {
+		c.UpstreamBackground = true
+	}))
+	a := startProcess(t, e, "--upstream-background")
+	prompt := uniquePrompt(t, "[tokens=100] [delay=10ms]")
+	first := readEvents(t, do(t, "POST", a.URL+responsesPath, responsesBody(prompt, true), "Idempotency-Key", "k-adopt-fast"), 5)
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	rest := readEvents(t, do(t, "GET", e.URL+"/v1/streams/k-adopt-fast", "", "Last-Event-ID", lastID(first)), -1)
+	took := time.Since(killed)
+	all := append(first, rest...)
+	checkUnique(t, all)
+	if last := lastEvent(t, all); last.Type != "response.completed" {
+		t.Fatalf("last event %s, want response.completed", last.Type)
+	}
+	t.Logf("the reader on B got the adopted generation's end %s after the kill (lease %s)", took, lease)
+	if took > lease/3 {
+		t.Errorf("the reader on B waited %s for the takeover (lease %s)", took, lease)
+	}
+	if st := testutil.WaitState(t, e.URL, "k-adopt-fast", "completed"); st.Generation != 1 {
+		t.Errorf("completed in generation %d, want 1", st.Generation)
+	}
+	if g := testutil.Settled(t, fake.Ledger(), prompt, 1); g.Generations != 1 || g.Completed != 1 {
+		t.Fatalf("ledger %+v, want one generation, completed", g)
+	}
+}

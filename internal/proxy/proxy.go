@@ -279,8 +279,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	m.WatchResults(eng.ResultsHeld)
 	rm, err := resume.New(resume.Config{Store: j, Owner: name, Lease: cfg.Lease, Kept: kept(j),
-		Adopter:  eng, // a generation whose owner died is continued here when its upstream still runs it
-		Salvager: eng, // else completed when its journal holds its result, and billed here
+		Adopter:  eng,         // a generation whose owner died is continued here when its upstream still runs it
+		Salvager: eng,         // else completed when its journal holds its result, and billed here
+		Gone:     j.OwnerGone, // an owner whose NATS connection closed died: its generations' readers need not wait for its lease
 	})
 	if err != nil {
 		return nil, err
@@ -296,6 +297,15 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	// This instance answers for its name while it may run a generation:
+	// readers elsewhere find it gone as soon as its connection closes.
+	stopAnswer, err := j.AnswerOwner(name)
+	if err != nil {
+		stopCancels()
+		return nil, err
+	}
+	stopListening := stopCancels
+	stopCancels = func() { stopListening(); stopAnswer() }
 	if cfg.Limits.CancelUnread > 0 {
 		stopReading, err := j.OnReading(eng.Reading) // readers here and on every other instance
 		if err != nil {
