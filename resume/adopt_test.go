@@ -109,3 +109,39 @@ func TestAdoptRefused(t *testing.T) {
 		t.Fatalf("asked %d, adopted %d; want asked once, none adopted", ad.asked, len(ad.leases))
 	}
 }
+
+// TestLostTold: the Manager that settles a lost owner's generation tells
+// Config.Lost once, with the state it settled: failed when a reader looks
+// (Get), failed when a new generation replaces it (Begin).
+func TestLostTold(t *testing.T) {
+	for _, via := range []string{"get", "begin"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t)
+			clk := newClock()
+			a := newManager(t, store, "owner-a", 0, clk.Now)
+			var mu sync.Mutex
+			var told []resume.State
+			b := newManagerWith(t, resume.Config{Store: store, Owner: "owner-b", Now: clk.Now, Lost: func(s resume.State) {
+				mu.Lock()
+				defer mu.Unlock()
+				told = append(told, s)
+			}})
+			req := request("lost-"+via, "body")
+			mustStart(t, a, req)
+			lapse(t, clk, a.Lease()+time.Second, b)
+			if via == "get" {
+				if rec, err := b.Get(waitCtx(t), req.ID); err != nil || rec.State != resume.Failed {
+					t.Fatalf("Get: %+v, %v; want failed", rec, err)
+				}
+			} else if out, err := begin(t, b, req); err != nil || out.Decision != resume.Start {
+				t.Fatalf("Begin: %+v, %v; want a new generation", out, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(told) != 1 || told[0] != resume.Failed {
+				t.Errorf("Lost told %v, want [failed]", told)
+			}
+		})
+	}
+}

@@ -70,6 +70,12 @@ type Config struct {
 	// (Check). An error says nothing of the owner. Default: owners are
 	// judged by their lease only.
 	Gone func(ctx context.Context, owner string) (bool, error)
+	// Lost, when set, is told of each generation of a lost owner (its
+	// lease ran out, or Gone) this Manager settled, with its state as
+	// settled: Completed (its result was stored whole) or Failed
+	// (OwnerLost; also when a new generation replaced it at once). Not of
+	// one adopted. It must not block.
+	Lost func(state State)
 }
 
 // An Adopter continues, on this instance, a generation whose owner's lease
@@ -291,9 +297,11 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 					continue
 				}
 				m.cfg.Salvager.Salvaged(ctx, req.ID, done, attached)
+				m.lost(Completed)
 				return Outcome{Decision: Replay, Record: done}, nil
 			}
 		}
+		lapsed := rec.State == InProgress
 		// Failed, cancelled, gone, or in progress under a dead owner: a new
 		// generation.
 		rec.Generation++
@@ -321,6 +329,9 @@ func (m *Manager) Begin(ctx context.Context, req Request) (Outcome, error) {
 		}
 		if !ok { // changed meanwhile (or unapplied, and another writer got there): decide again
 			continue
+		}
+		if lapsed {
+			m.lost(Failed)
 		}
 		return Outcome{Decision: Start, Record: rec, Lease: m.hold(req.ID, rec, nrev)}, nil
 	}
@@ -428,6 +439,7 @@ func (m *Manager) look(ctx context.Context, id, gone string) (rec Record, settle
 			if rec.State == Completed {
 				m.cfg.Salvager.Salvaged(ctx, id, rec, attached)
 			}
+			m.lost(rec.State)
 			return rec, true, nil
 		}
 	}
@@ -442,6 +454,13 @@ func (m *Manager) gone(ctx context.Context, id string, rec Record) bool {
 	}
 	kept, err := m.cfg.Kept(ctx, id, rec)
 	return err == nil && !kept
+}
+
+// lost tells Config.Lost of a lost owner's generation settled as state.
+func (m *Manager) lost(state State) {
+	if m.cfg.Lost != nil {
+		m.cfg.Lost(state)
+	}
 }
 
 // expire is what becomes of an expired generation: completed if the

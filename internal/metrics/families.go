@@ -19,6 +19,7 @@ func Families() []string {
 		"reprise_tokens_total", "reprise_tokens_estimated_total", "reprise_generations_saved_total", "reprise_tokens_saved_total",
 		"reprise_cost_guard_narrowed", "reprise_cost_guard_switches_total",
 		"reprise_keyless_left_total",
-		"reprise_journal_reads_waiting", // journalreads.go
+		"reprise_generations_lost_total", // lost.go
+		"reprise_journal_reads_waiting",  // journalreads.go
 	}
 }

@@ -74,6 +74,7 @@ type Metrics struct {
 
 	costs   *costMetrics    // tokens, cost and cost saved, the cost guard: cost.go
 	keyless *keylessMetrics // keyless retry recognition: keyless.go
+	lost    *lostMetrics    // lost owners' generations settled here: lost.go
 
 	mu        sync.Mutex
 	upstreams map[string]*Upstream
@@ -168,6 +169,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 	m.readers.WithLabelValues("result")
 	m.costs = newCost(reg)
 	m.keyless = newKeyless(reg)
+	m.lost = newLost(reg)
 	registerJournalReads(reg, stats)
 	for op, n := range map[string]func(journal.Stats) uint64{
 		"append": func(s journal.Stats) uint64 { return s.AppendRetries },

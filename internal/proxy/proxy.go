@@ -282,6 +282,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		Adopter:  eng,         // a generation whose owner died is continued here when its upstream still runs it
 		Salvager: eng,         // else completed when its journal holds its result, and billed here
 		Gone:     j.OwnerGone, // an owner whose NATS connection closed died: its generations' readers need not wait for its lease
+		Lost:     func(state resume.State) { m.GenerationLost(string(state)) },
 	})
 	if err != nil {
 		return nil, err
