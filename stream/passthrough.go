@@ -22,7 +22,7 @@ import (
 // the request limit (413 before anything is sent when Content-Length says
 // so); a browser's request from a foreign origin is refused (crossSite).
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.auth.Tenant(r)
+	who, err := s.caller(r)
 	if err != nil {
 		fail(w, r, authError(err))
 		return
@@ -56,7 +56,7 @@ func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.InvalidBody))
 		return
 	}
-	s.begin(w, r, tenant, engine.Generic{Caller: engine.CallerShape(r.Header, r.URL.Path)}, body, false)
+	s.begin(w, r, who, engine.Generic{Caller: engine.CallerShape(r.Header, r.URL.Path)}, body, false)
 }
 
 // sameOrigin tells a browser's request made by a page of another site

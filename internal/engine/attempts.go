@@ -25,7 +25,10 @@ type Attempt struct {
 	Key string `json:"key"`
 	// Tenant is a hash of the tenant id (itself derived from the
 	// credential): it tells tenants apart and reveals neither.
-	Tenant     string `json:"tenant"`
+	Tenant string `json:"tenant"`
+	// KeyName names the proxy key that asked for the generation (never
+	// the key itself); absent outside static auth.
+	KeyName    string `json:"key_name,omitempty"`
 	Generation uint64 `json:"generation"`
 	// Attempt is its number within the generation, from 1, across the
 	// upstreams tried in turn.
@@ -77,15 +80,15 @@ func (p *pump) observe(ctx context.Context, up Upstream) func(classify.Attempt) 
 		p.trace.Attempt(a)
 		p.attempts++
 		rec := Attempt{
-			Key: p.g.Key, Tenant: p.tenant, Generation: p.g.Ref.Gen, Attempt: p.attempts,
+			Key: p.g.Key, Tenant: p.tenant, KeyName: p.g.KeyName, Generation: p.g.Ref.Gen, Attempt: p.attempts,
 			Upstream: up.Name, Path: p.g.Path, Model: p.g.Model, Status: a.Status, Kind: a.KindName(), Code: a.Code,
 			DurationMS: ms(a.Duration), FirstByteMS: ms(a.FirstByte), At: time.Now().UTC(),
 		}
-		p.log.Info("upstream attempt", "key", rec.Key, "tenant", rec.Tenant, "gen", rec.Generation, "attempt", rec.Attempt,
+		p.log.Info("upstream attempt", "key", rec.Key, "tenant", rec.Tenant, "key_name", rec.KeyName, "gen", rec.Generation, "attempt", rec.Attempt,
 			"upstream", rec.Upstream, "path", rec.Path, "model", rec.Model, "status", rec.Status, "kind", rec.Kind,
 			"code", rec.Code, "duration_ms", rec.DurationMS, "ttfb_ms", rec.FirstByteMS)
 		if p.before+p.attempts == warnAttempts+1 {
-			p.log.Warn("key sees more than two upstream attempts", "key", rec.Key, "tenant", rec.Tenant, "gen", rec.Generation,
+			p.log.Warn("key sees more than two upstream attempts", "key", rec.Key, "tenant", rec.Tenant, "key_name", rec.KeyName, "gen", rec.Generation,
 				"attempts", p.before+p.attempts, "upstream", rec.Upstream, "status", rec.Status, "kind", rec.Kind)
 		}
 		p.last = &rec

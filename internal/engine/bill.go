@@ -39,9 +39,14 @@ func (p *pump) price(res *resume.Result) string {
 // cost and call, priced by entry (Engine.price), and the requests served from it
 // while it ran that its completion made savings (saved, by kind; none when
 // its result was not recorded), at its usage and cost.
-func (e *Engine) bill(res resume.Result, entry string, saved cost.SavedBy) {
+//
+// tenantHash is the resume.TenantHash of the generation's tenant.
+func (e *Engine) bill(res resume.Result, entry, tenantHash string, saved cost.SavedBy) {
 	if res.Cost != nil && e.cfg.Spend != nil {
 		e.cfg.Spend.Spent(*res.Cost)
+	}
+	if res.Cost != nil && e.cfg.KeySpend != nil {
+		e.cfg.KeySpend.KeySpent(tenantHash, *res.Cost)
 	}
 	m, ok := e.cfg.Metrics.(CostMetrics)
 	if !ok {
@@ -66,5 +71,5 @@ func (p *pump) bill(res resume.Result, entry string, recorded bool) {
 	if recorded {
 		saved = p.g.Lease.Settled()
 	}
-	p.e.bill(res, entry, saved)
+	p.e.bill(res, entry, p.tenant, saved)
 }

@@ -73,6 +73,7 @@ type Metrics struct {
 	results     atomic.Pointer[func() int64]
 
 	costs   *costMetrics    // tokens, cost and cost saved, the cost guard: cost.go
+	keys    *keyMetrics     // by proxy key: keys.go
 	keyless *keylessMetrics // keyless retry recognition: keyless.go
 
 	mu        sync.Mutex
@@ -167,6 +168,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 	m.readers.WithLabelValues("journal")
 	m.readers.WithLabelValues("result")
 	m.costs = newCost(reg)
+	m.keys = newKeys(reg)
 	m.keyless = newKeyless(reg)
 	registerJournalReads(reg, stats)
 	for op, n := range map[string]func(journal.Stats) uint64{
