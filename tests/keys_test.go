@@ -208,4 +208,23 @@ func TestProxyKeysReload(t *testing.T) {
 		t.Errorf("a duplicate name: %v, want it refused", err)
 	}
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), bearerC...), -1)
+
+	// Routes: one that serves embeddings only leaves chat unrouted; a
+	// route without a URL is refused and the routes in force stay.
+	up, _ := url.Parse(e.llmSrv.URL)
+	changed, err = e.p.Reload(context.Background(), proxy.Reload{Routes: []proxy.Route{{Name: "embed", URL: up, Paths: []string{"/v1/embeddings"}}}})
+	if err != nil || len(changed) != 1 || !strings.HasPrefix(changed[0], "routes: embed=") {
+		t.Fatalf("routes reload: %q, %v", changed, err)
+	}
+	if resp := do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), bearerC...); resp.StatusCode != http.StatusNotFound ||
+		!strings.Contains(readBody(t, resp), "no_upstream") {
+		t.Errorf("chat with embeddings routed only: %d, want 404 no_upstream", resp.StatusCode)
+	}
+	if _, err := e.p.Reload(context.Background(), proxy.Reload{Routes: []proxy.Route{{Name: "broken"}}}); err == nil {
+		t.Error("a route without a URL was taken")
+	}
+	if _, err := e.p.Reload(context.Background(), proxy.Reload{Routes: []proxy.Route{{Name: "all", URL: up}}}); err != nil {
+		t.Fatal(err)
+	}
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), bearerC...), -1)
 }
