@@ -367,7 +367,8 @@ func validName(s string) bool {
 		return false
 	}
 	for _, r := range s {
-		if !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r)) || r == '.' || r == '_' || r == '-') {
+		ascii := r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r))
+		if !ascii && r != '.' && r != '_' && r != '-' {
 			return false
 		}
 	}

@@ -92,8 +92,11 @@ func Load(path string) (*Table, error) {
 			return nil, fmt.Errorf("%w: %s:%d: %w", ErrInvalidPrices, path, lineAt(b, syntax.Offset), err)
 		case errors.As(err, &typ):
 			return nil, fmt.Errorf("%w: %s:%d: %w", ErrInvalidPrices, path, lineAt(b, typ.Offset), err)
-		case dec.InputOffset() > 0 && strings.HasPrefix(err.Error(), "json: unknown field"):
-			return nil, fmt.Errorf("%w: %s:%d: %w", ErrInvalidPrices, path, lineAt(b, dec.InputOffset()), err)
+		}
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			if i := bytes.Index(b, []byte(field)); i >= 0 { // the field as written, quoted
+				return nil, fmt.Errorf("%w: %s:%d: %w", ErrInvalidPrices, path, lineAt(b, int64(i)), err)
+			}
 		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidPrices, path, err)
 	}
