@@ -43,18 +43,18 @@ ops 9d8c7b6a5f4e3d2c1b paths=/v1/embeddings,/v1/chat/completions budget=0.5/hour
 // and line.
 func TestProxyKeysRefused(t *testing.T) {
 	for text, want := range map[string]string{
-		"\nteam-a short1":                                      "keys:2: the key is 6 characters long",
-		"pk-1":                                                 "keys:1: the key is 4 characters long",
-		"aaaaaaaabbbbbbbb1":                                    "keys:1: the key has 3 different characters",
-		"abcdefghijklmnopq":                                    "keys:1: the key is of one class",
-		"team/a 3f9c1a7e5b2d8c40aa":                            "keys:1: the name",
-		"team-a 3f9c1a7e5b2d8c40aa colour=red":                 "keys:1: unknown setting \"colour\"",
-		"team-a 3f9c1a7e5b2d8c40aa budget=5/week":              "keys:1: cost: invalid budget",
+		"\nteam-a short1":                         "keys:2: the key is 6 characters long",
+		"pk-1":                                    "keys:1: the key is 4 characters long",
+		"aaaaaaaabbbbbbbb1":                       "keys:1: the key has 3 different characters",
+		"abcdefghijklmnopq":                       "keys:1: the key is of one class",
+		"team/a 3f9c1a7e5b2d8c40aa":               "keys:1: the name",
+		"team-a 3f9c1a7e5b2d8c40aa colour=red":    "keys:1: unknown setting \"colour\"",
+		"team-a 3f9c1a7e5b2d8c40aa budget=5/week": "keys:1: cost: invalid budget",
 		"team-a 3f9c1a7e5b2d8c40aa budget=5/day budget=6/day":  "keys:1: budget= given twice",
 		"team-a 3f9c1a7e5b2d8c40aa paths=v1/chat":              "does not start with /",
 		"team-a 3f9c1a7e5b2d8c40aa\nteam-a 9d8c7b6a5f4e3d2c1b": "keys:2: the name \"team-a\" again (first on line 1)",
 		"team-a 3f9c1a7e5b2d8c40aa\nteam-b 3f9c1a7e5b2d8c40aa": "keys:2: the key of \"team-a\" again (first on line 1)",
-		"# nothing":                                            "keys holds no key",
+		"# nothing": "keys holds no key",
 	} {
 		_, err := auth.ParseKeys("keys", text)
 		if !errors.Is(err, auth.ErrInvalidKeys) || !strings.Contains(err.Error(), want) {
