@@ -49,7 +49,8 @@ var quiet = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
 // logAccess serves r, of lifecycle l, through next and logs one line:
 // method, path, status, duration, key and decision, and the name of the
-// caller's proxy key and the model it asked for when known. A request with a key
+// caller's proxy key and the model it asked for when known (a generation's
+// usage and cost are the engine's "generation billed" line). A request with a key
 // that failed before any decision was rejected. A reader whose connection
 // was taken over (a detached event stream, a WebSocket) is logged when it
 // was handed over, and so is one left to serve later (serveLater).

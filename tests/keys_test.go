@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -227,4 +228,57 @@ func TestProxyKeysReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=2]"), true), bearerC...), -1)
+}
+
+// TestProxyKeysNamesInLogs: the access line of a generation a named key
+// started has the key's name and the model, its billed line the name, the
+// tokens and the cost — never the key; its attempt log has the name; a path outside the key's paths= is
+// 403 path_not_allowed and a forwarded POST for a model outside its
+// models= is 403 model_not_allowed, sent nowhere.
+func TestProxyKeysNamesInLogs(t *testing.T) {
+	t.Parallel()
+	var logs logLines
+	var keys envOptions
+	withKeys(t, keysFile+"embed pk-embed-5c4b3a2f1e0d paths=/v1/embeddings\n")(&keys)
+	e := newEnv(t, withConfig(func(c *proxy.Config) {
+		keys.configure(c)
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}))
+	bearerA := []string{"Authorization", "Bearer " + keyA}
+	readEvents(t, do(t, "POST", e.URL+chatPath, chatBody(uniquePrompt(t, "[tokens=5]"), true), append([]string{"Idempotency-Key", "k-names"}, bearerA...)...), -1)
+	testutil.WaitState(t, e.URL, "k-names", "completed", bearerA...)
+	lines := logs.find(t, "request", func(m map[string]any) bool { return m["key"] == "k-names" && m["decision"] == "start" })
+	if len(lines) != 1 {
+		t.Fatalf("access lines of k-names' start: %v", lines)
+	}
+	if l := lines[0]; l["key_name"] != "team-a" || l["model"] != "mock-1" {
+		t.Errorf("access line %v; want key_name team-a, model mock-1", l)
+	}
+	var billed []map[string]any
+	testutil.Eventually(t, 10*time.Second, "the generation billed line", func() bool {
+		billed = logs.find(t, "generation billed", func(m map[string]any) bool { return m["key"] == "k-names" })
+		return len(billed) > 0
+	})
+	if l := billed[0]; l["key_name"] != "team-a" || l["model"] != "mock-1" || l["completion_tokens"] != float64(5) || l["cost"] == nil {
+		t.Errorf("billed line %v; want key_name team-a, model mock-1, 5 completion tokens and a cost", l)
+	}
+	if recs := attemptLog(t, e.URL, "k-names", bearerA...); len(recs) == 0 || recs[0].KeyName != "team-a" {
+		t.Errorf("attempt log %+v; want key_name team-a", recs)
+	}
+	logs.mu.Lock()
+	leaked := strings.Contains(logs.buf.String(), keyA)
+	logs.mu.Unlock()
+	if leaked {
+		t.Error("the key itself is in the log")
+	}
+
+	embed := []string{"Authorization", "Bearer pk-embed-5c4b3a2f1e0d"}
+	if resp := do(t, "POST", e.URL+chatPath, chatBody("x", true), embed...); resp.StatusCode != http.StatusForbidden || !strings.Contains(readBody(t, resp), "path_not_allowed") {
+		t.Errorf("embed on chat: %d, want 403 path_not_allowed", resp.StatusCode)
+	}
+	// Answered by reprise: the upstream's answer would not be this code.
+	if resp := do(t, "POST", e.URL+"/v1/embeddings", `{"model":"text-embedding-3-small","input":"x"}`, bearerA...); resp.StatusCode != http.StatusForbidden ||
+		!strings.Contains(readBody(t, resp), "model_not_allowed") {
+		t.Errorf("team-a embeddings of a model outside mock-*: %d, want 403 model_not_allowed", resp.StatusCode)
+	}
 }

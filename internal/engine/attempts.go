@@ -80,7 +80,7 @@ func (p *pump) observe(ctx context.Context, up Upstream) func(classify.Attempt) 
 		p.trace.Attempt(a)
 		p.attempts++
 		rec := Attempt{
-			Key: p.g.Key, Tenant: p.tenant, KeyName: p.g.KeyName, Generation: p.g.Ref.Gen, Attempt: p.attempts,
+			Key: p.g.Key, Tenant: p.tenant, KeyName: p.keyName(), Generation: p.g.Ref.Gen, Attempt: p.attempts,
 			Upstream: up.Name, Path: p.g.Path, Model: p.g.Model, Status: a.Status, Kind: a.KindName(), Code: a.Code,
 			DurationMS: ms(a.Duration), FirstByteMS: ms(a.FirstByte), At: time.Now().UTC(),
 		}
@@ -218,3 +218,12 @@ func (p *pump) earlierAttempts(ctx context.Context, l AttemptLog) (earlier, this
 
 // ms is d in milliseconds, to the microsecond.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// keyName names the generation's proxy key: as it was started here, or by
+// its tenant for one taken over.
+func (p *pump) keyName() string {
+	if p.g.KeyName == "" && p.e.cfg.KeyName != nil {
+		return p.e.cfg.KeyName(p.tenant)
+	}
+	return p.g.KeyName
+}

@@ -370,6 +370,11 @@ type Config struct {
 	// KeySpend, when set, is told each priced generation's cost with its
 	// tenant (the proxy keys' budgets). Default: nobody.
 	KeySpend KeySpender
+	// KeyName, when set, names the proxy key of a tenant by its
+	// resume.TenantHash, for the attempt log of a generation taken over
+	// from a dead owner (one started here has Generation.KeyName).
+	// Default: none.
+	KeyName func(tenantHash string) string
 	// Tracer follows each generation (OpenTelemetry traces and GenAI
 	// metrics, telemetry.Telemetry). Default: none.
 	Tracer Tracer

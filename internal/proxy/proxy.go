@@ -268,6 +268,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		p.keySpend = cost.NewKeySpend(nil, p.keyGauges)
 		ecfg.KeySpend = keySpender{p}
 	}
+	ecfg.KeyName = a.NameOf
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		return nil, err
