@@ -96,11 +96,13 @@ func (s *KeySpend) Over(key string, b Budget) (until time.Time, over bool) {
 }
 
 // Share makes the ledger count the whole fleet's spend until ctx ends: it
-// publishes this instance's spend to f each time it changes and follows
-// every other instance's. A fleet that fails is tried again after retry
-// (the spend last learnt stays in force, and this instance's own always);
-// each failure is told to failed, when set.
-func (s *KeySpend) Share(ctx context.Context, f KeyFleet, retry time.Duration, failed func(error)) {
+// publishes this instance's spend to f when it changed — at once after a
+// quiet spell, then at most once every (a burst is one write) — and
+// follows every other instance's. A fleet that fails is tried again after
+// every (the spend last learnt stays in force, and this instance's own
+// always); each failure is told to failed, when set.
+func (s *KeySpend) Share(ctx context.Context, f KeyFleet, every time.Duration, failed func(error)) {
+	retry := every
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -127,12 +129,12 @@ func (s *KeySpend) Share(ctx context.Context, f KeyFleet, retry time.Duration, f
 			if failed != nil {
 				failed(err)
 			}
-			select { // publish again after retry
+			select { // publish again
 			case s.dirty <- struct{}{}:
 			default:
 			}
-			sleep(ctx, retry)
 		}
+		sleep(ctx, every)
 	}
 }
 

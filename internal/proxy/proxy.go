@@ -262,9 +262,10 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if guard != nil {
 		ecfg.Spend = guard
 	}
-	if cfg.Prices != nil {
+	if cfg.Prices != nil && a.SharesKey() {
 		// Each proxy key's spend, fleet-wide: its budget, GET /usage, and
-		// the reprise_key_* series.
+		// the reprise_key_* series. Static auth only: its keys are a set
+		// the configuration bounds, unlike passthrough's callers.
 		p.keySpend = cost.NewKeySpend(nil, p.keyGauges)
 		ecfg.KeySpend = keySpender{p}
 	}
@@ -323,7 +324,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			p.keySpend.Share(ctx, fleet, time.Second, func(err error) { cfg.Logger.Warn("proxy keys: the fleet's spend was not exchanged", "err", err) })
+			p.keySpend.Share(ctx, fleet, keySpendEvery, func(err error) { cfg.Logger.Warn("proxy keys: the fleet's spend was not exchanged", "err", err) })
 		}()
 		p.stopKeySpend = func() { stop(); <-done }
 	}
@@ -378,6 +379,11 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	return p, nil
 }
+
+// keySpendEvery is the least time between two publications of this
+// instance's per-key spend (a burst of generations is one write), and how
+// long a failed exchange waits before it is tried again.
+const keySpendEvery = 250 * time.Millisecond
 
 // MinTTL is the shortest Journal.TTL c works with: MinTTL, and no less
 // than a generation may run (Limits.MaxGeneration) plus the lease its dead

@@ -59,10 +59,12 @@ func (p *Proxy) upstreams(routes []Route) ([]engine.Upstream, error) {
 type keySpender struct{ p *Proxy }
 
 func (k keySpender) KeySpent(tenantHash string, c float64) {
-	k.p.keySpend.KeySpent(tenantHash, c)
-	if name := k.p.auth.NameOf(tenantHash); name != "" {
-		k.p.metrics.KeyCost(k.p.auth.Label(name), c)
+	name := k.p.auth.NameOf(tenantHash)
+	if name == "" {
+		return // no proxy key in force: nothing to hold to a budget
 	}
+	k.p.keySpend.KeySpent(tenantHash, c)
+	k.p.metrics.KeyCost(k.p.auth.Label(name), c)
 }
 
 // keyGauges sets reprise_key_budget and reprise_key_budget_spent of every
