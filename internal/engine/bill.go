@@ -2,6 +2,8 @@ package engine
 
 import (
 	"cmp"
+	"context"
+	"log/slog"
 
 	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/resume"
@@ -44,7 +46,7 @@ func (p *pump) price(res *resume.Result) string {
 // It logs one line of it, with key (the generation's key), its tenant
 // (tenantHash, its resume.TenantHash) and its proxy key's name.
 func (e *Engine) bill(res resume.Result, entry, key, tenantHash string, saved cost.SavedBy) {
-	if res.Usage != nil || res.Cost != nil {
+	if (res.Usage != nil || res.Cost != nil) && e.cfg.Logger.Enabled(context.Background(), slog.LevelInfo) {
 		attrs := []any{"key", key, "tenant", tenantHash}
 		if e.cfg.KeyName != nil {
 			if name := e.cfg.KeyName(tenantHash); name != "" {

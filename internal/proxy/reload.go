@@ -80,21 +80,6 @@ func (p *Proxy) keyGauges() {
 	}
 }
 
-// KeySpent is what the proxy key named name spent in the current window of
-// period, fleet-wide as far as this instance knows; ok false for a name
-// not in force or without a price table.
-func (p *Proxy) KeySpent(name string, period cost.Period) (spent float64, ok bool) {
-	if p.keySpend == nil {
-		return 0, false
-	}
-	for _, k := range p.auth.Keys() {
-		if k.Name == name {
-			return p.keySpend.Spent(k.Hash(), period), true
-		}
-	}
-	return 0, false
-}
-
 // Reload is a new configuration for Proxy.Reload; a nil field keeps what
 // is in force.
 type Reload struct {
