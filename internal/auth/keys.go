@@ -252,8 +252,10 @@ func (a *Auth) Caller(r *http.Request) (Caller, error) {
 			return Caller{}, ErrNoKey
 		}
 		t := a.TenantOf(c)
-		set := a.keys.set.Load()
-		k := set.byTenant[t]
+		var k *Key
+		if set := a.keys.set.Load(); set != nil {
+			k = set.byTenant[t]
+		}
 		if k == nil {
 			return Caller{}, ErrBadKey
 		}
