@@ -142,7 +142,7 @@ type Pricer interface {
 type Spender interface{ Spent(cost float64) }
 
 // KeySpender is told what each tenant's generations cost, by the tenant's
-// resume.TenantHash (what its records keep). cost.Budgets implements it.
+// resume.TenantHash (what its records keep). cost.KeySpend implements it.
 type KeySpender interface {
 	KeySpent(tenantHash string, cost float64)
 }
