@@ -99,3 +99,88 @@ func (s *Spend) Others(ctx context.Context) (map[int64]float64, error) {
 		}
 	}
 }
+
+// keySpendTTL is how long an instance's per-key spend is kept after its
+// last write: longer than the month a proxy key's budget may cover.
+const keySpendTTL = 32 * 24 * time.Hour
+
+// KeySpend is the fleet's per-key spend ledger (cost.KeyFleet): a KV
+// bucket beside the records where each instance keeps its own spend per
+// proxy key and window under its own key, and watches every other
+// instance's.
+type KeySpend struct {
+	kv  jetstream.KeyValue
+	key string
+}
+
+// KeySpend opens the fleet's per-key spend ledger (creating its bucket,
+// the records bucket's name with a _keyspend suffix) for the instance
+// named instance.
+func (j *Journal) KeySpend(ctx context.Context, instance string) (*KeySpend, error) {
+	storage := jetstream.FileStorage
+	if j.cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	bucket := j.cfg.Bucket + "_keyspend"
+	kv, err := j.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "reprise: each instance's spend per proxy key and window, for the keys' budgets",
+		History:     1,
+		TTL:         keySpendTTL,
+		Storage:     storage,
+		Replicas:    j.cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
+	}
+	return &KeySpend{kv: kv, key: spendKey(instance)}, nil
+}
+
+// Publish stores this instance's spend: proxy key (a tenant hash) →
+// window id → spend.
+func (s *KeySpend) Publish(ctx context.Context, spend map[string]map[string]float64) error {
+	b, err := json.Marshal(spend)
+	if err == nil {
+		_, err = s.kv.Put(ctx, s.key, b)
+	}
+	if err != nil {
+		return fmt.Errorf("journal: publish key spend: %w", err)
+	}
+	return nil
+}
+
+// Watch calls seen with every other instance's spend as it is now and as
+// it changes (nil: the instance's entry went), until ctx ends (nil) or the
+// watch fails.
+func (s *KeySpend) Watch(ctx context.Context, seen func(instance string, spend map[string]map[string]float64)) error {
+	w, err := s.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("journal: watch key spend: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("journal: watch key spend: the watch ended")
+			}
+			if e == nil || e.Key() == s.key {
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				seen(e.Key(), nil)
+				continue
+			}
+			var spend map[string]map[string]float64
+			if json.Unmarshal(e.Value(), &spend) != nil {
+				continue // not an instance's: ignored
+			}
+			seen(e.Key(), spend)
+		}
+	}
+}

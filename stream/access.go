@@ -22,6 +22,20 @@ func noteKey(r *http.Request, key string) {
 	}
 }
 
+// noteCaller tells the access log the name of r's proxy key.
+func noteCaller(r *http.Request, name string) {
+	if l := lifecycleOf(r); l != nil {
+		l.name = name
+	}
+}
+
+// noteModel tells the access log the model r asks for.
+func noteModel(r *http.Request, model string) {
+	if l := lifecycleOf(r); l != nil {
+		l.model = model
+	}
+}
+
 // noteDecision tells the access log what r was allowed to do.
 func noteDecision(r *http.Request, decision string) {
 	if l := lifecycleOf(r); l != nil {
@@ -34,7 +48,9 @@ func noteDecision(r *http.Request, decision string) {
 var quiet = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
 // logAccess serves r, of lifecycle l, through next and logs one line:
-// method, path, status, duration, key and decision. A request with a key
+// method, path, status, duration, key and decision, and the name of the
+// caller's proxy key and the model it asked for when known (a generation's
+// usage and cost are the engine's "generation billed" line). A request with a key
 // that failed before any decision was rejected. A reader whose connection
 // was taken over (a detached event stream, a WebSocket) is logged when it
 // was handed over, and so is one left to serve later (serveLater).
@@ -56,8 +72,16 @@ func (s *Server) logAccess(w http.ResponseWriter, r *http.Request, l *lifecycle,
 		if quiet[r.URL.Path] {
 			level = slog.LevelDebug
 		}
-		s.log.Log(context.Background(), level, "request", "method", r.Method, "path", r.URL.Path, "status", status,
-			"duration_ms", ms(time.Since(l.at)), "key", l.key, "decision", decision)
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", status,
+			"duration_ms", ms(time.Since(l.at)), "key", l.key, "decision", decision}
+		if l.name != "" {
+			attrs = append(attrs, "key_name", l.name)
+			s.metrics.KeyRequest(s.auth.Label(l.name), status)
+		}
+		if l.model != "" {
+			attrs = append(attrs, "model", l.model)
+		}
+		s.log.Log(context.Background(), level, "request", attrs...)
 	}()
 	next.ServeHTTP(aw, r)
 }

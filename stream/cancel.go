@@ -46,7 +46,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if done, err := s.awaitEnd(r.Context(), id, rec, cancelWait); err == nil {
 		rec = done
 	}
-	writeStatus(w, http.StatusAccepted, s.live(r.Context(), id, rec)) // the record's own count moves only at heartbeats
+	s.writeStatus(w, http.StatusAccepted, s.live(r.Context(), id, rec)) // the record's own count moves only at heartbeats
 }
 
 // cancelWait bounds how long a cancel's answer waits for the generation to

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/auth"
 	"github.com/reprise-dev/reprise/internal/engine"
 	"github.com/reprise-dev/reprise/internal/metrics"
 	"github.com/reprise-dev/reprise/journal"
@@ -27,7 +28,7 @@ import (
 // reprise reads only whether it asks for a stream.
 func (s *Server) create(proto engine.Protocol) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tenant, err := s.auth.Tenant(r)
+		who, err := s.caller(r)
 		if err != nil {
 			fail(w, r, authError(err))
 			return
@@ -37,14 +38,15 @@ func (s *Server) create(proto engine.Protocol) http.HandlerFunc {
 			fail(w, r, *apiErr)
 			return
 		}
-		s.begin(w, r, tenant, proto, body, stream)
+		s.begin(w, r, who, proto, body, stream)
 	}
 }
 
 // begin decides what a valid POST may do and does it. It claims the key
 // the request is served under, refuses it while shedding (shed.go), then
 // decides, starts, counts and answers, in that order.
-func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, proto engine.Protocol, body []byte, stream bool) {
+func (s *Server) begin(w http.ResponseWriter, r *http.Request, who auth.Caller, proto engine.Protocol, body []byte, stream bool) {
+	tenant := who.Tenant
 	key, err := requestKey(r)
 	if err != nil {
 		fail(w, r, apierr.New(apierr.BadKey))
@@ -60,6 +62,11 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 		return
 	}
 	model := modelOf(body)
+	noteModel(r, model)
+	if !who.AllowsModel(model) {
+		fail(w, r, apierr.New(apierr.ModelNotAllowed))
+		return
+	}
 	if !s.engine.Serves(r.URL.Path, model) {
 		// Configuration, not a generation: no record for the key (a
 		// duplicate gets the same answer), nothing for a retry to attach to.
@@ -110,10 +117,18 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, tenant string, pr
 
 	var t *engine.Tail
 	if out.Decision == resume.Start {
+		// Only a new generation spends: attaches, replays and resumes of
+		// what the key already paid for are served over its budget.
+		if until, over := s.overBudget(who); over {
+			s.withdraw(out)
+			s.metrics.KeyRefused(s.auth.Label(who.Name))
+			fail(w, r, budgetExceeded(until))
+			return
+		}
 		// Only a new generation takes one of the tenant's places; attaching
 		// and replaying cost the upstream nothing.
 		g := engine.Generation{
-			Tenant: tenant, Key: c.key, Ref: journal.Ref{ID: c.id, Gen: out.Record.Generation}, Lease: out.Lease, Protocol: proto, Model: model,
+			Tenant: tenant, KeyName: who.Name, Key: c.key, Ref: journal.Ref{ID: c.id, Gen: out.Record.Generation}, Lease: out.Lease, Protocol: proto, Model: model,
 			Stream: stream, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body, Header: r.Header.Clone(),
 		}
 		if fl != nil {

@@ -2,7 +2,9 @@ package stream
 
 import (
 	"errors"
+	"math"
 	"net/http"
+	"time"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
 	"github.com/reprise-dev/reprise/internal/auth"
@@ -31,6 +33,9 @@ func failFor(w http.ResponseWriter, rec resume.Record, e apierr.Error) {
 func authError(err error) apierr.Error {
 	if errors.Is(err, auth.ErrBadKey) {
 		return apierr.New(apierr.BadProxyKey)
+	}
+	if errors.Is(err, auth.ErrPathNotAllowed) {
+		return apierr.New(apierr.PathNotAllowed)
 	}
 	return apierr.New(apierr.NoKey)
 }
@@ -63,4 +68,12 @@ func recordError(rec resume.Record) apierr.Error {
 		return apierr.New(rec.Error)
 	}
 	return apierr.New(apierr.OwnerLost)
+}
+
+// budgetExceeded is the answer to a new generation of a proxy key over its
+// budget until until, the end of the budget's window: Retry-After says it.
+func budgetExceeded(until time.Time) apierr.Error {
+	e := apierr.New(apierr.BudgetExceeded)
+	e.RetryAfter = max(1, int(math.Ceil(time.Until(until).Seconds())))
+	return e
 }

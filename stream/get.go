@@ -41,7 +41,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if status {
-		writeStatus(w, http.StatusOK, s.live(r.Context(), id, rec))
+		s.writeStatus(w, http.StatusOK, s.live(r.Context(), id, rec))
 		return
 	}
 	raw := r.Header.Get("Last-Event-ID") // EventSource's reconnect: newer than the URL's query
@@ -182,8 +182,8 @@ func (s *Server) readerTenant(r *http.Request, key string) (string, bool) {
 	if tok := r.URL.Query().Get("token"); tok != "" {
 		return s.auth.Verify(tok, key, time.Now())
 	}
-	t, err := s.auth.Tenant(r)
-	return t, err == nil
+	who, err := s.caller(r)
+	return who.Tenant, err == nil
 }
 
 // wantsJSON reports whether Accept prefers JSON over an event stream.
@@ -219,20 +219,23 @@ type status struct {
 	// Cost is the last generation's; Billed all generations'; Saved what
 	// the requests served without a generation did not cost, by kind
 	// (resume.Record).
-	Cost      *float64     `json:"cost,omitempty"`
-	Billed    *cost.Billed `json:"billed,omitempty"`
-	Saved     *cost.Saved  `json:"saved,omitempty"`
-	Upstream  string       `json:"upstream,omitempty"`
-	CreatedAt time.Time    `json:"created_at"`
-	UpdatedAt time.Time    `json:"updated_at"`
+	Cost     *float64     `json:"cost,omitempty"`
+	Billed   *cost.Billed `json:"billed,omitempty"`
+	Saved    *cost.Saved  `json:"saved,omitempty"`
+	Upstream string       `json:"upstream,omitempty"`
+	// KeyName names the proxy key whose generations these are (never the
+	// key); absent outside static auth.
+	KeyName   string    `json:"key_name,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
-func writeStatus(w http.ResponseWriter, code int, rec resume.Record) {
+func (s *Server) writeStatus(w http.ResponseWriter, code int, rec resume.Record) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(status{
 		Key: rec.Key, State: rec.State, Generation: rec.Generation, Events: rec.Events, Stream: rec.Stream,
-		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, UsageBasis: rec.Basis(), Cost: rec.Cost, Billed: rec.Billed, Saved: rec.Saved, Upstream: rec.Upstream, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		Status: rec.Status, Error: rec.Error, Usage: rec.Usage, UsageBasis: rec.Basis(), Cost: rec.Cost, Billed: rec.Billed, Saved: rec.Saved, Upstream: rec.Upstream, KeyName: s.auth.NameOf(rec.Tenant), CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	})
 }

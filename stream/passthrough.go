@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"github.com/rs/cors"
 
 	"github.com/reprise-dev/reprise/internal/apierr"
+	"github.com/reprise-dev/reprise/internal/auth"
 	"github.com/reprise-dev/reprise/internal/engine"
 )
 
@@ -22,7 +24,7 @@ import (
 // the request limit (413 before anything is sent when Content-Length says
 // so); a browser's request from a foreign origin is refused (crossSite).
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.auth.Tenant(r)
+	who, err := s.caller(r)
 	if err != nil {
 		fail(w, r, authError(err))
 		return
@@ -40,6 +42,9 @@ func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
 	key, err := requestKey(r)
 	switch {
 	case r.Method != http.MethodPost || key == "" && err == nil:
+		if r.Method == http.MethodPost && len(who.Models) > 0 && !s.forwardAllowed(w, r, who) {
+			return
+		}
 		s.engine.Forward(w, r)
 		return
 	case err != nil:
@@ -56,7 +61,7 @@ func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, apierr.New(apierr.InvalidBody))
 		return
 	}
-	s.begin(w, r, tenant, engine.Generic{Caller: engine.CallerShape(r.Header, r.URL.Path)}, body, false)
+	s.begin(w, r, who, engine.Generic{Caller: engine.CallerShape(r.Header, r.URL.Path)}, body, false)
 }
 
 // sameOrigin tells a browser's request made by a page of another site
@@ -111,4 +116,29 @@ func confine(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// forwardAllowed reads the body of a POST forwarded without a key, for a
+// caller whose proxy key names the models it may use, and reports whether
+// the model it names is one (it answered r otherwise); the body is put back
+// for the upstream. A body that is not JSON names no model.
+func (s *Server) forwardAllowed(w http.ResponseWriter, r *http.Request, who auth.Caller) bool {
+	body, err := io.ReadAll(r.Body)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		fail(w, r, apierr.New(apierr.TooLarge))
+		return false
+	case err != nil:
+		fail(w, r, apierr.New(apierr.InvalidBody))
+		return false
+	}
+	model := modelOf(body)
+	noteModel(r, model)
+	if !who.AllowsModel(model) {
+		fail(w, r, apierr.New(apierr.ModelNotAllowed))
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return true
 }

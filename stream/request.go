@@ -28,6 +28,7 @@ import (
 type lifecycle struct {
 	at            time.Time
 	key, decision string // for the access log (noteKey, noteDecision)
+	name, model   string // for the access log (noteCaller, noteModel)
 	started       bool   // the request started its key's generation (startedHere)
 	flushed       func() // runs once the first write to the client went out (thenFlushed)
 	rest          func() // what the handler left to serve (serveLater)

@@ -24,7 +24,8 @@ import (
 // An id reprise never journaled is the upstream's to answer (a response
 // made elsewhere), except where callers share the proxy's own key.
 func (s *Server) handleResponse(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.auth.Tenant(r)
+	who, err := s.caller(r)
+	tenant := who.Tenant
 	if err != nil {
 		fail(w, r, authError(err))
 		return

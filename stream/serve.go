@@ -53,7 +53,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, tenant, key, id 
 		// result.
 		h.Set("Preference-Applied", "respond-async")
 		wroteAnswer(r.Context()) // the client polls the Location: it asks nothing again
-		writeStatus(w, http.StatusAccepted, rec)
+		s.writeStatus(w, http.StatusAccepted, rec)
 		return
 	}
 	switch out.Decision {

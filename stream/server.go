@@ -148,6 +148,10 @@ type Config struct {
 	// Prices names the price table entry of a replayed generation's model
 	// in reprise_cost_saved_total. Default nil: no cost is known.
 	Prices *cost.Table
+	// KeySpend is each proxy key's spend, fleet-wide: what a key's budget
+	// is held to (429 budget_exceeded for its new generations over it) and
+	// what GET /usage shows. Default nil: no budget is held.
+	KeySpend *cost.KeySpend
 	// Settings are the limits and timings; zero fields take their defaults.
 	Settings Settings
 	// Logger. Default slog.Default().
@@ -163,6 +167,7 @@ type Server struct {
 	auth     *auth.Auth
 	metrics  *metrics.Metrics
 	prices   *cost.Table
+	budgets  *cost.KeySpend
 	log      *slog.Logger
 	mux      *http.ServeMux
 	handler  http.Handler  // mux, behind confine and CORS when configured
@@ -198,7 +203,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg.Settings, journal: cfg.Journal, resume: cfg.Resume, engine: cfg.Engine, auth: cfg.Auth,
-		metrics: cfg.Metrics, prices: cfg.Prices, log: cfg.Logger, mux: http.NewServeMux(), detached: detach.NewGroup(),
+		metrics: cfg.Metrics, prices: cfg.Prices, budgets: cfg.KeySpend, log: cfg.Logger, mux: http.NewServeMux(), detached: detach.NewGroup(),
 		readers:       map[string]int{},
 		tenantReaders: map[string]int{},
 	}
@@ -268,6 +273,7 @@ func (s *Server) routes() {
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.HandleFunc("GET /usage", s.handleUsage)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fail(w, r, apierr.New(apierr.NotFound)) })
 }
 

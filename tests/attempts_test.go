@@ -52,6 +52,7 @@ func (l *logLines) find(tb testing.TB, msg string, match func(map[string]any) bo
 type attemptRecord struct {
 	Key         string  `json:"key"`
 	Tenant      string  `json:"tenant"`
+	KeyName     string  `json:"key_name"`
 	Generation  int     `json:"generation"`
 	Attempt     int     `json:"attempt"`
 	Upstream    string  `json:"upstream"`

@@ -19,6 +19,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/reprise-dev/reprise/internal/auth"
 	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/internal/proxy"
 	"github.com/reprise-dev/reprise/journal"
@@ -109,6 +110,16 @@ func TestExamplesProxyKeys(t *testing.T) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Its examples, uncommented, are keys reprise takes.
+	var examples []string
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "# "); ok && (strings.HasPrefix(rest, "team-a ") || strings.HasPrefix(rest, "batch ")) {
+			examples = append(examples, rest)
+		}
+	}
+	if keys, err := auth.ParseKeys(file, strings.Join(examples, "")); err != nil || len(keys) != 2 || keys[0].Budget.IsZero() {
+		t.Errorf("the examples of %s: %v, %v; want two keys, the first with a budget", exampleProxyKeys, keys, err)
 	}
 	filled := filepath.Join(t.TempDir(), "proxy-keys.txt")
 	if err := os.WriteFile(filled, append(b, "0123456789abcdef0123456789abcdef\n"...), 0o600); err != nil {

@@ -323,6 +323,10 @@ func TestOpenRelay(t *testing.T) { // not parallel: t.Setenv
 	if err := os.WriteFile(routes, []byte("openai http://127.0.0.1:1 key_env=REPRISE_TEST_ROUTE_KEY\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	keys := filepath.Join(t.TempDir(), "proxy-keys")
+	if err := os.WriteFile(keys, []byte("team-a pk-3f9c1a7e5b2d8c40\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -335,7 +339,7 @@ func TestOpenRelay(t *testing.T) { // not parallel: t.Setenv
 		{"loopback by name", []string{"--auth", "none", "--upstream-key", "sk-static", "--listen", "localhost:0"}, false},
 		{"allowed", []string{"--auth", "none", "--upstream-key", "sk-static", "--listen", ":0", "--allow-open-relay"}, false},
 		{"no key", []string{"--auth", "none", "--listen", ":0"}, false},
-		{"callers authenticated", []string{"--auth", "static", "--proxy-keys", routes, "--upstream-key", "sk-static", "--listen", ":0"}, false},
+		{"callers authenticated", []string{"--auth", "static", "--proxy-keys", keys, "--upstream-key", "sk-static", "--listen", ":0"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

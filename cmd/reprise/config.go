@@ -378,25 +378,14 @@ func readRoutes(path string, getenv func(string) string) ([]proxy.Route, error) 
 	return routes, nil
 }
 
-// readKeys reads one key per line; # starts a comment.
-func readKeys(path string) ([]string, error) {
+// readKeys reads a proxy keys file (auth.ParseKeys): one key a line, bare
+// or named with its settings; # starts a comment.
+func readKeys(path string) ([]auth.Key, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var keys []string
-	for line := range strings.Lines(string(b)) {
-		if i := strings.Index(line, "#"); i >= 0 {
-			line = line[:i]
-		}
-		if k := strings.TrimSpace(line); k != "" {
-			keys = append(keys, k)
-		}
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("%s holds no key", path)
-	}
-	return keys, nil
+	return auth.ParseKeys(path, string(b))
 }
 
 // readConfigFile reads `name = value` lines; # starts a comment.

@@ -63,7 +63,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		return err
 	}
 	if cfg.proxyKeys != "" {
-		if pc.Auth.ProxyKeys, err = readKeys(cfg.proxyKeys); err != nil {
+		if pc.Auth.Keys, err = readKeys(cfg.proxyKeys); err != nil {
 			return fmt.Errorf("--proxy-keys: %w", err)
 		}
 	}
@@ -158,6 +158,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		return fmt.Errorf("--listen %s: %w", cfg.listen, err)
 	}
 
+	defer reloadOnHangup(cfg, p, log)()
 	errc := make(chan error, 1)
 	serving = true // from here on the store holds what it served: a failure keeps it
 	go func() { errc <- p.Serve(ln) }()

@@ -41,6 +41,17 @@ const (
 	// InvalidPath refuses a request whose path could leave /v1/ or the
 	// upstream's base path: a dot segment or an encoded slash.
 	InvalidPath = "invalid_path"
+	// ModelNotAllowed refuses a request for a model its proxy key may not
+	// ask for (the key's models= in --proxy-keys).
+	ModelNotAllowed = "model_not_allowed"
+	// PathNotAllowed refuses a request to a path its proxy key may not
+	// call (the key's paths= in --proxy-keys).
+	PathNotAllowed = "path_not_allowed"
+	// BudgetExceeded refuses a new generation of a proxy key whose spend
+	// in the current window reached its budget (budget= in --proxy-keys),
+	// fleet-wide; Retry-After says when the window ends. Resumes and
+	// replays of what it already paid for are still served.
+	BudgetExceeded = "budget_exceeded"
 )
 
 // Codes a generation ends with (in its error event and its record).
@@ -104,6 +115,9 @@ var catalogue = map[string]Error{
 	JournalFull:        {Status: http.StatusServiceUnavailable, Message: "the journal's store is full: nothing new is stored until space is freed (old events expire) or its limit is raised", RetryAfter: 10},
 	ShuttingDown:       {Status: http.StatusServiceUnavailable, Message: "this instance is shutting down", RetryAfter: 1},
 	NoStreaming:        {Status: http.StatusInternalServerError, Message: "the connection cannot stream", NoRetry: true},
+	ModelNotAllowed:    {Status: http.StatusForbidden, Message: "this API key may not use this model"},
+	PathNotAllowed:     {Status: http.StatusForbidden, Message: "this API key may not call this path"},
+	BudgetExceeded:     {Status: http.StatusTooManyRequests, Message: "this API key's budget for the current period is spent; new generations are refused until Retry-After (resumes and replays are served)", RetryAfter: 60},
 	Overloaded:         {Status: http.StatusTooManyRequests, Message: "this instance is behind on its running generations and refuses new ones for now; retry after Retry-After (running generations, their readers, replays and resumes are served)", RetryAfter: 1},
 	OriginNotAllowed:   {Status: http.StatusForbidden, Message: "this origin may not call the proxy from a browser; add it to --cors-origins"},
 	InvalidPath:        {Status: http.StatusBadRequest, Message: "the request path may not hold dot segments (. or ..) or encoded slashes (%2F, %5C), nor leave /v1/"},

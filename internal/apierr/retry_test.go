@@ -55,6 +55,9 @@ func TestRetrySignals(t *testing.T) {
 		Overloaded:         {retryAfter, "the journal catches up"},
 		OriginNotAllowed:   {noRetry, "the page's origin does not change"},
 		InvalidPath:        {noRetry, "the path is the caller's"},
+		ModelNotAllowed:    {noRetry, "the key's models do not change on a retry"},
+		PathNotAllowed:     {noRetry, "the key's paths do not change on a retry"},
+		BudgetExceeded:     {retryAfter, "the budget's window ends"},
 
 		OwnerLost:      {retry, "the key regenerates (or is continued) on another instance"},
 		Cancelled:      {noRetry, "someone stopped it on purpose: a retry would generate it again"},

@@ -76,8 +76,12 @@ type Config struct {
 	// TenantHeader, when set, names the header whose value is the caller's
 	// credential instead of the bearer token. Default "" (Authorization).
 	TenantHeader string
-	// ProxyKeys are the keys callers must present in Static mode.
+	// ProxyKeys are keys callers may present in Static mode, each named by
+	// Auth.DerivedName.
 	ProxyKeys []string
+	// Keys are further keys callers may present in Static mode, named and
+	// with their limits (ParseKeys reads them from a file).
+	Keys []Key
 	// UpstreamKey is sent to the upstream in Static and None, in the
 	// UpstreamHeader. It never reaches clients. Default none.
 	UpstreamKey string
@@ -93,9 +97,9 @@ type Config struct {
 
 // Auth derives tenants and upstream credentials under one configuration.
 type Auth struct {
-	cfg       Config
-	proxyKeys map[string]bool // tenant ids of the static proxy keys
-	aead      cipher.AEAD     // Seal's
+	cfg  Config
+	keys *keyring    // the proxy keys in force (SetKeys)
+	aead cipher.AEAD // Seal's
 }
 
 // New returns an Auth.
@@ -108,7 +112,7 @@ func New(cfg Config) (*Auth, error) {
 		cfg.Mode = Passthrough
 	case Passthrough, None:
 	case Static:
-		if len(cfg.ProxyKeys) == 0 {
+		if len(cfg.ProxyKeys)+len(cfg.Keys) == 0 {
 			return nil, fmt.Errorf("%w: auth static needs proxy keys", ErrInvalidOption)
 		}
 	default:
@@ -120,9 +124,13 @@ func New(cfg Config) (*Auth, error) {
 	if cfg.CapabilityTTL <= 0 {
 		cfg.CapabilityTTL = DefaultCapabilityTTL
 	}
-	a := &Auth{cfg: cfg, proxyKeys: map[string]bool{}, aead: sealer(cfg.Secret)}
+	a := &Auth{cfg: cfg, keys: &keyring{}, aead: sealer(cfg.Secret)}
+	keys := append([]Key(nil), cfg.Keys...)
 	for _, k := range cfg.ProxyKeys {
-		a.proxyKeys[a.TenantOf(k)] = true
+		keys = append(keys, Key{Value: k})
+	}
+	if err := a.SetKeys(keys); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	return a, nil
 }
@@ -193,27 +201,11 @@ func (a *Auth) TenantOf(credential string) string {
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
-// Tenant returns the caller's tenant; ErrNoKey or ErrBadKey when Static
-// mode refuses it.
+// Tenant returns the caller's tenant; ErrNoKey, ErrBadKey or
+// ErrPathNotAllowed when Static mode refuses it (Caller).
 func (a *Auth) Tenant(r *http.Request) (string, error) {
-	switch a.cfg.Mode {
-	case None:
-		return Anonymous, nil
-	case Static:
-		c := a.credential(r)
-		if c == "" {
-			return "", ErrNoKey
-		}
-		t := a.TenantOf(c)
-		if !a.proxyKeys[t] {
-			return "", ErrBadKey
-		}
-		return t, nil
-	}
-	if c := a.credential(r); c != "" {
-		return a.TenantOf(c), nil
-	}
-	return Anonymous, nil
+	c, err := a.Caller(r)
+	return c.Tenant, err
 }
 
 // Decorate sets the upstream's credential on req: the caller's in

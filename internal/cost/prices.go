@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // ErrInvalidPrices is returned by Load and New for a price table that
@@ -34,8 +35,10 @@ func (p Price) tokens() bool { return p.InputPer1M != 0 || p.OutputPer1M != 0 }
 
 // Table maps model names to prices. A name ending in * matches every model
 // it prefixes; an exact name wins over a pattern, a longer pattern over a
-// shorter one. The zero Table knows no price.
+// shorter one. The zero Table knows no price. Set replaces its prices in
+// place, so that everything holding it prices by the new ones.
 type Table struct {
+	mu       sync.RWMutex
 	exact    map[string]Price
 	patterns []pattern // longest prefix first
 }
@@ -82,6 +85,19 @@ func Load(path string) (*Table, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields() // a misspelt price would silently be 0
 	if err := dec.Decode(&prices); err != nil {
+		var syntax *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syntax):
+			return nil, fmt.Errorf("%w: %s:%d: %w", ErrInvalidPrices, path, lineAt(b, syntax.Offset), err)
+		case errors.As(err, &typ):
+			return nil, fmt.Errorf("%w: %s:%d: %w", ErrInvalidPrices, path, lineAt(b, typ.Offset), err)
+		}
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			if i := bytes.Index(b, []byte(field)); i >= 0 { // the field as written, quoted
+				return nil, fmt.Errorf("%w: %s:%d: %w", ErrInvalidPrices, path, lineAt(b, int64(i)), err)
+			}
+		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidPrices, path, err)
 	}
 	return New(prices)
@@ -93,6 +109,8 @@ func (t *Table) Lookup(model string) (p Price, entry string, ok bool) {
 	if t == nil || model == "" {
 		return Price{}, "", false
 	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if p, ok := t.exact[model]; ok {
 		return p, model, true
 	}
@@ -131,4 +149,37 @@ func (p Price) Cost(u *Usage) (cost float64, ok bool) {
 		cost += float64(u.PromptTokens)*p.InputPer1M/1e6 + float64(u.CompletionTokens)*p.OutputPer1M/1e6
 	}
 	return cost, true
+}
+
+// Set replaces t's prices with from's (Lookup and Cost price by them from
+// then on).
+func (t *Table) Set(from *Table) {
+	entries := from.Entries()
+	n, _ := New(entries) // from's entries are valid
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.exact, t.patterns = n.exact, n.patterns
+}
+
+// Entries returns t's prices by model name or pattern, a copy.
+func (t *Table) Entries() map[string]Price {
+	out := map[string]Price{}
+	if t == nil {
+		return out
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for name, p := range t.exact {
+		out[name] = p
+	}
+	for _, pt := range t.patterns {
+		out[pt.name] = pt.price
+	}
+	return out
+}
+
+// lineAt is the 1-based line of b's byte offset.
+func lineAt(b []byte, offset int64) int {
+	offset = min(max(offset, 0), int64(len(b)))
+	return bytes.Count(b[:offset], []byte("\n")) + 1
 }

@@ -25,7 +25,10 @@ type Attempt struct {
 	Key string `json:"key"`
 	// Tenant is a hash of the tenant id (itself derived from the
 	// credential): it tells tenants apart and reveals neither.
-	Tenant     string `json:"tenant"`
+	Tenant string `json:"tenant"`
+	// KeyName names the proxy key that asked for the generation (never
+	// the key itself); absent outside static auth.
+	KeyName    string `json:"key_name,omitempty"`
 	Generation uint64 `json:"generation"`
 	// Attempt is its number within the generation, from 1, across the
 	// upstreams tried in turn.
@@ -77,15 +80,15 @@ func (p *pump) observe(ctx context.Context, up Upstream) func(classify.Attempt) 
 		p.trace.Attempt(a)
 		p.attempts++
 		rec := Attempt{
-			Key: p.g.Key, Tenant: p.tenant, Generation: p.g.Ref.Gen, Attempt: p.attempts,
+			Key: p.g.Key, Tenant: p.tenant, KeyName: p.keyName(), Generation: p.g.Ref.Gen, Attempt: p.attempts,
 			Upstream: up.Name, Path: p.g.Path, Model: p.g.Model, Status: a.Status, Kind: a.KindName(), Code: a.Code,
 			DurationMS: ms(a.Duration), FirstByteMS: ms(a.FirstByte), At: time.Now().UTC(),
 		}
-		p.log.Info("upstream attempt", "key", rec.Key, "tenant", rec.Tenant, "gen", rec.Generation, "attempt", rec.Attempt,
+		p.log.Info("upstream attempt", "key", rec.Key, "tenant", rec.Tenant, "key_name", rec.KeyName, "gen", rec.Generation, "attempt", rec.Attempt,
 			"upstream", rec.Upstream, "path", rec.Path, "model", rec.Model, "status", rec.Status, "kind", rec.Kind,
 			"code", rec.Code, "duration_ms", rec.DurationMS, "ttfb_ms", rec.FirstByteMS)
 		if p.before+p.attempts == warnAttempts+1 {
-			p.log.Warn("key sees more than two upstream attempts", "key", rec.Key, "tenant", rec.Tenant, "gen", rec.Generation,
+			p.log.Warn("key sees more than two upstream attempts", "key", rec.Key, "tenant", rec.Tenant, "key_name", rec.KeyName, "gen", rec.Generation,
 				"attempts", p.before+p.attempts, "upstream", rec.Upstream, "status", rec.Status, "kind", rec.Kind)
 		}
 		p.last = &rec
@@ -215,3 +218,12 @@ func (p *pump) earlierAttempts(ctx context.Context, l AttemptLog) (earlier, this
 
 // ms is d in milliseconds, to the microsecond.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// keyName names the generation's proxy key: as it was started here, or by
+// its tenant for one taken over.
+func (p *pump) keyName() string {
+	if p.g.KeyName == "" && p.e.cfg.KeyName != nil {
+		return p.e.cfg.KeyName(p.tenant)
+	}
+	return p.g.KeyName
+}

@@ -1,6 +1,10 @@
 package engine
 
 import (
+	"cmp"
+	"context"
+	"log/slog"
+
 	"github.com/reprise-dev/reprise/internal/cost"
 	"github.com/reprise-dev/reprise/resume"
 )
@@ -39,9 +43,30 @@ func (p *pump) price(res *resume.Result) string {
 // cost and call, priced by entry (Engine.price), and the requests served from it
 // while it ran that its completion made savings (saved, by kind; none when
 // its result was not recorded), at its usage and cost.
-func (e *Engine) bill(res resume.Result, entry string, saved cost.SavedBy) {
+// It logs one line of it, with key (the generation's key), its tenant
+// (tenantHash, its resume.TenantHash) and its proxy key's name.
+func (e *Engine) bill(res resume.Result, entry, key, tenantHash string, saved cost.SavedBy) {
+	if (res.Usage != nil || res.Cost != nil) && e.cfg.Logger.Enabled(context.Background(), slog.LevelInfo) {
+		attrs := []any{"key", key, "tenant", tenantHash}
+		if e.cfg.KeyName != nil {
+			if name := e.cfg.KeyName(tenantHash); name != "" {
+				attrs = append(attrs, "key_name", name)
+			}
+		}
+		attrs = append(attrs, "model", res.Model, "state", res.State)
+		if res.Usage != nil {
+			attrs = append(attrs, "prompt_tokens", res.Usage.PromptTokens, "completion_tokens", res.Usage.CompletionTokens, "usage_basis", cmp.Or(res.Basis, cost.Reported))
+		}
+		if res.Cost != nil {
+			attrs = append(attrs, "cost", *res.Cost)
+		}
+		e.cfg.Logger.Info("generation billed", attrs...)
+	}
 	if res.Cost != nil && e.cfg.Spend != nil {
 		e.cfg.Spend.Spent(*res.Cost)
+	}
+	if res.Cost != nil && e.cfg.KeySpend != nil {
+		e.cfg.KeySpend.KeySpent(tenantHash, *res.Cost)
 	}
 	m, ok := e.cfg.Metrics.(CostMetrics)
 	if !ok {
@@ -66,5 +91,5 @@ func (p *pump) bill(res resume.Result, entry string, recorded bool) {
 	if recorded {
 		saved = p.g.Lease.Settled()
 	}
-	p.e.bill(res, entry, saved)
+	p.e.bill(res, entry, p.g.Key, p.tenant, saved)
 }

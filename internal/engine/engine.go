@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/reprise-dev/reprise/classify"
@@ -138,6 +140,12 @@ type Pricer interface {
 
 // Spender is told what generations cost. cost.Guard implements it.
 type Spender interface{ Spent(cost float64) }
+
+// KeySpender is told what each tenant's generations cost, by the tenant's
+// resume.TenantHash (what its records keep). cost.KeySpend implements it.
+type KeySpender interface {
+	KeySpent(tenantHash string, cost float64)
+}
 
 // Upstream is a model API and how it is called.
 type Upstream struct {
@@ -359,6 +367,14 @@ type Config struct {
 	// Spend, when set, is told each priced generation's cost (the cost
 	// guard, cost.Guard). Default: nobody.
 	Spend Spender
+	// KeySpend, when set, is told each priced generation's cost with its
+	// tenant (the proxy keys' budgets). Default: nobody.
+	KeySpend KeySpender
+	// KeyName, when set, names the proxy key of a tenant by its
+	// resume.TenantHash, for the attempt log of a generation taken over
+	// from a dead owner (one started here has Generation.KeyName).
+	// Default: none.
+	KeyName func(tenantHash string) string
 	// Tracer follows each generation (OpenTelemetry traces and GenAI
 	// metrics, telemetry.Telemetry). Default: none.
 	Tracer Tracer
@@ -371,6 +387,7 @@ type Config struct {
 type Engine struct {
 	cfg  Config
 	live registry
+	ups  atomic.Pointer[[]Upstream] // Upstream then Fallbacks, as in force (SetUpstreams)
 
 	pumps   sync.WaitGroup
 	pumpCtx context.Context
@@ -389,21 +406,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Journal == nil {
 		return nil, fmt.Errorf("%w: journal is required", ErrInvalidOption)
 	}
-	ups := append([]Upstream{cfg.Upstream}, cfg.Fallbacks...)
-	for i := range ups {
-		up := &ups[i]
-		if up.URL == nil || up.Policy == nil || up.Decorator == nil {
-			return nil, fmt.Errorf("%w: every upstream needs its URL, policy and decorator", ErrInvalidOption)
-		}
-		if up.Policy.RetriesAmbiguous() && !up.Idempotency {
-			return nil, fmt.Errorf("%w: retrying ambiguous failures without forwarding Idempotency-Key could bill twice", ErrInvalidOption)
-		}
-		if up.Transport == nil {
-			up.Transport = http.DefaultTransport
-		}
-		if up.Name == "" {
-			up.Name = up.URL.Host
-		}
+	ups, err := prepare(append([]Upstream{cfg.Upstream}, cfg.Fallbacks...))
+	if err != nil {
+		return nil, err
 	}
 	cfg.Upstream, cfg.Fallbacks = ups[0], ups[1:]
 	cfg.Limits.fill()
@@ -426,6 +431,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.ResultsCache = DefaultResultsCache
 	}
 	e := &Engine{cfg: cfg, gens: map[string]int{}, results: newResults(cfg.ResultsCache, cfg.Journal.TTL()/2)}
+	e.ups.Store(&ups)
 	e.pumpCtx, e.stop = context.WithCancel(context.Background())
 	if cfg.Limits.CancelUnread > 0 {
 		e.unread = &unread{after: cfg.Limits.CancelUnread, last: map[journal.Ref]time.Time{}}
@@ -437,7 +443,10 @@ func New(cfg Config) (*Engine, error) {
 // Generation is a generation to run: resume decided it starts, and its
 // caller holds the lease.
 type Generation struct {
-	Tenant   string
+	Tenant string
+	// KeyName names the proxy key that asked for it (auth.Caller.Name) in
+	// the attempt log and its lines; "" for none.
+	KeyName  string
 	Key      string
 	Ref      journal.Ref
 	Lease    *resume.Lease
@@ -568,11 +577,57 @@ func (e *Engine) abandon(g Generation, why apierr.Error) {
 // the generation ran here.
 func (e *Engine) Cancel(ref journal.Ref) bool { return e.live.cancel(ref, ErrCancelled) }
 
+// prepare checks ups and fills their defaults (a copy).
+func prepare(ups []Upstream) ([]Upstream, error) {
+	if len(ups) == 0 {
+		return nil, fmt.Errorf("%w: no upstream", ErrInvalidOption)
+	}
+	ups = slices.Clone(ups)
+	for i := range ups {
+		up := &ups[i]
+		if up.URL == nil || up.Policy == nil || up.Decorator == nil {
+			return nil, fmt.Errorf("%w: every upstream needs its URL, policy and decorator", ErrInvalidOption)
+		}
+		if up.Policy.RetriesAmbiguous() && !up.Idempotency {
+			return nil, fmt.Errorf("%w: retrying ambiguous failures without forwarding Idempotency-Key could bill twice", ErrInvalidOption)
+		}
+		if up.Transport == nil {
+			up.Transport = http.DefaultTransport
+		}
+		if up.Name == "" {
+			up.Name = up.URL.Host
+		}
+	}
+	return ups, nil
+}
+
+// SetUpstreams replaces the upstreams (Config.Upstream, then
+// Config.Fallbacks) new generations and forwarded requests go to; running
+// generations go on with the ones they began with. An invalid list is
+// refused (as New refuses it) and the upstreams in force stay.
+func (e *Engine) SetUpstreams(ups []Upstream) error {
+	ups, err := prepare(ups)
+	if err != nil {
+		return err
+	}
+	e.ups.Store(&ups)
+	return nil
+}
+
+// CheckUpstreams reports whether SetUpstreams would take ups.
+func (e *Engine) CheckUpstreams(ups []Upstream) error {
+	_, err := prepare(ups)
+	return err
+}
+
+// Upstreams returns the upstreams in force, in order.
+func (e *Engine) Upstreams() []Upstream { return slices.Clone(*e.ups.Load()) }
+
 // upstreams are the upstreams that serve path and model, in the order a
 // generation tries them.
 func (e *Engine) upstreams(path, model string) []Upstream {
 	var out []Upstream
-	for _, u := range append([]Upstream{e.cfg.Upstream}, e.cfg.Fallbacks...) {
+	for _, u := range *e.ups.Load() {
 		if u.serves(path, model) {
 			out = append(out, u)
 		}
@@ -584,10 +639,7 @@ func (e *Engine) upstreams(path, model string) []Upstream {
 // request none serves is answered no_upstream before anything is decided
 // or recorded for its key.
 func (e *Engine) Serves(path, model string) bool {
-	if e.cfg.Upstream.serves(path, model) {
-		return true
-	}
-	for _, u := range e.cfg.Fallbacks {
+	for _, u := range *e.ups.Load() {
 		if u.serves(path, model) {
 			return true
 		}

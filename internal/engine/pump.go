@@ -274,7 +274,7 @@ func (p *pump) generate(ctx context.Context, w *journal.Writer) resume.Result {
 	defer stall(nil)
 	ups, attempts := p.e.upstreams(p.g.Path, p.g.Model), 0
 	if len(ups) == 0 {
-		p.up = Upstream{Decorator: p.e.cfg.Upstream.Decorator} // unnamed: none was called (its decorator redacts)
+		p.up = Upstream{Decorator: (*p.e.ups.Load())[0].Decorator} // unnamed: none was called (its decorator redacts)
 		return p.refuse(ctx, w, &classify.Error{Kind: classify.ErrFatal, Status: apierr.New(apierr.NoUpstream).Status, Code: apierr.NoUpstream}, 0)
 	}
 	for i, up := range ups {

@@ -82,7 +82,7 @@ func (e *Engine) Salvaged(ctx context.Context, id string, rec resume.Record, att
 func (e *Engine) salvaged(ctx context.Context, id string, rec resume.Record, saved cost.SavedBy) {
 	res := resume.Result{State: rec.State, Usage: rec.Usage, Model: rec.Model}
 	entry := e.price(&res) // as Salvage priced it
-	e.bill(res, entry, saved)
+	e.bill(res, entry, rec.Key, rec.Tenant, saved)
 	e.attemptUsageOf(ctx, id, rec.Generation, res)
 }
 

@@ -73,6 +73,7 @@ type Metrics struct {
 	results     atomic.Pointer[func() int64]
 
 	costs   *costMetrics    // tokens, cost and cost saved, the cost guard: cost.go
+	keys    *keyMetrics     // by proxy key: keys.go
 	keyless *keylessMetrics // keyless retry recognition: keyless.go
 	lost    *lostMetrics    // lost owners' generations settled here: lost.go
 
@@ -168,6 +169,7 @@ func New(reg prometheus.Registerer, stats func() journal.Stats) *Metrics {
 	m.readers.WithLabelValues("journal")
 	m.readers.WithLabelValues("result")
 	m.costs = newCost(reg)
+	m.keys = newKeys(reg)
 	m.keyless = newKeyless(reg)
 	m.lost = newLost(reg)
 	registerJournalReads(reg, stats)

@@ -156,6 +156,16 @@ type Route struct {
 
 // Proxy is one assembled instance.
 type Proxy struct {
+	cfg      Config // as New completed it
+	auth     *auth.Auth
+	metrics  *metrics.Metrics
+	keySpend *cost.KeySpend // nil without a price table
+
+	reload   sync.Mutex                  // one Reload at a time
+	policies map[string]*classify.Policy // each upstream's call policy, by name: kept across reloads
+
+	stopKeySpend func() // stops the per-key spend's exchange with the fleet
+
 	journal *journal.Journal
 	engine  *engine.Engine
 	srv     *stream.Server
@@ -233,31 +243,10 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 			routes = append(routes, Route{URL: u})
 		}
 	}
-	var ups []engine.Upstream
-	for _, rt := range routes {
-		if rt.URL == nil {
-			return nil, fmt.Errorf("%w: route %q has no URL", ErrInvalidOption, rt.Name)
-		}
-		name := cmp.Or(rt.Name, rt.URL.Host) // the engine's default name
-		pcfg := cfg.Policy
-		um := m.Upstream(name)
-		pcfg.Observer = um
-		policy, err := classify.New(pcfg, cfg.Client)
-		if err != nil {
-			return nil, err
-		}
-		um.Watch(policy)
-		dec := a
-		if rt.Key != "" {
-			dec = dec.WithUpstreamKey(rt.Key)
-		}
-		if rt.KeyHeader != "" {
-			if dec, err = dec.WithUpstreamHeader(rt.KeyHeader); err != nil {
-				return nil, fmt.Errorf("route %q: %w", rt.Name, err)
-			}
-		}
-		ups = append(ups, engine.Upstream{Name: rt.Name, URL: rt.URL, Policy: policy, Decorator: dec, Idempotency: cfg.UpstreamIdempotency,
-			Background: cfg.UpstreamBackground, Transport: cfg.Client.Transport, Paths: rt.Paths, Models: rt.Models})
+	p := &Proxy{cfg: cfg, auth: a, metrics: m, policies: map[string]*classify.Policy{}}
+	ups, err := p.upstreams(routes)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Limits.MaxTenantGenerations == 0 {
 		cfg.Limits.MaxTenantGenerations = cfg.Policy.MaxConcurrent // 0: the engine's default, classify's
@@ -273,6 +262,14 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if guard != nil {
 		ecfg.Spend = guard
 	}
+	if cfg.Prices != nil && a.SharesKey() {
+		// Each proxy key's spend, fleet-wide: its budget, GET /usage, and
+		// the reprise_key_* series. Static auth only: its keys are a set
+		// the configuration bounds, unlike passthrough's callers.
+		p.keySpend = cost.NewKeySpend(nil, p.keyGauges)
+		ecfg.KeySpend = keySpender{p}
+	}
+	ecfg.KeyName = a.NameOf
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		return nil, err
@@ -290,7 +287,8 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if cfg.Limits.CancelUnread > 0 {
 		cfg.HTTP.ReadingSignal = cfg.Limits.CancelUnread / 4
 	}
-	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Engine: eng, Auth: a, Metrics: m, Prices: cfg.Prices, Settings: cfg.HTTP, Logger: cfg.Logger})
+	srv, err := stream.New(stream.Config{Journal: j, Resume: rm, Engine: eng, Auth: a, Metrics: m, Prices: cfg.Prices, KeySpend: p.keySpend,
+		Settings: cfg.HTTP, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -322,11 +320,13 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if cfg.MaxHeaderBytes <= 0 {
 		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
-	p := &Proxy{journal: j, engine: eng, srv: srv, log: cfg.Logger, stopped: make(chan struct{}), stopCancels: stopCancels, stopShare: func() {}}
-	if guard != nil {
-		// The guard counts the fleet's spend: every instance on this
-		// JetStream publishes its own and reads the others'.
-		spend, err := j.Spend(octx, name)
+	p.journal, p.engine, p.srv, p.log, p.stopped, p.stopCancels, p.stopShare = j, eng, srv, cfg.Logger, make(chan struct{}), stopCancels, func() {}
+	p.stopKeySpend = func() {}
+	p.keyGauges()
+	if p.keySpend != nil {
+		// Every instance on this JetStream publishes its per-key spend and
+		// follows the others': a key's budget holds fleet-wide.
+		fleet, err := j.KeySpend(octx, name)
 		if err != nil {
 			stopCancels()
 			return nil, err
@@ -335,9 +335,29 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			p.keySpend.Share(ctx, fleet, keySpendEvery, func(err error) { cfg.Logger.Warn("proxy keys: the fleet's spend was not exchanged", "err", err) })
+		}()
+		p.stopKeySpend = func() { stop(); <-done }
+	}
+	if guard != nil {
+		// The guard counts the fleet's spend: every instance on this
+		// JetStream publishes its own and reads the others'.
+		spend, err := j.Spend(octx, name)
+		if err != nil {
+			stopCancels()
+			p.stopKeySpend()
+			return nil, err
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
 			guard.Share(ctx, spend, func(err error) { cfg.Logger.Warn("cost guard: the fleet's spend was not exchanged", "err", err) })
 		}()
-		p.stopShare = func() { stop(); <-done }
+		stopKeySpend := p.stopKeySpend
+		p.stopShare = func() { stop(); <-done; stopKeySpend() }
+	} else {
+		p.stopShare = p.stopKeySpend
 	}
 	// Keys whose owner died are settled though nobody reads them: their
 	// status and the cost view are right within a lease and a sweep.
@@ -370,6 +390,11 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	return p, nil
 }
+
+// keySpendEvery is the least time between two publications of this
+// instance's per-key spend (a burst of generations is one write), and how
+// long a failed exchange waits before it is tried again.
+const keySpendEvery = 250 * time.Millisecond
 
 // MinTTL is the shortest Journal.TTL c works with: MinTTL, and no less
 // than a generation may run (Limits.MaxGeneration) plus the lease its dead
