@@ -174,8 +174,8 @@ func TestCancelUnread(t *testing.T) {
 // takes several times the limit to answer (a long queue, a slow first
 // byte) has the generation's client waiting all that while, with nothing
 // to read: the generation is not cancelled, and the client gets it whole.
-// (Before, it was cancelled before its first event; under load, even a
-// quick answer whose first event took long to store was.)
+// A generation is never cancelled before its first event, even when that
+// event takes long to store (under load).
 func TestCancelUnreadCountsFromTheAnswer(t *testing.T) {
 	t.Parallel()
 	const unread = 300 * time.Millisecond

@@ -25,9 +25,8 @@ import (
 // the generation (the retry could not: A could not tell the keyless index
 // while it was paused), so that retry started the generation it needed.
 // The provider bills one answer plus what A generated before it was
-// paused, not two answers. (Before, a keyless retry cost two whole
-// generations: nothing fenced the woken owner, which ran its upstream call
-// to the end.)
+// paused, not two answers: the woken owner is fenced instead of running its
+// upstream call to the end.
 //
 // The upstream's writes wait while A is paused, as a provider's do once
 // the connection's buffers are full. A real SIGSTOP of a reprise process on
@@ -159,8 +158,8 @@ func pausedOwnerBills(t *testing.T, keyed bool) { //nolint:thelper // a subtest'
 // the generation rather than consuming the answer or ending it: its client
 // is shown nothing the upstream generated after the takeover, and once A
 // is back it finds the takeover and ends the stream with owner_lost.
-// (Before, A read its upstream to the end while cut off, showing its
-// client an answer whose key another instance was generating again.)
+// A cut-off owner does not read its upstream to the end, showing its client
+// an answer whose key another instance generates again.
 func TestCutOffOwnerHoldsItsGeneration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cuts an instance off from NATS for several leases")

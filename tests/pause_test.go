@@ -24,8 +24,9 @@ import (
 // owner died: A keeps its upstream streams and catches up; the readers on
 // B wait instead of ending with owner_lost; a duplicate of every key sent
 // to B at once attaches instead of generating again. Each key completes
-// with one upstream generation. (Before, leases judged by the clock
-// regenerated them: 11 keys billed twice after a 12 s pause.)
+// with one upstream generation: leases are not judged by the clock alone,
+// which would regenerate (and bill twice) keys whose owner was only
+// waiting for NATS.
 func TestNATSPauseRegeneratesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses NATS for seconds")

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,10 +26,10 @@ import (
 // given; when NATS answers again, all of it is stored. The journal and the
 // record must then agree: a journal whose readers get [DONE] belongs to a
 // completed key, which replays instead of generating again, and a failed
-// key's journal holds no [DONE]. (Before, the key was recorded failed
-// journal_failure while its journal replayed [DONE]; its next request
-// generated and billed a second answer.) Here the upstream had sent
-// everything before the stall: the key completes.
+// key's journal holds no [DONE] (a key recorded failed while its journal
+// replays [DONE] would generate, and bill, a second answer at its next
+// request). Here the upstream had sent everything before the stall: the
+// key completes.
 func TestNATSStallSettlesLateAppends(t *testing.T) {
 	t.Parallel()
 	natsURL, g := pausableNATS(t)
@@ -126,8 +127,8 @@ func metricValue(tb testing.TB, url, series string) float64 {
 // (its record's create got no answer), and the create is applied when NATS
 // answers again. Nothing runs the generation that record names: the key's
 // next request must generate, not attach to it and wait for a first event
-// nobody writes. (Before, it waited for the lease to lapse — a lapse that
-// every attach put off.)
+// nobody writes, rather than waiting for the lease to lapse (a lapse every
+// attach would put off).
 func TestNATSStallUnansweredStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stalls NATS for the record operations' retries (~13 s)")
@@ -172,10 +173,9 @@ func TestNATSStallUnansweredStart(t *testing.T) {
 // writer stalls and holds both; when NATS answers again the held message,
 // then [DONE] and the end marker are stored: the key is completed, the
 // owner's reader gets [DONE] only then, and every id names one event for
-// the reader and the replay alike. (Before, the writer gave up and a seal
-// stored the journal_failure reason at [DONE]'s offset — and earlier
-// still, the owner's readers got [DONE] and the record said completed
-// while every replay ended with journal_failure.)
+// the reader and the replay alike: no seal stores a journal_failure reason
+// at [DONE]'s offset, and no reader gets [DONE] while replays end with
+// journal_failure.
 func TestNATSStallSealAfterLastMessage(t *testing.T) {
 	t.Parallel()
 	natsURL, g := pausableNATS(t)
@@ -271,9 +271,9 @@ func TestNATSStallSealAfterLastMessage(t *testing.T) {
 // NATS answers again it gets the failure under the id the journal stored
 // it at, after every event it was shown, which the journal holds too. A
 // replay gives the same events under the same ids; the key is failed, and
-// its next request generates afresh. (Before, the owner's reader was told
-// journal_failure while the journal's outcome was unknown — and a key so
-// failed was found completed later, its [DONE] stored at the reason's id.)
+// its next request generates afresh. The owner's reader is not told
+// journal_failure while the journal's outcome is unknown: a key so failed
+// could be found completed later, its [DONE] stored at the reason's id.
 func TestNATSStallCutsTheUpstreamAndHoldsReaders(t *testing.T) {
 	t.Parallel()
 	natsURL, g := pausableNATS(t)
@@ -385,5 +385,40 @@ func TestNATSStallCutsTheUpstreamAndHoldsReaders(t *testing.T) {
 	again := readEvents(t, do(t, "POST", a.URL+chatPath, body, "Idempotency-Key", key), -1)
 	if !hasDone(again) || calls.Load() != 2 {
 		t.Errorf("the failed key's next request: [DONE] %v, upstream calls %d; want a generation of its own", hasDone(again), calls.Load())
+	}
+}
+
+// TestReadyzAroundNATSPause: two instances on one NATS; while NATS answers
+// nothing (every byte held, as when its server is paused) both answer
+// /readyz 503 — the balancer takes them out — and 200 again once it
+// answers.
+func TestReadyzAroundNATSPause(t *testing.T) {
+	t.Parallel()
+	natsURL, g := pausableNATS(t)
+	var urls []string
+	for _, name := range []string{"A", "B"} {
+		in := startInstance(t, name, []string{natsURL}, "http://127.0.0.1:1", instanceOptions{lease: 10 * time.Second, replicas: 1, lenient: true})
+		urls = append(urls, in.URL)
+	}
+	ready := func(url string) int {
+		resp, err := testutil.Send(context.Background(), http.MethodGet, url+"/readyz", "")
+		if err != nil {
+			return 0
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, u := range urls {
+		if code := ready(u); code != http.StatusOK {
+			t.Fatalf("%s/readyz before the pause: %d", u, code)
+		}
+	}
+	g.hold()
+	for _, u := range urls {
+		pollUntil(t, 30*time.Second, u+"/readyz to answer 503 while NATS answers nothing", func() bool { return ready(u) == http.StatusServiceUnavailable })
+	}
+	g.release()
+	for _, u := range urls {
+		pollUntil(t, 30*time.Second, u+"/readyz to answer 200 once NATS answers", func() bool { return ready(u) == http.StatusOK })
 	}
 }
