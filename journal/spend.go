@@ -26,23 +26,34 @@ type Spend struct {
 // Spend opens the fleet's spend ledger (creating its bucket, the records
 // bucket's name with a _spend suffix) for the instance named instance.
 func (j *Journal) Spend(ctx context.Context, instance string) (*Spend, error) {
+	kv, err := j.ledger(ctx, "_spend", "reprise: each instance's spend per minute, for the fleet's cost guard", spendTTL)
+	if err != nil {
+		return nil, err
+	}
+	return &Spend{kv: kv, key: spendKey(instance)}, nil
+}
+
+// ledger creates (or updates) a bucket beside the records, the records
+// bucket's name with suffix, where each instance keeps one entry of its
+// own for ttl after its last write.
+func (j *Journal) ledger(ctx context.Context, suffix, description string, ttl time.Duration) (jetstream.KeyValue, error) {
 	storage := jetstream.FileStorage
 	if j.cfg.Memory {
 		storage = jetstream.MemoryStorage
 	}
-	bucket := j.cfg.Bucket + "_spend"
+	bucket := j.cfg.Bucket + suffix
 	kv, err := j.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      bucket,
-		Description: "reprise: each instance's spend per minute, for the fleet's cost guard",
+		Description: description,
 		History:     1,
-		TTL:         spendTTL,
+		TTL:         ttl,
 		Storage:     storage,
 		Replicas:    j.cfg.Replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
 	}
-	return &Spend{kv: kv, key: spendKey(instance)}, nil
+	return kv, nil
 }
 
 // spendKey is instance as a KV key: characters keys do not allow become _.
@@ -117,21 +128,9 @@ type KeySpend struct {
 // the records bucket's name with a _keyspend suffix) for the instance
 // named instance.
 func (j *Journal) KeySpend(ctx context.Context, instance string) (*KeySpend, error) {
-	storage := jetstream.FileStorage
-	if j.cfg.Memory {
-		storage = jetstream.MemoryStorage
-	}
-	bucket := j.cfg.Bucket + "_keyspend"
-	kv, err := j.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      bucket,
-		Description: "reprise: each instance's spend per proxy key and window, for the keys' budgets",
-		History:     1,
-		TTL:         keySpendTTL,
-		Storage:     storage,
-		Replicas:    j.cfg.Replicas,
-	})
+	kv, err := j.ledger(ctx, "_keyspend", "reprise: each instance's spend per proxy key and window, for the keys' budgets", keySpendTTL)
 	if err != nil {
-		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
+		return nil, err
 	}
 	return &KeySpend{kv: kv, key: spendKey(instance)}, nil
 }
